@@ -1,0 +1,465 @@
+//! The sandboxed expression language and templates (DESIGN §4).
+//!
+//! One engine, minijinja's expression mode, serves both conditions/loops and templates, so
+//! truthiness and the undefined-variable policy are the same everywhere. The sandbox:
+//! - source is capped at [`MAX_SOURCE_LEN`] characters,
+//! - evaluation is metered by fuel ([`FUEL`] instructions),
+//! - undefined names are errors (strict undefined), never silently false,
+//! - minijinja refuses string repetition past 100 MB and sequence repetition past its own cap,
+//!   and results larger than [`MAX_RESULT_LEN`] bytes are refused,
+//! - the only functions are `str int float len bool min max abs round`, and the only methods
+//!   are Python's string/list/dict methods from minijinja-contrib's pycompat.
+//!
+//! Graph templates are `{key}` / `{key.path}` with `{{` and `}}` as literal braces; each
+//! placeholder is an expression in the same language.
+
+use std::sync::OnceLock;
+
+use minijinja::value::{Rest, Value as JValue};
+use minijinja::{Environment, Error as JError, ErrorKind, UndefinedBehavior};
+use serde::Serialize;
+use serde_json::Value;
+
+/// Longest expression source accepted.
+pub const MAX_SOURCE_LEN: usize = 1000;
+/// Instructions one evaluation may execute.
+pub const FUEL: u64 = 20_000;
+/// Largest string (or serialized value) an expression may produce.
+pub const MAX_RESULT_LEN: usize = 1 << 20;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct ExprError {
+    pub message: String,
+}
+
+impl ExprError {
+    fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+}
+
+fn env() -> &'static Environment<'static> {
+    static ENV: OnceLock<Environment<'static>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let mut env = Environment::empty();
+        env.set_undefined_behavior(UndefinedBehavior::Strict);
+        env.set_fuel(Some(FUEL));
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("str", fn_str);
+        env.add_function("int", fn_int);
+        env.add_function("float", fn_float);
+        env.add_function("len", fn_len);
+        env.add_function("bool", |v: JValue| v.is_true());
+        env.add_function("min", |args: Rest<JValue>| pick(args, std::cmp::Ordering::Less));
+        env.add_function("max", |args: Rest<JValue>| {
+            pick(args, std::cmp::Ordering::Greater)
+        });
+        env.add_function("abs", fn_abs);
+        env.add_function("round", fn_round);
+        env
+    })
+}
+
+fn invalid(msg: impl Into<String>) -> JError {
+    JError::new(ErrorKind::InvalidOperation, msg.into())
+}
+
+fn fn_str(v: JValue) -> Result<String, JError> {
+    let s = display(&v);
+    if s.len() > MAX_RESULT_LEN {
+        return Err(invalid("str(): value too large"));
+    }
+    Ok(s)
+}
+
+/// Python-like display: strings as-is, `None`/`True`/`False` capitalised, maps and lists as
+/// JSON.
+fn display(v: &JValue) -> String {
+    if let Some(s) = v.as_str() {
+        return s.to_string();
+    }
+    match v.kind() {
+        minijinja::value::ValueKind::None | minijinja::value::ValueKind::Undefined => {
+            "None".into()
+        }
+        minijinja::value::ValueKind::Bool => {
+            if v.is_true() {
+                "True".into()
+            } else {
+                "False".into()
+            }
+        }
+        minijinja::value::ValueKind::Map | minijinja::value::ValueKind::Seq => {
+            serde_json::to_string(v).unwrap_or_else(|_| v.to_string())
+        }
+        _ => v.to_string(),
+    }
+}
+
+fn fn_int(v: JValue) -> Result<i64, JError> {
+    if let Some(s) = v.as_str() {
+        let t = s.trim();
+        if let Ok(i) = t.parse::<i64>() {
+            return Ok(i);
+        }
+        return Err(invalid(format!(
+            "int(): invalid literal for int(): {:?}",
+            truncate(s, 60)
+        )));
+    }
+    match v.kind() {
+        minijinja::value::ValueKind::Bool => Ok(i64::from(v.is_true())),
+        minijinja::value::ValueKind::Number => {
+            if let Some(i) = v.as_i64() {
+                Ok(i)
+            } else {
+                let f = f64::try_from(v).map_err(|_| invalid("int(): not a number"))?;
+                if f.is_finite() && f.abs() < 9.2e18 {
+                    Ok(f.trunc() as i64)
+                } else {
+                    Err(invalid("int(): number out of range"))
+                }
+            }
+        }
+        _ => Err(invalid(format!("int(): cannot convert {} to int", v.kind()))),
+    }
+}
+
+fn fn_float(v: JValue) -> Result<f64, JError> {
+    if let Some(s) = v.as_str() {
+        return s
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| invalid(format!("float(): cannot convert {:?}", truncate(s, 60))));
+    }
+    match v.kind() {
+        minijinja::value::ValueKind::Bool => Ok(if v.is_true() { 1.0 } else { 0.0 }),
+        minijinja::value::ValueKind::Number => {
+            f64::try_from(v).map_err(|_| invalid("float(): not a number"))
+        }
+        _ => Err(invalid(format!(
+            "float(): cannot convert {} to float",
+            v.kind()
+        ))),
+    }
+}
+
+fn fn_len(v: JValue) -> Result<usize, JError> {
+    if let Some(s) = v.as_str() {
+        return Ok(s.chars().count());
+    }
+    v.len()
+        .ok_or_else(|| invalid(format!("len(): {} has no length", v.kind())))
+}
+
+fn fn_abs(v: JValue) -> Result<JValue, JError> {
+    if let Some(i) = v.as_i64() {
+        return Ok(JValue::from(i.checked_abs().ok_or_else(|| invalid("abs(): overflow"))?));
+    }
+    let f = f64::try_from(v).map_err(|_| invalid("abs(): not a number"))?;
+    Ok(JValue::from(f.abs()))
+}
+
+fn fn_round(v: JValue, digits: Option<i32>) -> Result<JValue, JError> {
+    let f = f64::try_from(v).map_err(|_| invalid("round(): not a number"))?;
+    match digits {
+        None => Ok(JValue::from(f.round() as i64)),
+        Some(d) => {
+            let m = 10f64.powi(d.clamp(-15, 15));
+            Ok(JValue::from((f * m).round() / m))
+        }
+    }
+}
+
+fn pick(args: Rest<JValue>, want: std::cmp::Ordering) -> Result<JValue, JError> {
+    let items: Vec<JValue> = if args.0.len() == 1 {
+        args.0[0]
+            .try_iter()
+            .map_err(|_| invalid("min()/max(): expected an iterable or several values"))?
+            .collect()
+    } else {
+        args.0
+    };
+    let mut best: Option<JValue> = None;
+    for item in items {
+        best = Some(match best {
+            None => item,
+            Some(b) => {
+                if item.cmp(&b) == want {
+                    item
+                } else {
+                    b
+                }
+            }
+        });
+    }
+    best.ok_or_else(|| invalid("min()/max(): empty sequence"))
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}
+
+fn compile_error(e: &JError) -> ExprError {
+    let mut msg = e.detail().unwrap_or("syntax error").to_string();
+    if e.kind() != ErrorKind::SyntaxError {
+        msg = e.to_string();
+    }
+    ExprError::new(msg)
+}
+
+/// Checks an expression at load time: length and syntax.
+pub fn check(src: &str) -> Result<(), ExprError> {
+    if src.trim().is_empty() {
+        return Err(ExprError::new("expression is empty"));
+    }
+    if src.chars().count() > MAX_SOURCE_LEN {
+        return Err(ExprError::new(format!(
+            "expression is longer than {MAX_SOURCE_LEN} characters"
+        )));
+    }
+    env()
+        .compile_expression(src)
+        .map(|_| ())
+        .map_err(|e| compile_error(&e))
+}
+
+fn run_error(e: JError) -> ExprError {
+    let msg = match e.kind() {
+        ErrorKind::UndefinedError => {
+            format!(
+                "undefined name: {}",
+                e.detail().unwrap_or("a name in the expression is not in state")
+            )
+        }
+        ErrorKind::OutOfFuel => format!("expression ran out of fuel ({FUEL} steps)"),
+        _ => match e.detail() {
+            Some(d) => d.to_string(),
+            None => e.to_string(),
+        },
+    };
+    ExprError::new(msg)
+}
+
+fn context<S: Serialize>(state: &S) -> JValue {
+    JValue::from(minijinja::value::Serde(state))
+}
+
+fn eval_raw(src: &str, ctx: JValue) -> Result<JValue, ExprError> {
+    check(src)?;
+    let expr = env()
+        .compile_expression(src)
+        .map_err(|e| compile_error(&e))?;
+    let v = expr.eval(ctx).map_err(run_error)?;
+    if v.is_undefined() {
+        return Err(ExprError::new("expression evaluated to an undefined value"));
+    }
+    Ok(v)
+}
+
+/// Evaluates an expression against `state` and returns its truthiness.
+pub fn eval_bool<S: Serialize>(src: &str, state: &S) -> Result<bool, ExprError> {
+    Ok(eval_raw(src, context(state))?.is_true())
+}
+
+/// Evaluates an expression to a JSON value.
+pub fn eval_value<S: Serialize>(src: &str, state: &S) -> Result<Value, ExprError> {
+    let v = eval_raw(src, context(state))?;
+    to_json(&v)
+}
+
+fn to_json(v: &JValue) -> Result<Value, ExprError> {
+    let out = serde_json::to_value(v).map_err(|e| ExprError::new(e.to_string()))?;
+    if let Value::String(s) = &out
+        && s.len() > MAX_RESULT_LEN
+    {
+        return Err(ExprError::new("expression result is too large"));
+    }
+    Ok(out)
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Segment {
+    Lit(String),
+    Expr(String),
+}
+
+/// A graph-dialect template: literal text and `{expr}` placeholders.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Template {
+    pub source: String,
+    pub segments: Vec<Segment>,
+}
+
+impl Template {
+    /// Parses `{key.path}` templates; `{{` and `}}` are literal braces. Every placeholder is
+    /// checked as an expression.
+    pub fn parse(source: &str) -> Result<Self, ExprError> {
+        let mut segments = Vec::new();
+        let mut lit = String::new();
+        let mut chars = source.char_indices().peekable();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '{' if matches!(chars.peek(), Some((_, '{'))) => {
+                    chars.next();
+                    lit.push('{');
+                }
+                '}' if matches!(chars.peek(), Some((_, '}'))) => {
+                    chars.next();
+                    lit.push('}');
+                }
+                '{' => {
+                    let rest = &source[i + 1..];
+                    let end = rest.find('}').ok_or_else(|| {
+                        ExprError::new(format!(
+                            "unclosed `{{` at character {}; write `{{{{` for a literal brace",
+                            i + 1
+                        ))
+                    })?;
+                    let inner = rest[..end].trim();
+                    check(inner).map_err(|e| {
+                        ExprError::new(format!("in placeholder `{{{inner}}}`: {}", e.message))
+                    })?;
+                    if !lit.is_empty() {
+                        segments.push(Segment::Lit(std::mem::take(&mut lit)));
+                    }
+                    segments.push(Segment::Expr(inner.to_string()));
+                    for _ in 0..end + 1 {
+                        chars.next();
+                    }
+                }
+                '}' => {
+                    return Err(ExprError::new(format!(
+                        "unmatched `}}` at character {}; write `}}}}` for a literal brace",
+                        i + 1
+                    )));
+                }
+                _ => lit.push(c),
+            }
+        }
+        if !lit.is_empty() {
+            segments.push(Segment::Lit(lit));
+        }
+        Ok(Self {
+            source: source.to_string(),
+            segments,
+        })
+    }
+
+    /// Renders against state: strings are inserted as-is, other values as JSON.
+    pub fn render<S: Serialize>(&self, state: &S) -> Result<String, ExprError> {
+        let mut out = String::new();
+        let mut ctx = None;
+        for seg in &self.segments {
+            match seg {
+                Segment::Lit(s) => out.push_str(s),
+                Segment::Expr(e) => {
+                    let ctx = ctx.get_or_insert_with(|| context(state)).clone();
+                    let v = eval_raw(e, ctx)
+                        .map_err(|err| ExprError::new(format!("{{{e}}}: {}", err.message)))?;
+                    match v.as_str() {
+                        Some(s) => out.push_str(s),
+                        None => out.push_str(
+                            &serde_json::to_string(&to_json(&v)?)
+                                .map_err(|e| ExprError::new(e.to_string()))?,
+                        ),
+                    }
+                }
+            }
+            if out.len() > MAX_RESULT_LEN * 8 {
+                return Err(ExprError::new("rendered template is too large"));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Renders every string leaf of a JSON value as a template. A string that is exactly one
+/// placeholder keeps the placeholder's JSON type (so `"{items}"` stays a list).
+pub fn render_value<S: Serialize>(v: &Value, state: &S) -> Result<Value, ExprError> {
+    Ok(match v {
+        Value::String(s) => {
+            let t = Template::parse(s)?;
+            if let [Segment::Expr(e)] = t.segments.as_slice() {
+                eval_value(e, state)?
+            } else {
+                Value::String(t.render(state)?)
+            }
+        }
+        Value::Array(a) => Value::Array(
+            a.iter()
+                .map(|x| render_value(x, state))
+                .collect::<Result<_, _>>()?,
+        ),
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, x)| Ok((k.clone(), render_value(x, state)?)))
+                .collect::<Result<_, ExprError>>()?,
+        ),
+        other => other.clone(),
+    })
+}
+
+/// Checks every string leaf of a JSON value parses as a template.
+pub fn check_value(v: &Value) -> Result<(), ExprError> {
+    match v {
+        Value::String(s) => Template::parse(s).map(|_| ()),
+        Value::Array(a) => a.iter().try_for_each(check_value),
+        Value::Object(m) => m.values().try_for_each(check_value),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn python_style_conditions() {
+        let s = json!({"summary": "Something UNUSUAL here", "confidence": "75", "items": [1], "ok": true});
+        assert!(eval_bool("'unusual' in str(summary).lower()", &s).unwrap());
+        assert!(eval_bool("int(confidence) < 80", &s).unwrap());
+        assert!(eval_bool("len(items) > 0 and ok", &s).unwrap());
+        assert!(!eval_bool("not ok", &s).unwrap());
+        assert_eq!(eval_value("max(3, 9, 4)", &s).unwrap(), json!(9));
+        assert_eq!(eval_value("str(None)", &s).unwrap(), json!("None"));
+    }
+
+    #[test]
+    fn undefined_names_are_errors() {
+        let e = eval_bool("missing > 3", &json!({})).unwrap_err();
+        assert!(e.message.contains("undefined"), "{}", e.message);
+    }
+
+    #[test]
+    fn huge_values_are_refused() {
+        let e = eval_value("'a' * 2000000000", &json!({})).unwrap_err();
+        assert!(e.message.contains("too large"), "{}", e.message);
+        assert!(eval_value("str('a' * 50000000)", &json!({})).is_err());
+    }
+
+    #[test]
+    fn syntax_and_length_checked() {
+        assert!(check("1 +").is_err());
+        assert!(check(&"1+".repeat(600)).is_err());
+        assert!(check("a and b").is_ok());
+    }
+
+    #[test]
+    fn templates() {
+        let s = json!({"lead": {"name": "Ada"}, "n": 3});
+        let t = Template::parse("Lead: {lead.name} ({n}) {{literal}}").unwrap();
+        assert_eq!(t.render(&s).unwrap(), "Lead: Ada (3) {literal}");
+        assert!(Template::parse("oops {").is_err());
+        assert!(Template::parse("{ 1 + }").is_err());
+        assert_eq!(
+            render_value(&json!({"a": "{lead}", "b": "x{n}"}), &s).unwrap(),
+            json!({"a": {"name": "Ada"}, "b": "x3"})
+        );
+    }
+}

@@ -1,0 +1,211 @@
+//! The internal representation every dialect lowers to, and the only shape the engine runs.
+//!
+//! A [`Workflow`] is nodes plus edges. Expressions and templates are kept as checked source
+//! text: they were compiled once by the loader (syntax errors are diagnostics) and the
+//! engine evaluates them against public state.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::diag::Span;
+use crate::expr::Template;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dialect {
+    Graph,
+    Machine,
+    Pipeline,
+}
+
+impl Dialect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dialect::Graph => "graph",
+            Dialect::Machine => "machine",
+            Dialect::Pipeline => "pipeline",
+        }
+    }
+}
+
+/// Default ceiling on node executions per run (DESIGN §2).
+pub const DEFAULT_HOP_CEILING: u32 = 1000;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Workflow {
+    pub name: String,
+    pub dialect: Dialect,
+    pub nodes: Vec<Node>,
+    pub edges: Vec<Edge>,
+    pub hop_ceiling: u32,
+}
+
+impl Workflow {
+    pub fn node(&self, id: &str) -> Option<&Node> {
+        self.nodes.iter().find(|n| n.id == id)
+    }
+
+    pub fn outgoing<'a>(&'a self, id: &'a str) -> impl Iterator<Item = &'a Edge> + 'a {
+        self.edges.iter().filter(move |e| e.source == id)
+    }
+
+    pub fn incoming<'a>(&'a self, id: &'a str) -> impl Iterator<Item = &'a Edge> + 'a {
+        self.edges.iter().filter(move |e| e.target == id)
+    }
+
+    /// Entry nodes: those with no incoming edge.
+    pub fn entries(&self) -> Vec<&Node> {
+        self.nodes
+            .iter()
+            .filter(|n| self.incoming(&n.id).next().is_none())
+            .collect()
+    }
+}
+
+/// How often and how long a node may try (spec 002 "Retries, timeouts, and backoff").
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct AttemptPolicy {
+    pub timeout: Duration,
+    /// Extra attempts after the first.
+    pub retry_count: u32,
+}
+
+/// Default per-attempt timeout when a node sets none.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+impl Default for AttemptPolicy {
+    fn default() -> Self {
+        Self {
+            timeout: DEFAULT_TIMEOUT,
+            retry_count: 0,
+        }
+    }
+}
+
+impl AttemptPolicy {
+    /// Sleep before attempt `next` (2-based): 1 s, 2 s, 4 s, … capped at 30 s.
+    pub fn backoff(next_attempt: u32) -> Duration {
+        let exp = next_attempt.saturating_sub(2).min(5);
+        Duration::from_secs((1u64 << exp).min(30))
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Node {
+    pub id: String,
+    pub label: Option<String>,
+    pub kind: NodeKind,
+    pub policy: AttemptPolicy,
+    /// Where agent and tool nodes write their result; defaults to the node id.
+    pub output_key: Option<String>,
+    #[serde(skip)]
+    pub span: Option<Span>,
+}
+
+impl Node {
+    pub fn type_name(&self) -> &'static str {
+        self.kind.type_name()
+    }
+
+    /// Branch nodes route on a boolean result; their edges need selectors.
+    pub fn is_branch(&self) -> bool {
+        matches!(self.kind, NodeKind::Condition(_) | NodeKind::Loop(_))
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum NodeKind {
+    Agent(AgentSpec),
+    Tool(ToolSpec),
+    Condition(ConditionSpec),
+    Loop(LoopSpec),
+    HumanGate(GateSpec),
+    Merge,
+    End(EndSpec),
+}
+
+impl NodeKind {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            NodeKind::Agent(_) => "agent",
+            NodeKind::Tool(_) => "tool",
+            NodeKind::Condition(_) => "condition",
+            NodeKind::Loop(_) => "loop",
+            NodeKind::HumanGate(_) => "human_gate",
+            NodeKind::Merge => "merge",
+            NodeKind::End(_) => "end",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentSpec {
+    pub model: String,
+    pub system_prompt: Option<Template>,
+    pub user_message: Template,
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<u32>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolSpec {
+    pub tool_name: String,
+    /// Params with every string leaf a template, rendered against state before the call.
+    pub params: Value,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ConditionSpec {
+    pub expression: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LoopSpec {
+    pub expression: String,
+    pub max_iterations: u32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GateSpec {
+    pub prompt: Template,
+}
+
+/// Terminal status an `end` node gives the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EndStatus {
+    Succeeded,
+    Failed,
+    Aborted,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EndSpec {
+    pub status: EndStatus,
+    /// Rendered into the run's `output`; without it the run output is the last node's output.
+    pub output: Option<Template>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Edge {
+    pub id: String,
+    pub source: String,
+    pub target: String,
+    /// `condition_value`, else `label`: which branch result fires this edge.
+    pub selector: Option<String>,
+    #[serde(skip)]
+    pub span: Option<Span>,
+}
+
+impl Edge {
+    /// Whether this edge fires for a branch result `key` (case-insensitive for booleans).
+    pub fn matches(&self, key: &str) -> bool {
+        match &self.selector {
+            None => true,
+            Some(s) => s.eq_ignore_ascii_case(key),
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! Run, step and attempt records: what a user sees in `weir runs show --json` and
+//! `GET /api/runs/{id}` (DESIGN §10), plus the scheduler snapshot a store persists with every
+//! step so a run can continue after its process dies.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    Queued,
+    Running,
+    Paused,
+    Succeeded,
+    Failed,
+    Aborted,
+    Cancelled,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Paused => "paused",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Aborted => "aborted",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "queued" => RunStatus::Queued,
+            "running" => RunStatus::Running,
+            "paused" => RunStatus::Paused,
+            "succeeded" => RunStatus::Succeeded,
+            "failed" => RunStatus::Failed,
+            "aborted" => RunStatus::Aborted,
+            "cancelled" => RunStatus::Cancelled,
+            _ => return None,
+        })
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Aborted | RunStatus::Cancelled
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepStatus {
+    Running,
+    Succeeded,
+    Failed,
+    Waiting,
+    Pruned,
+    Cancelled,
+    Skipped,
+}
+
+impl StepStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepStatus::Running => "running",
+            StepStatus::Succeeded => "succeeded",
+            StepStatus::Failed => "failed",
+            StepStatus::Waiting => "waiting",
+            StepStatus::Pruned => "pruned",
+            StepStatus::Cancelled => "cancelled",
+            StepStatus::Skipped => "skipped",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "running" => StepStatus::Running,
+            "succeeded" => StepStatus::Succeeded,
+            "failed" => StepStatus::Failed,
+            "waiting" => StepStatus::Waiting,
+            "pruned" => StepStatus::Pruned,
+            "cancelled" => StepStatus::Cancelled,
+            "skipped" => StepStatus::Skipped,
+            _ => return None,
+        })
+    }
+}
+
+/// `{"code", "message", "node_id"}` on a failed run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunError {
+    pub code: String,
+    pub message: String,
+    pub node_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Tokens {
+    pub input: u64,
+    pub output: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub n: u32,
+    pub status: StepStatus,
+    pub error: Option<String>,
+    /// Error class for model calls (`rate_limit`, `timeout`, …) or `tool` / `timeout` / `expression`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_class: Option<String>,
+    pub duration_ms: u64,
+    /// For model calls: what was sent (model, system, user).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<Value>,
+    /// For model calls: the reply text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub seq: u32,
+    pub node_id: String,
+    #[serde(default)]
+    pub node_type: String,
+    /// How many times this node had run in the run when this step started (1-based).
+    #[serde(default)]
+    pub visit: u32,
+    pub status: StepStatus,
+    pub route: Option<String>,
+    pub input: Value,
+    pub output: Value,
+    pub error: Option<String>,
+    pub cost_usd: f64,
+    pub tokens: Tokens,
+    pub attempts: Vec<Attempt>,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub duration_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingGate {
+    pub node_id: String,
+    pub prompt: String,
+    /// The gate's waiting step.
+    #[serde(default)]
+    pub seq: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub workflow: String,
+    pub dialect: String,
+    pub status: RunStatus,
+    pub input: Value,
+    pub state: Value,
+    pub output: Value,
+    pub error: Option<RunError>,
+    pub pending_gate: Option<PendingGate>,
+    pub cost_usd: f64,
+    pub events: Vec<Value>,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub duration_ms: Option<u64>,
+    pub steps: Vec<StepRecord>,
+}
+
+/// One line of `weir runs list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub run_id: String,
+    pub workflow: String,
+    pub status: RunStatus,
+    pub started_at: String,
+    pub cost_usd: f64,
+}
+
+/// A node waiting to run, with the visit number it will run as.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    pub node_id: String,
+}
+
+/// Everything the scheduler needs to continue a run, committed with each step.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Public state: what templates and expressions see.
+    pub state: Map<String, Value>,
+    /// Internal `__loop_<id>` counters (never visible to templates).
+    pub loops: BTreeMap<String, u32>,
+    /// Nodes ready to run (including any that were in flight when the snapshot was taken).
+    pub pending: Vec<String>,
+    pub completed: BTreeSet<String>,
+    /// Merge node → ids of the incoming edges that have fired.
+    pub arrivals: BTreeMap<String, BTreeSet<String>>,
+    /// Total node executions so far (the hop ceiling counts these).
+    pub hops: u32,
+    pub visits: BTreeMap<String, u32>,
+    pub next_seq: u32,
+    pub cost_usd: f64,
+    /// Output of the last node that ran.
+    pub output: Value,
+    /// Human gates waiting for a decision, oldest first.
+    pub gates: Vec<PendingGate>,
+}

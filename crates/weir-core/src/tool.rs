@@ -1,0 +1,49 @@
+//! The tool-runner trait: typed side effects called by `tool` nodes.
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+#[derive(Debug, Clone)]
+pub struct ToolCall {
+    pub tool_name: String,
+    /// Params already rendered against state.
+    pub params: Value,
+    /// Stable across retries and `weir resume`: derived from run id, node id and visit.
+    pub idempotency_key: String,
+    pub timeout: std::time::Duration,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    pub message: String,
+    /// A configuration error (bad params, unknown tool) is not worth retrying.
+    pub retryable: bool,
+}
+
+impl ToolError {
+    pub fn retryable(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            retryable: true,
+        }
+    }
+
+    pub fn fatal(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            retryable: false,
+        }
+    }
+}
+
+#[async_trait]
+pub trait ToolRunner: Send + Sync {
+    /// Whether `tool_name` exists (used by validation).
+    fn has_tool(&self, tool_name: &str) -> bool;
+
+    /// Names of every tool, for hints.
+    fn tool_names(&self) -> Vec<String>;
+
+    async fn call(&self, call: ToolCall) -> Result<Value, ToolError>;
+}

@@ -1,0 +1,230 @@
+//! Checks on the IR that hold for every dialect: graph integrity (missing nodes, duplicate
+//! ids, entry nodes, unreachable nodes, branch selectors, merges that can lose a branch) and
+//! capabilities (every tool exists, every model can be routed). All problems are collected.
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+
+use crate::diag::Diagnostic;
+use crate::ir::{NodeKind, Workflow};
+use crate::model::ModelClient;
+use crate::tool::ToolRunner;
+
+/// Structural checks; the loader has already reported per-field problems.
+pub fn structure(wf: &Workflow) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for n in &wf.nodes {
+        if seen.insert(n.id.as_str(), 1).is_some() {
+            out.push(
+                Diagnostic::error("E002", format!("duplicate node id `{}`", n.id))
+                    .node(&n.id)
+                    .at(n.span)
+                    .hint("node ids must be unique per graph; rename one of them"),
+            );
+        }
+    }
+    let ids: HashSet<&str> = wf.nodes.iter().map(|n| n.id.as_str()).collect();
+    let mut edge_ids = HashSet::new();
+    for e in &wf.edges {
+        if !edge_ids.insert(e.id.as_str()) {
+            out.push(
+                Diagnostic::error("E013", format!("duplicate edge id `{}`", e.id))
+                    .at(e.span)
+                    .hint("edge ids must be unique; rename one of them"),
+            );
+        }
+        for (end, id) in [("source", &e.source), ("target", &e.target)] {
+            if !ids.contains(id.as_str()) {
+                out.push(
+                    Diagnostic::error(
+                        "E003",
+                        format!("edge `{}` has {end} `{id}`, which is not a node", e.id),
+                    )
+                    .node(id)
+                    .at(e.span)
+                    .hint(format!(
+                        "add a node with id `{id}` or point the edge's {end} at an existing node{}",
+                        suggest(id, ids.iter().copied())
+                    )),
+                );
+            }
+        }
+        let Some(src) = wf.node(&e.source) else {
+            continue;
+        };
+        if src.is_branch() {
+            match &e.selector {
+                None => out.push(
+                    Diagnostic::warning(
+                        "W101",
+                        format!(
+                            "edge `{}` leaves {} node `{}` without a selector, so it fires on both results",
+                            e.id,
+                            src.type_name(),
+                            src.id
+                        ),
+                    )
+                    .node(&src.id)
+                    .at(e.span)
+                    .hint("set \"condition_value\": \"true\" or \"false\" on the edge"),
+                ),
+                Some(s) if !s.eq_ignore_ascii_case("true") && !s.eq_ignore_ascii_case("false") => {
+                    out.push(
+                        Diagnostic::error(
+                            "E014",
+                            format!(
+                                "edge `{}` out of {} node `{}` selects `{s}`, which it never returns",
+                                e.id,
+                                src.type_name(),
+                                src.id
+                            ),
+                        )
+                        .node(&src.id)
+                        .at(e.span)
+                        .hint("branch nodes return \"true\" or \"false\""),
+                    )
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    if !wf.nodes.is_empty() && wf.entries().is_empty() {
+        out.push(
+            Diagnostic::error("E012", "no entry node: every node has an incoming edge")
+                .hint("a graph starts at the nodes with no incoming edge; remove an edge into the first node"),
+        );
+    }
+    if wf.nodes.is_empty() {
+        out.push(Diagnostic::error("E012", "the workflow has no nodes").hint("add at least one node"));
+    }
+    // Reachability from the entries.
+    let reach = reachable(wf, wf.entries().iter().map(|n| n.id.as_str()));
+    for n in &wf.nodes {
+        if !reach.contains(n.id.as_str()) && !wf.entries().is_empty() {
+            out.push(
+                Diagnostic::warning("W102", format!("node `{}` is unreachable", n.id))
+                    .node(&n.id)
+                    .at(n.span)
+                    .hint("connect it with an edge from a node that runs, or remove it"),
+            );
+        }
+    }
+    // A merge fed by a branch that a condition may rule out still completes (the branch
+    // counts as ruled out), but that is often a mistake: say so.
+    for n in &wf.nodes {
+        if !matches!(n.kind, NodeKind::Merge) {
+            continue;
+        }
+        let preds: BTreeSet<&str> = ancestors(wf, &n.id);
+        if let Some(b) = wf
+            .nodes
+            .iter()
+            .find(|b| b.is_branch() && preds.contains(b.id.as_str()))
+            && wf.incoming(&n.id).count() > 1
+        {
+            out.push(
+                Diagnostic::warning(
+                    "W103",
+                    format!(
+                        "merge `{}` is downstream of {} `{}`: a branch it rules out counts as done",
+                        n.id,
+                        b.type_name(),
+                        b.id
+                    ),
+                )
+                .node(&n.id)
+                .at(n.span)
+                .hint("this is fine when intended; the merge fires once every branch that can still arrive has arrived"),
+            );
+        }
+    }
+    out
+}
+
+/// Checks that every tool exists and every model can be routed.
+pub fn capabilities(wf: &Workflow, tools: &dyn ToolRunner, models: &dyn ModelClient) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    for n in &wf.nodes {
+        match &n.kind {
+            NodeKind::Tool(t) if !tools.has_tool(&t.tool_name) => {
+                let names = tools.tool_names();
+                let msg = if t.tool_name.starts_with("custom:") {
+                    format!(
+                        "custom tool `{}` is not registered; re-register it or update the node",
+                        t.tool_name
+                    )
+                } else {
+                    format!("unknown tool `{}`", t.tool_name)
+                };
+                out.push(
+                    Diagnostic::error("E005", msg)
+                        .node(&n.id)
+                        .at(n.span)
+                        .hint(format!(
+                            "available tools: {}{}",
+                            names.join(", "),
+                            suggest(&t.tool_name, names.iter().map(String::as_str))
+                        )),
+                );
+            }
+            NodeKind::Agent(a) => {
+                if let Err(why) = models.check_model(&a.model) {
+                    out.push(
+                        Diagnostic::error("E015", format!("model `{}` cannot be used: {why}", a.model))
+                            .node(&n.id)
+                            .at(n.span)
+                            .hint("use a claude-*, gpt-*, o1*/o3*/o4* model, `mock`, or a provider:model name"),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn reachable<'a>(wf: &'a Workflow, from: impl Iterator<Item = &'a str>) -> HashSet<&'a str> {
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut queue: VecDeque<&str> = from.collect();
+    while let Some(id) = queue.pop_front() {
+        if seen.insert(id) {
+            queue.extend(wf.outgoing(id).map(|e| e.target.as_str()));
+        }
+    }
+    seen
+}
+
+fn ancestors<'a>(wf: &'a Workflow, id: &'a str) -> BTreeSet<&'a str> {
+    let mut seen = BTreeSet::new();
+    let mut queue: VecDeque<&str> = wf.incoming(id).map(|e| e.source.as_str()).collect();
+    while let Some(n) = queue.pop_front() {
+        if n != id && seen.insert(n) {
+            queue.extend(wf.incoming(n).map(|e| e.source.as_str()));
+        }
+    }
+    seen
+}
+
+/// ` (did you mean `x`?)` for the closest candidate within a small edit distance.
+pub fn suggest<'a>(word: &str, candidates: impl Iterator<Item = &'a str>) -> String {
+    candidates
+        .map(|c| (edit_distance(word, c), c))
+        .filter(|(d, _)| *d <= 2.max(word.len() / 4))
+        .min()
+        .map(|(_, c)| format!(" (did you mean `{c}`?)"))
+        .unwrap_or_default()
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
