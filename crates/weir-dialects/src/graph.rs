@@ -1,0 +1,563 @@
+//! The `graph` dialect (spec 002): `nodes` with `id`, `type`, `position`, `config`, and
+//! `edges` with `source`, `target` and an optional `condition_value` / `label` selector.
+//!
+//! Lowering checks every field by hand so that every problem is reported at once, at the
+//! key it concerns.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use weir_core::expr::{self, Template};
+use weir_core::ir::{
+    AgentSpec, AttemptPolicy, ConditionSpec, DEFAULT_HOP_CEILING, Dialect, Edge, EndSpec,
+    EndStatus, GateSpec, LoopSpec, Node, NodeKind, ToolSpec, Workflow,
+};
+use weir_core::validate::suggest;
+use weir_core::{Diagnostic, Span};
+
+use crate::tree::{self, Kind};
+
+const NODE_TYPES: &[&str] = &[
+    "agent",
+    "tool",
+    "condition",
+    "loop",
+    "human_gate",
+    "merge",
+    "end",
+];
+const UNIVERSAL: &[&str] = &["label", "timeout_seconds", "retry_count", "output_key"];
+const TOP_KEYS: &[&str] = &[
+    "dialect",
+    "name",
+    "description",
+    "nodes",
+    "edges",
+    "hop_ceiling",
+];
+
+struct Cx {
+    diags: Vec<Diagnostic>,
+}
+
+impl Cx {
+    fn err(&mut self, code: &str, node: Option<&str>, span: Option<Span>, msg: String, hint: &str) {
+        let mut d = Diagnostic::error(code, msg).at(span).hint(hint);
+        if let Some(n) = node {
+            d = d.node(n);
+        }
+        self.diags.push(d);
+    }
+
+    /// A string field; `None` (with a diagnostic) when present but not a string.
+    fn string(&mut self, node: &str, cfg: &tree::Node, key: &str) -> Option<String> {
+        let v = cfg.get(key)?;
+        match &v.kind {
+            Kind::Str(s) => Some(s.clone()),
+            Kind::Null => None,
+            _ => {
+                self.err(
+                    "E011",
+                    Some(node),
+                    v.span,
+                    format!("`{key}` must be a string, found {}", v.type_name()),
+                    "quote the value",
+                );
+                None
+            }
+        }
+    }
+
+    fn template(&mut self, node: &str, cfg: &tree::Node, key: &str) -> Option<Template> {
+        let s = self.string(node, cfg, key)?;
+        match Template::parse(&s) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                self.err(
+                    "E010",
+                    Some(node),
+                    cfg.get(key).and_then(|v| v.span),
+                    format!("invalid template in `{key}`: {}", e.message),
+                    "placeholders are {key} or {key.path}; write {{ and }} for literal braces",
+                );
+                None
+            }
+        }
+    }
+
+    fn number(&mut self, node: &str, cfg: &tree::Node, key: &str, lo: f64, hi: f64) -> Option<f64> {
+        let v = cfg.get(key)?;
+        let n = match &v.kind {
+            Kind::Num(n) => n.as_f64(),
+            Kind::Null => return None,
+            _ => None,
+        };
+        match n {
+            Some(x) if x >= lo && x <= hi => Some(x),
+            Some(x) => {
+                self.err(
+                    "E007",
+                    Some(node),
+                    v.span,
+                    format!("`{key}` is {x}, outside the allowed range {lo}..={hi}"),
+                    "use a value inside the range",
+                );
+                None
+            }
+            None => {
+                self.err(
+                    "E011",
+                    Some(node),
+                    v.span,
+                    format!("`{key}` must be a number, found {}", v.type_name()),
+                    "write a plain number",
+                );
+                None
+            }
+        }
+    }
+
+    fn integer(&mut self, node: &str, cfg: &tree::Node, key: &str, lo: u64, hi: u64) -> Option<u64> {
+        let x = self.number(node, cfg, key, lo as f64, hi as f64)?;
+        if x.fract() != 0.0 {
+            self.err(
+                "E011",
+                Some(node),
+                cfg.get(key).and_then(|v| v.span),
+                format!("`{key}` must be a whole number, found {x}"),
+                "write an integer",
+            );
+            return None;
+        }
+        Some(x as u64)
+    }
+
+    fn expression(&mut self, node: &str, cfg: &tree::Node, span: Option<Span>) -> Option<String> {
+        let Some(src) = self.string(node, cfg, "expression") else {
+            if cfg.get("expression").is_none() {
+                self.err(
+                    "E008",
+                    Some(node),
+                    span,
+                    "missing required config `expression`".into(),
+                    "add \"expression\": \"...\" (a Python-style expression over state)",
+                );
+            }
+            return None;
+        };
+        if let Err(e) = expr::check(&src) {
+            self.err(
+                "E006",
+                Some(node),
+                cfg.get("expression").and_then(|v| v.span),
+                format!("invalid expression `{src}`: {}", e.message),
+                "see docs/expressions.md for the expression language",
+            );
+            return None;
+        }
+        Some(src)
+    }
+}
+
+/// Lowers a parsed graph document. Returns the workflow (when no error prevents building
+/// it) and the diagnostics found while lowering.
+pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>) {
+    let mut cx = Cx { diags: Vec::new() };
+    let Some(top) = doc.as_map() else {
+        cx.err(
+            "E001",
+            None,
+            doc.span,
+            format!("a graph workflow is a map with `nodes` and `edges`, found {}", doc.type_name()),
+            "see docs/graph.md",
+        );
+        return (empty_workflow(default_name), cx.diags);
+    };
+    for (k, v) in top {
+        if !TOP_KEYS.contains(&k.as_str()) {
+            cx.err(
+                "E009",
+                None,
+                v.span,
+                format!("unknown top-level key `{k}`{}", suggest(k, TOP_KEYS.iter().copied())),
+                "a graph document has dialect, name, description, nodes, edges and hop_ceiling",
+            );
+        }
+    }
+    let name = match doc.get("name").and_then(|n| n.as_str()) {
+        Some(n) => n.to_string(),
+        None => default_name.to_string(),
+    };
+    let hop_ceiling = cx
+        .integer("", doc, "hop_ceiling", 1, 1_000_000)
+        .map(|x| x as u32)
+        .unwrap_or(DEFAULT_HOP_CEILING);
+
+    let mut nodes = Vec::new();
+    match doc.get("nodes").map(|n| &n.kind) {
+        Some(Kind::Seq(items)) => {
+            for item in items {
+                if let Some(n) = lower_node(&mut cx, item) {
+                    nodes.push(n);
+                }
+            }
+        }
+        Some(_) | None => cx.err(
+            "E001",
+            None,
+            doc.get("nodes").and_then(|n| n.span).or(doc.span),
+            "`nodes` must be a list of nodes".into(),
+            "add \"nodes\": [{\"id\": ..., \"type\": ..., \"config\": {...}}]",
+        ),
+    }
+    let mut edges = Vec::new();
+    match doc.get("edges").map(|n| &n.kind) {
+        Some(Kind::Seq(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                if let Some(e) = lower_edge(&mut cx, item, i) {
+                    edges.push(e);
+                }
+            }
+        }
+        None | Some(Kind::Null) => {}
+        Some(_) => cx.err(
+            "E001",
+            None,
+            doc.get("edges").and_then(|n| n.span),
+            "`edges` must be a list".into(),
+            "add \"edges\": [{\"source\": ..., \"target\": ...}]",
+        ),
+    }
+    // Ids of nodes that failed to lower still exist as far as edges are concerned.
+    let mut known: Vec<String> = Vec::new();
+    let had_errors = cx.diags.iter().any(Diagnostic::is_error);
+    let mut had_errors_dup = false;
+    if let Some(Kind::Seq(items)) = doc.get("nodes").map(|n| &n.kind) {
+        for item in items {
+            if let Some(v) = item.get("id")
+                && let Some(id) = v.as_str()
+            {
+                if known.iter().any(|k| k == id) && had_errors {
+                    had_errors_dup = true;
+                    cx.err(
+                        "E002",
+                        Some(id),
+                        v.span,
+                        format!("duplicate node id `{id}`"),
+                        "node ids must be unique per graph; rename one of them",
+                    );
+                }
+                known.push(id.to_string());
+            }
+        }
+    }
+    let wf = Workflow {
+        name,
+        dialect: Dialect::Graph,
+        nodes,
+        edges,
+        hop_ceiling,
+    };
+    for d in weir_core::validate::structure(&wf) {
+        let lowered = |id: &str| wf.nodes.iter().any(|n| n.id == id);
+        let about_failed_node = d.code == "E003"
+            && d.node_id.as_deref().is_some_and(|id| !lowered(id) && known.iter().any(|k| k == id));
+        // With nodes missing, entry and reachability findings would be guesses.
+        let unreliable = had_errors && (d.code.starts_with('W') || d.code == "E012");
+        let duplicate_reported = d.code == "E002" && had_errors_dup;
+        if !about_failed_node && !unreliable && !duplicate_reported {
+            cx.diags.push(d);
+        }
+    }
+    (wf, cx.diags)
+}
+
+fn empty_workflow(name: &str) -> Workflow {
+    Workflow {
+        name: name.to_string(),
+        dialect: Dialect::Graph,
+        nodes: Vec::new(),
+        edges: Vec::new(),
+        hop_ceiling: DEFAULT_HOP_CEILING,
+    }
+}
+
+fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
+    let Some(fields) = item.as_map() else {
+        cx.err(
+            "E001",
+            None,
+            item.span,
+            format!("a node must be a map, found {}", item.type_name()),
+            "write {\"id\": ..., \"type\": ..., \"config\": {...}}",
+        );
+        return None;
+    };
+    let id = match item.get("id").map(|v| &v.kind) {
+        Some(Kind::Str(s)) if !s.trim().is_empty() => s.clone(),
+        _ => {
+            cx.err(
+                "E008",
+                None,
+                item.span,
+                "node without an `id`".into(),
+                "give every node a unique string id",
+            );
+            return None;
+        }
+    };
+    let span = item.get("id").and_then(|v| v.span).or(item.span);
+    for (k, v) in fields {
+        if !["id", "type", "position", "config"].contains(&k.as_str()) {
+            cx.err(
+                "E009",
+                Some(&id),
+                v.span,
+                format!("unknown node field `{k}`"),
+                "a node has id, type, position and config; type-specific keys go inside config",
+            );
+        }
+    }
+    let ty = match item.get("type") {
+        Some(v) => match v.as_str() {
+            Some(t) => t.to_string(),
+            None => {
+                cx.err("E011", Some(&id), v.span, "`type` must be a string".into(), "e.g. \"agent\"");
+                return None;
+            }
+        },
+        None => {
+            cx.err(
+                "E008",
+                Some(&id),
+                span,
+                "node without a `type`".into(),
+                "set \"type\" to one of agent, tool, condition, loop, human_gate, merge, end",
+            );
+            return None;
+        }
+    };
+    if !NODE_TYPES.contains(&ty.as_str()) {
+        cx.err(
+            "E004",
+            Some(&id),
+            item.get("type").and_then(|v| v.span),
+            format!("unknown node type `{ty}`{}", suggest(&ty, NODE_TYPES.iter().copied())),
+            "node types are agent, tool, condition, loop, human_gate, merge and end",
+        );
+        return None;
+    }
+    let empty = tree::Node {
+        span: None,
+        kind: Kind::Map(Vec::new()),
+    };
+    let cfg = match item.get("config") {
+        None => &empty,
+        Some(c) if matches!(c.kind, Kind::Null) => &empty,
+        Some(c) if c.as_map().is_some() => c,
+        Some(c) => {
+            cx.err(
+                "E011",
+                Some(&id),
+                c.span,
+                format!("`config` must be a map, found {}", c.type_name()),
+                "write \"config\": {...}",
+            );
+            return None;
+        }
+    };
+    let specific: &[&str] = match ty.as_str() {
+        "agent" => &["model", "system_prompt", "user_message", "temperature", "max_tokens"],
+        "tool" => &["tool_name", "params"],
+        "condition" => &["expression"],
+        "loop" => &["expression", "max_iterations"],
+        "human_gate" => &["prompt"],
+        "end" => &["status", "output"],
+        _ => &[],
+    };
+    for (k, v) in cfg.as_map().unwrap_or_default() {
+        if !UNIVERSAL.contains(&k.as_str()) && !specific.contains(&k.as_str()) {
+            let all: Vec<&str> = UNIVERSAL.iter().chain(specific).copied().collect();
+            cx.err(
+                "E009",
+                Some(&id),
+                v.span,
+                format!("unknown config key `{k}` for {ty} nodes{}", suggest(k, all.iter().copied())),
+                &format!("{ty} nodes accept: {}", all.join(", ")),
+            );
+        }
+    }
+    let label = cx.string(&id, cfg, "label");
+    let timeout = cx.number(&id, cfg, "timeout_seconds", 0.001, 86_400.0);
+    let retry_count = cx.integer(&id, cfg, "retry_count", 0, 10);
+    let output_key = cx.string(&id, cfg, "output_key");
+    if let Some(k) = &output_key
+        && (k.is_empty() || k.starts_with("__"))
+    {
+        cx.err(
+            "E007",
+            Some(&id),
+            cfg.get("output_key").and_then(|v| v.span),
+            format!("output_key `{k}` is not allowed"),
+            "keys starting with __ are internal; use a plain name",
+        );
+    }
+    let policy = AttemptPolicy {
+        timeout: timeout.map(Duration::from_secs_f64).unwrap_or(weir_core::ir::DEFAULT_TIMEOUT),
+        retry_count: retry_count.unwrap_or(0) as u32,
+    };
+    let require = |cx: &mut Cx, key: &str, hint: &str| {
+        if cfg.get(key).is_none() {
+            cx.err("E008", Some(&id), span, format!("missing required config `{key}`"), hint);
+        }
+    };
+    let kind = match ty.as_str() {
+        "agent" => {
+            require(cx, "model", "set \"model\", e.g. \"claude-haiku-4-5\" or \"mock\"");
+            require(cx, "user_message", "set \"user_message\", a template such as \"Lead: {lead}\"");
+            let model = cx.string(&id, cfg, "model");
+            let system_prompt = cx.template(&id, cfg, "system_prompt");
+            let user_message = cx.template(&id, cfg, "user_message");
+            let temperature = cx.number(&id, cfg, "temperature", 0.0, 2.0);
+            let max_tokens = cx.integer(&id, cfg, "max_tokens", 1, 1_000_000).map(|x| x as u32);
+            NodeKind::Agent(AgentSpec {
+                model: model?,
+                system_prompt,
+                user_message: user_message?,
+                temperature,
+                max_tokens,
+            })
+        }
+        "tool" => {
+            require(cx, "tool_name", "set \"tool_name\", e.g. \"http_request\"");
+            let tool_name = cx.string(&id, cfg, "tool_name");
+            let params = match cfg.get("params") {
+                None => Value::Object(Default::default()),
+                Some(p) if p.as_map().is_some() => {
+                    let v = p.to_json();
+                    if let Err(e) = expr::check_value(&v) {
+                        cx.err(
+                            "E010",
+                            Some(&id),
+                            p.span,
+                            format!("invalid template in `params`: {}", e.message),
+                            "placeholders are {key} or {key.path}; write {{ and }} for literal braces",
+                        );
+                    }
+                    v
+                }
+                Some(p) => {
+                    cx.err(
+                        "E011",
+                        Some(&id),
+                        p.span,
+                        format!("`params` must be a map, found {}", p.type_name()),
+                        "write \"params\": {...}",
+                    );
+                    Value::Null
+                }
+            };
+            NodeKind::Tool(ToolSpec {
+                tool_name: tool_name?,
+                params,
+            })
+        }
+        "condition" => NodeKind::Condition(ConditionSpec {
+            expression: cx.expression(&id, cfg, span)?,
+        }),
+        "loop" => {
+            let expression = cx.expression(&id, cfg, span);
+            let max_iterations = cx.integer(&id, cfg, "max_iterations", 1, 10_000).unwrap_or(10) as u32;
+            NodeKind::Loop(LoopSpec {
+                expression: expression?,
+                max_iterations,
+            })
+        }
+        "human_gate" => NodeKind::HumanGate(GateSpec {
+            prompt: if cfg.get("prompt").is_some() {
+                cx.template(&id, cfg, "prompt")?
+            } else {
+                Template::parse("Approve to continue.").expect("constant template parses")
+            },
+        }),
+        "merge" => NodeKind::Merge,
+        "end" => {
+            let status = match cx.string(&id, cfg, "status").as_deref() {
+                None | Some("succeeded") => EndStatus::Succeeded,
+                Some("failed") => EndStatus::Failed,
+                Some("aborted") => EndStatus::Aborted,
+                Some(other) => {
+                    cx.err(
+                        "E007",
+                        Some(&id),
+                        cfg.get("status").and_then(|v| v.span),
+                        format!("end status `{other}` is not one of succeeded, failed, aborted"),
+                        "use \"succeeded\", \"failed\" or \"aborted\"",
+                    );
+                    EndStatus::Succeeded
+                }
+            };
+            NodeKind::End(EndSpec {
+                status,
+                output: cx.template(&id, cfg, "output"),
+            })
+        }
+        _ => return None,
+    };
+    Some(Node {
+        id,
+        label,
+        kind,
+        policy,
+        output_key,
+        span,
+    })
+}
+
+fn lower_edge(cx: &mut Cx, item: &tree::Node, index: usize) -> Option<Edge> {
+    if item.as_map().is_none() {
+        cx.err(
+            "E001",
+            None,
+            item.span,
+            format!("an edge must be a map, found {}", item.type_name()),
+            "write {\"source\": ..., \"target\": ...}",
+        );
+        return None;
+    }
+    for (k, v) in item.as_map().unwrap_or_default() {
+        if !["id", "source", "target", "condition_value", "label"].contains(&k.as_str()) {
+            cx.err(
+                "E009",
+                None,
+                v.span,
+                format!("unknown edge field `{k}`"),
+                "an edge has id, source, target, condition_value and label",
+            );
+        }
+    }
+    let text = |key: &str| item.get(key).and_then(|v| match &v.kind {
+        Kind::Str(s) => Some(s.clone()),
+        Kind::Bool(b) => Some(b.to_string()),
+        Kind::Num(n) => Some(n.to_string()),
+        _ => None,
+    });
+    let id = text("id").unwrap_or_else(|| format!("edge{}", index + 1));
+    let (Some(source), Some(target)) = (text("source"), text("target")) else {
+        cx.err(
+            "E008",
+            None,
+            item.span,
+            format!("edge `{id}` needs both `source` and `target`"),
+            "name the node ids the edge connects",
+        );
+        return None;
+    };
+    Some(Edge {
+        id,
+        source,
+        target,
+        selector: text("condition_value").or_else(|| text("label")),
+        span: item.span,
+    })
+}

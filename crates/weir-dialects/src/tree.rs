@@ -1,0 +1,213 @@
+//! A span-carrying value tree: the whole document parsed once with the line and column of
+//! every value, so diagnostics can point at the exact key that is wrong. YAML and JSON both go
+//! through serde-saphyr (JSON is YAML 1.2); a JSON file saphyr cannot read falls back to
+//! serde_json without positions.
+
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+use serde_saphyr::Spanned;
+use weir_core::Span;
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub span: Option<Span>,
+    pub kind: Kind,
+}
+
+#[derive(Debug, Clone)]
+pub enum Kind {
+    Null,
+    Bool(bool),
+    Num(Number),
+    Str(String),
+    Seq(Vec<Node>),
+    Map(Vec<(String, Node)>),
+}
+
+impl Node {
+    pub fn get(&self, key: &str) -> Option<&Node> {
+        match &self.kind {
+            Kind::Map(m) => m.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    pub fn as_map(&self) -> Option<&[(String, Node)]> {
+        match &self.kind {
+            Kind::Map(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match &self.kind {
+            Kind::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn type_name(&self) -> &'static str {
+        match &self.kind {
+            Kind::Null => "null",
+            Kind::Bool(_) => "a boolean",
+            Kind::Num(_) => "a number",
+            Kind::Str(_) => "a string",
+            Kind::Seq(_) => "a list",
+            Kind::Map(_) => "a map",
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        match &self.kind {
+            Kind::Null => Value::Null,
+            Kind::Bool(b) => Value::Bool(*b),
+            Kind::Num(n) => Value::Number(n.clone()),
+            Kind::Str(s) => Value::String(s.clone()),
+            Kind::Seq(v) => Value::Array(v.iter().map(Node::to_json).collect()),
+            Kind::Map(m) => Value::Object(
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.to_json()))
+                    .collect::<Map<_, _>>(),
+            ),
+        }
+    }
+
+    fn from_json(v: Value) -> Node {
+        let kind = match v {
+            Value::Null => Kind::Null,
+            Value::Bool(b) => Kind::Bool(b),
+            Value::Number(n) => Kind::Num(n),
+            Value::String(s) => Kind::Str(s),
+            Value::Array(a) => Kind::Seq(a.into_iter().map(Node::from_json).collect()),
+            Value::Object(m) => {
+                Kind::Map(m.into_iter().map(|(k, v)| (k, Node::from_json(v))).collect())
+            }
+        };
+        Node { span: None, kind }
+    }
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = Spanned::<Kind>::deserialize(d)?;
+        let loc = s.referenced;
+        let span = (loc.line() > 0).then(|| Span {
+            line: loc.line() as usize,
+            column: loc.column() as usize,
+        });
+        Ok(Node {
+            span,
+            kind: s.value,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Kind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(KindVisitor)
+    }
+}
+
+struct KindVisitor;
+
+impl<'de> Visitor<'de> for KindVisitor {
+    type Value = Kind;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any YAML or JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Kind, E> {
+        Ok(Kind::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Kind, E> {
+        Ok(Kind::Num(v.into()))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Kind, E> {
+        Ok(Kind::Num(v.into()))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Kind, E> {
+        Number::from_f64(v)
+            .map(Kind::Num)
+            .ok_or_else(|| E::custom("numbers must be finite"))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Kind, E> {
+        Ok(Kind::Str(v.to_string()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Kind, E> {
+        Ok(Kind::Str(v))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Kind, E> {
+        Ok(Kind::Null)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Kind, E> {
+        Ok(Kind::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Kind, D::Error> {
+        Kind::deserialize(d)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Kind, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element::<Node>()? {
+            out.push(v);
+        }
+        Ok(Kind::Seq(out))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kind, A::Error> {
+        let mut out: Vec<(String, Node)> = Vec::new();
+        while let Some(k) = map.next_key::<String>()? {
+            let v = map.next_value::<Node>()?;
+            if out.iter().any(|(ek, _)| *ek == k) {
+                return Err(de::Error::custom(format!("duplicate key `{k}`")));
+            }
+            out.push((k, v));
+        }
+        Ok(Kind::Map(out))
+    }
+}
+
+/// A parse failure with its position.
+#[derive(Debug)]
+pub struct ParseError {
+    pub message: String,
+    pub span: Option<Span>,
+}
+
+/// Parses YAML or JSON into a spanned tree.
+pub fn parse(text: &str) -> Result<Node, ParseError> {
+    let opts = serde_saphyr::options! { strict_booleans: true };
+    match serde_saphyr::from_str_with_options::<Node>(text, opts) {
+        Ok(n) => Ok(n),
+        Err(e) => {
+            let looks_json = text.trim_start().starts_with('{');
+            if looks_json {
+                match serde_json::from_str::<Value>(text) {
+                    Ok(v) => return Ok(Node::from_json(v)),
+                    Err(je) => {
+                        return Err(ParseError {
+                            message: format!("invalid JSON: {je}"),
+                            span: Some(Span {
+                                line: je.line(),
+                                column: je.column(),
+                            }),
+                        });
+                    }
+                }
+            }
+            let span = e.location().and_then(|l| {
+                (l.line() > 0).then(|| Span {
+                    line: l.line() as usize,
+                    column: l.column() as usize,
+                })
+            });
+            let message = e.to_string();
+            let message = message.lines().next().unwrap_or("invalid YAML").to_string();
+            Err(ParseError {
+                message: format!("invalid YAML: {message}"),
+                span,
+            })
+        }
+    }
+}
