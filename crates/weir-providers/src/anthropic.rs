@@ -1,0 +1,86 @@
+//! Anthropic Messages API client: `POST {ANTHROPIC_BASE_URL}/v1/messages`.
+
+use serde_json::{Value, json};
+use weir_core::model::Usage;
+use weir_core::{ErrorClass, ModelError, ModelRequest, ModelResponse};
+
+use crate::{http, pricing};
+
+pub struct Anthropic {
+    client: reqwest::Client,
+    base_url: String,
+    api_key: Option<String>,
+}
+
+impl Anthropic {
+    pub fn from_env() -> Self {
+        Self {
+            client: http::client(),
+            base_url: std::env::var("ANTHROPIC_BASE_URL")
+                .unwrap_or_else(|_| "https://api.anthropic.com".into())
+                .trim_end_matches('/')
+                .to_string(),
+            api_key: std::env::var("ANTHROPIC_API_KEY").ok().filter(|k| !k.is_empty()),
+        }
+    }
+
+    pub async fn complete(&self, req: &ModelRequest, model: &str) -> Result<ModelResponse, ModelError> {
+        let key = self.api_key.as_deref().ok_or_else(|| {
+            ModelError::new(ErrorClass::Auth, "ANTHROPIC_API_KEY is not set")
+        })?;
+        let mut body = json!({
+            "model": model,
+            "max_tokens": req.max_tokens.unwrap_or(1024),
+            "messages": [{"role": "user", "content": req.user}],
+        });
+        if let Some(s) = &req.system {
+            body["system"] = json!(s);
+        }
+        if let Some(t) = req.temperature {
+            body["temperature"] = json!(t);
+        }
+        let resp = self
+            .client
+            .post(format!("{}/v1/messages", self.base_url))
+            .header("x-api-key", key)
+            .header("anthropic-version", "2023-06-01")
+            .timeout(req.timeout)
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| http::classify_transport(&e))?;
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.map_err(|e| http::classify_transport(&e))?;
+        if status == 529 {
+            let mut e = http::status_error(status, &headers, &text);
+            e.class = ErrorClass::ServerError;
+            return Err(e);
+        }
+        if !(200..300).contains(&status) {
+            return Err(http::status_error(status, &headers, &text));
+        }
+        let v: Value = serde_json::from_str(&text).map_err(|e| {
+            ModelError::new(ErrorClass::Malformed, format!("reply is not JSON: {e}"))
+        })?;
+        let content = v.get("content").and_then(Value::as_array).ok_or_else(|| {
+            ModelError::new(ErrorClass::Malformed, "reply has no `content` list")
+        })?;
+        let text: String = content
+            .iter()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect();
+        let usage = Usage {
+            input_tokens: v.pointer("/usage/input_tokens").and_then(Value::as_u64).unwrap_or(0),
+            output_tokens: v.pointer("/usage/output_tokens").and_then(Value::as_u64).unwrap_or(0),
+        };
+        Ok(ModelResponse {
+            text,
+            model: req.model.clone(),
+            provider: "anthropic".into(),
+            cost_usd: pricing::cost(model, usage.input_tokens, usage.output_tokens),
+            usage,
+        })
+    }
+}

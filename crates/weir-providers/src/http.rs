@@ -1,0 +1,78 @@
+//! What the HTTP providers share: one client each, and error classification by status.
+
+use std::time::Duration;
+
+use weir_core::{ErrorClass, ModelError};
+
+pub fn client() -> reqwest::Client {
+    // rustls needs a process-wide crypto provider; installing twice is harmless.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap_or_default()
+}
+
+/// Classifies an HTTP error status (spec 002 "Model fallback").
+pub fn classify_status(status: u16) -> ErrorClass {
+    match status {
+        401 | 403 => ErrorClass::Auth,
+        408 => ErrorClass::Timeout,
+        429 => ErrorClass::RateLimit,
+        500..=599 => ErrorClass::ServerError,
+        _ => ErrorClass::HttpError,
+    }
+}
+
+pub fn classify_transport(e: &reqwest::Error) -> ModelError {
+    let msg = e.without_url_ref();
+    if e.is_timeout() {
+        ModelError::new(ErrorClass::Timeout, format!("request timed out: {msg}"))
+    } else if e.is_decode() || e.is_body() {
+        ModelError::new(ErrorClass::Malformed, format!("could not read the response: {msg}"))
+    } else {
+        ModelError::new(ErrorClass::Network, format!("could not reach the provider: {msg}"))
+    }
+}
+
+pub trait WithoutUrl {
+    fn without_url_ref(&self) -> String;
+}
+
+impl WithoutUrl for reqwest::Error {
+    fn without_url_ref(&self) -> String {
+        let mut s = self.to_string();
+        if let Some(u) = self.url() {
+            s = s.replace(u.as_str(), "<provider>");
+        }
+        let mut src = std::error::Error::source(self);
+        while let Some(e) = src {
+            s.push_str(": ");
+            s.push_str(&e.to_string());
+            src = e.source();
+        }
+        s
+    }
+}
+
+pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let v = headers.get("retry-after")?.to_str().ok()?;
+    v.trim().parse::<f64>().ok().filter(|s| *s >= 0.0).map(Duration::from_secs_f64)
+}
+
+/// Builds the error for a non-2xx reply, keeping the provider's own message.
+pub fn status_error(status: u16, headers: &reqwest::header::HeaderMap, body: &str) -> ModelError {
+    let detail = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .or_else(|| v.pointer("/message"))
+                .and_then(|m| m.as_str())
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| body.chars().take(300).collect());
+    let mut err = ModelError::new(classify_status(status), format!("HTTP {status}: {detail}"));
+    err.status = Some(status);
+    err.retry_after = retry_after(headers);
+    err
+}
