@@ -1,1 +1,148 @@
-fn main() {}
+//! The `weir` binary: glue. It parses the command line, wires the concrete providers, tools
+//! and store into the engine, and maps outcomes to exit codes (DESIGN §10): 0 succeeded,
+//! 1 failed, 2 invalid workflow or usage, 3 paused, 4 aborted.
+
+mod output;
+mod runs;
+mod validate;
+mod wiring;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "weir", version, about = "A workflow engine for AI agents")]
+struct Cli {
+    /// Run store: a SQLite path, sqlite://path or sqlite::memory: (default: $WEIR_DB, else
+    /// ~/.local/share/weir/weir.db)
+    #[arg(long, global = true, value_name = "URL")]
+    db: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a workflow to its end (or to a human gate)
+    Run {
+        file: String,
+        /// Run input: a JSON object, or @path to a JSON file
+        #[arg(long, value_name = "JSON")]
+        input: Option<String>,
+        /// Print exactly one JSON object, the run record, on stdout
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check workflow files and report every error and warning
+    Validate {
+        #[arg(required = true)]
+        files: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve the pending human gate of a paused run and continue it
+    Approve {
+        run_id: String,
+        /// A JSON object merged into the run's state
+        #[arg(long, value_name = "JSON")]
+        input: Option<String>,
+        #[arg(long)]
+        comment: Option<String>,
+        /// Who decided (default: $USER)
+        #[arg(long)]
+        by: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reject the pending human gate of a paused run (the run fails)
+    Reject {
+        run_id: String,
+        #[arg(long)]
+        reason: Option<String>,
+        #[arg(long)]
+        by: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Continue a run whose process died, from its last committed step
+    Resume {
+        run_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inspect recorded runs
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum RunsCommand {
+    /// Newest first: run id, workflow, status, started_at, cost
+    List {
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One run's record, with every step and attempt
+    Show {
+        run_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Exit codes of DESIGN §10.
+pub mod exit {
+    pub const FAILED: u8 = 1;
+    pub const INVALID: u8 = 2;
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    let db = cli.db.clone().unwrap_or_else(weir_store::default_url);
+    let result = rt.block_on(async move {
+        match cli.command {
+            Command::Validate { files, json } => validate::run(&files, json),
+            Command::Run { file, input, json } => runs::run(&db, &file, input.as_deref(), json).await,
+            Command::Approve { run_id, input, comment, by, json } => {
+                runs::decide(&db, &run_id, true, input.as_deref(), comment, by, json).await
+            }
+            Command::Reject { run_id, reason, by, json } => {
+                runs::decide(&db, &run_id, false, None, reason, by, json).await
+            }
+            Command::Resume { run_id, json } => runs::resume(&db, &run_id, json).await,
+            Command::Runs { command: RunsCommand::List { limit, json } } => runs::list(&db, limit, json).await,
+            Command::Runs { command: RunsCommand::Show { run_id, json } } => runs::show(&db, &run_id, json).await,
+        }
+    });
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(e.downcast_ref::<Usage>().map_or(exit::FAILED, |_| exit::INVALID))
+        }
+    }
+}
+
+/// An error in how weir was called (bad input JSON, unknown run id): exit code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Usage(pub String);

@@ -185,8 +185,9 @@ pub enum EndStatus {
 #[derive(Debug, Clone, Serialize)]
 pub struct EndSpec {
     pub status: EndStatus,
-    /// Rendered into the run's `output`; without it the run output is the last node's output.
-    pub output: Option<Template>,
+    /// Rendered into the run's `output` (string leaves are templates); without it the run
+    /// output is the last node's output.
+    pub output: Option<Value>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -497,10 +497,17 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
                     EndStatus::Succeeded
                 }
             };
-            NodeKind::End(EndSpec {
-                status,
-                output: cx.template(&id, cfg, "output"),
-            })
+            let output = cfg.get("output").map(|o| o.to_json());
+            if let Some(Err(e)) = output.as_ref().map(expr::check_value) {
+                cx.err(
+                    "E010",
+                    Some(&id),
+                    cfg.get("output").and_then(|v| v.span),
+                    format!("invalid template in `output`: {}", e.message),
+                    "placeholders are {key} or {key.path}; write {{ and }} for literal braces",
+                );
+            }
+            NodeKind::End(EndSpec { status, output })
         }
         _ => return None,
     };

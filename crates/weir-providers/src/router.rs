@@ -51,6 +51,15 @@ pub struct Router {
 }
 
 impl Router {
+    /// A router with an unscripted mock, for checks that only need routing.
+    pub fn offline() -> Self {
+        Self {
+            mock: Mock::default(),
+            anthropic: Anthropic::from_env(),
+            openai: OpenAi::from_env(),
+        }
+    }
+
     /// Reads provider settings from the environment (DESIGN §5).
     pub fn from_env() -> Result<Self, String> {
         Ok(Self {

@@ -1,0 +1,182 @@
+//! What the CLI prints: live progress on stderr, summaries and tables on stdout, and exactly
+//! one JSON object on stdout with `--json`.
+
+use std::io::IsTerminal;
+
+use anyhow::Result;
+use weir_core::record::{RunRecord, RunStatus, RunSummary, StepRecord, StepStatus};
+use weir_engine::Observer;
+
+/// Prints the run id as soon as a run starts and a line per finished step.
+pub struct Progress {
+    steps: bool,
+    color: bool,
+}
+
+impl Progress {
+    pub fn new(steps: bool) -> Self {
+        Self {
+            steps,
+            color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        }
+    }
+
+    fn paint(&self, code: &str, s: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+}
+
+impl Observer for Progress {
+    fn run_started(&self, run_id: &str) {
+        eprintln!("run {run_id}");
+    }
+
+    fn step_started(&self, step: &StepRecord) {
+        if self.steps && std::io::stderr().is_terminal() {
+            eprintln!("  {} {} ({})", self.paint("2", "…"), step.node_id, step.node_type);
+        }
+    }
+
+    fn step_finished(&self, step: &StepRecord) {
+        if !self.steps {
+            return;
+        }
+        let (mark, code) = match step.status {
+            StepStatus::Succeeded => ("✓", "32"),
+            StepStatus::Failed => ("✗", "31"),
+            StepStatus::Waiting => ("⏸", "33"),
+            StepStatus::Cancelled => ("⊘", "33"),
+            _ => ("·", "2"),
+        };
+        let mut line = format!(
+            "  {} {:<20} {:<10} {:<9} {:>8}  ${:.6}",
+            self.paint(code, mark),
+            step.node_id,
+            step.node_type,
+            step.status.as_str(),
+            step.duration_ms.map(fmt_ms).unwrap_or_default(),
+            step.cost_usd
+        );
+        if let Some(r) = &step.route {
+            line.push_str(&format!("  → {r}"));
+        }
+        if step.attempts.len() > 1 {
+            line.push_str(&format!("  ({} attempts)", step.attempts.len()));
+        }
+        eprintln!("{line}");
+        if let Some(e) = &step.error {
+            eprintln!("      {}", self.paint("31", e));
+        }
+    }
+}
+
+fn fmt_ms(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    }
+}
+
+/// Prints the outcome and returns the exit code for the run's status.
+pub fn finish(record: &RunRecord, as_json: bool) -> Result<u8> {
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(record)?);
+    } else {
+        summary(record);
+    }
+    Ok(exit_code(record.status))
+}
+
+pub fn exit_code(status: RunStatus) -> u8 {
+    match status {
+        RunStatus::Succeeded => 0,
+        RunStatus::Paused => 3,
+        RunStatus::Aborted => 4,
+        RunStatus::Queued | RunStatus::Running | RunStatus::Failed | RunStatus::Cancelled => 1,
+    }
+}
+
+fn summary(r: &RunRecord) {
+    let took = r.duration_ms.map(fmt_ms).unwrap_or_default();
+    println!(
+        "run {} {} {}· {} step{} · ${:.6}",
+        r.run_id,
+        r.status.as_str(),
+        if took.is_empty() { String::new() } else { format!("in {took} ") },
+        r.steps.len(),
+        if r.steps.len() == 1 { "" } else { "s" },
+        r.cost_usd
+    );
+    if let Some(e) = &r.error {
+        println!("error [{}]: {}", e.code, e.message);
+    }
+    if let Some(g) = &r.pending_gate {
+        println!("paused at human gate `{}`: {}", g.node_id, g.prompt);
+        println!("  approve: weir approve {} [--input JSON]", r.run_id);
+        println!("  reject:  weir reject {} --reason TEXT", r.run_id);
+    }
+    if r.status == RunStatus::Succeeded && !r.output.is_null() {
+        let out = match &r.output {
+            serde_json::Value::String(s) => s.clone(),
+            other => serde_json::to_string(other).unwrap_or_default(),
+        };
+        let short: String = out.chars().take(500).collect();
+        println!("output: {short}{}", if out.chars().count() > 500 { "…" } else { "" });
+    }
+}
+
+pub fn runs_table(runs: &[RunSummary]) {
+    if runs.is_empty() {
+        println!("no runs yet");
+        return;
+    }
+    println!("{:<36}  {:<28}  {:<9}  {:<24}  {:>10}", "RUN ID", "WORKFLOW", "STATUS", "STARTED", "COST");
+    for r in runs {
+        let wf: String = r.workflow.chars().take(28).collect();
+        println!(
+            "{:<36}  {:<28}  {:<9}  {:<24}  {:>10}",
+            r.run_id,
+            wf,
+            r.status.as_str(),
+            r.started_at,
+            format!("${:.6}", r.cost_usd)
+        );
+    }
+}
+
+pub fn show(r: &RunRecord) {
+    summary(r);
+    println!("workflow {} ({}) started {}", r.workflow, r.dialect, r.started_at);
+    println!("{:>4}  {:<20}  {:<10}  {:<9}  {:<10}  {:>8}  {:>10}  {:>8}", "SEQ", "NODE", "TYPE", "STATUS", "ROUTE", "TIME", "COST", "ATTEMPTS");
+    for s in &r.steps {
+        println!(
+            "{:>4}  {:<20}  {:<10}  {:<9}  {:<10}  {:>8}  {:>10}  {:>8}",
+            s.seq,
+            s.node_id,
+            s.node_type,
+            s.status.as_str(),
+            s.route.as_deref().unwrap_or("-"),
+            s.duration_ms.map(fmt_ms).unwrap_or_default(),
+            format!("${:.6}", s.cost_usd),
+            s.attempts.len()
+        );
+        for a in &s.attempts {
+            if let Some(e) = &a.error {
+                println!("        attempt {}: {} ({} ms)", a.n, e, a.duration_ms);
+            }
+        }
+        if let Some(e) = &s.error
+            && s.attempts.iter().all(|a| a.error.as_deref() != Some(e))
+        {
+            println!("        {e}");
+        }
+    }
+    for e in &r.events {
+        println!("event: {e}");
+    }
+}

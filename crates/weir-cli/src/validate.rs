@@ -1,0 +1,59 @@
+//! `weir validate FILE... [--json]`.
+
+use anyhow::Result;
+use serde_json::json;
+use weir_core::{Diagnostic, Workflow, diag, validate};
+
+use crate::exit;
+
+/// Loads a file and runs every check: dialect loading, structure, tools and models.
+pub fn check(path: &str, text: &str) -> (Option<Workflow>, Vec<Diagnostic>) {
+    let loaded = weir_dialects::load(path, text);
+    let mut diags = loaded.diagnostics;
+    if let Some(wf) = &loaded.workflow {
+        let tools = weir_tools::Registry::new();
+        let models = weir_providers::Router::from_env().unwrap_or_else(|_| {
+            // A broken WEIR_MOCK script does not change which models route.
+            weir_providers::Router::offline()
+        });
+        for mut d in validate::capabilities(wf, &tools, &models) {
+            d.file = Some(path.to_string());
+            diags.push(d);
+        }
+    }
+    let wf = if diags.iter().any(Diagnostic::is_error) { None } else { loaded.workflow };
+    (wf, diags)
+}
+
+pub fn read(path: &str) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| crate::Usage(format!("cannot read {path}: {e}")).into())
+}
+
+pub fn run(files: &[String], as_json: bool) -> Result<u8> {
+    let mut reports = Vec::new();
+    let mut any_error = false;
+    for f in files {
+        let text = read(f)?;
+        let (_, diags) = check(f, &text);
+        let (errors, warnings) = diag::count(&diags);
+        any_error |= errors > 0;
+        if as_json {
+            let (e, w): (Vec<_>, Vec<_>) = diags.iter().partition(|d| d.is_error());
+            reports.push(json!({"file": f, "valid": errors == 0, "errors": e, "warnings": w}));
+        } else {
+            for d in &diags {
+                eprint!("{}", d.render(Some(&text)));
+            }
+            if errors == 0 {
+                println!("{f}: ok ({warnings} warning{})", if warnings == 1 { "" } else { "s" });
+            } else {
+                println!("{f}: {errors} error{}, {warnings} warning{}", if errors == 1 { "" } else { "s" }, if warnings == 1 { "" } else { "s" });
+            }
+        }
+    }
+    if as_json {
+        let out = if reports.len() == 1 { reports.remove(0) } else { json!(reports) };
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    Ok(if any_error { exit::INVALID } else { 0 })
+}

@@ -1,0 +1,91 @@
+//! The attempt policy (spec 002 "Retries, timeouts, and backoff"): each attempt runs under
+//! the node's timeout; on error the engine sleeps 1 s, 2 s, 4 s … (capped at 30 s, or the
+//! provider's `retry-after` when it sent one) and tries again, up to `retry_count` extra
+//! times. Every attempt is recorded.
+
+use std::time::{Duration, Instant};
+
+use weir_core::ir::AttemptPolicy;
+use weir_core::record::{Attempt, StepStatus};
+
+use crate::nodes::{self, Failure, NodeCtx, Outcome};
+
+/// Longest `retry-after` the engine honours.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+pub struct Attempts {
+    pub result: Result<Outcome, Failure>,
+    pub attempts: Vec<Attempt>,
+}
+
+pub async fn run(ctx: &NodeCtx) -> Attempts {
+    let policy = ctx.node.policy;
+    let mut attempts = Vec::new();
+    let mut n = 1;
+    loop {
+        let started = Instant::now();
+        let result = match tokio::time::timeout(policy.timeout, nodes::execute(ctx)).await {
+            Ok(r) => r,
+            Err(_) => Err(Failure {
+                message: format!(
+                    "attempt timed out after {}",
+                    humanize(policy.timeout)
+                ),
+                class: "timeout".into(),
+                retryable: true,
+                retry_after: None,
+                request: None,
+            }),
+        };
+        let duration_ms = started.elapsed().as_millis() as u64;
+        match result {
+            Ok(outcome) => {
+                attempts.push(Attempt {
+                    n,
+                    status: StepStatus::Succeeded,
+                    error: None,
+                    error_class: None,
+                    duration_ms,
+                    request: outcome.request.clone(),
+                    response: outcome.response.clone(),
+                });
+                return Attempts {
+                    result: Ok(outcome),
+                    attempts,
+                };
+            }
+            Err(f) => {
+                attempts.push(Attempt {
+                    n,
+                    status: StepStatus::Failed,
+                    error: Some(f.message.clone()),
+                    error_class: Some(f.class.clone()),
+                    duration_ms,
+                    request: f.request.clone(),
+                    response: None,
+                });
+                if !f.retryable || n > policy.retry_count {
+                    return Attempts {
+                        result: Err(f),
+                        attempts,
+                    };
+                }
+                let wait = f
+                    .retry_after
+                    .map(|r| r.min(MAX_RETRY_AFTER))
+                    .unwrap_or_else(|| AttemptPolicy::backoff(n + 1));
+                tokio::time::sleep(wait).await;
+                n += 1;
+            }
+        }
+    }
+}
+
+fn humanize(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{s:.0}s")
+    } else {
+        format!("{s}s")
+    }
+}

@@ -1,0 +1,14 @@
+//! `human_gate`: parks the run for a human decision; its step waits with the rendered prompt.
+
+use serde_json::json;
+use weir_core::ir::GateSpec;
+
+use super::{Failure, NodeCtx, Outcome, Route};
+
+pub fn execute(ctx: &NodeCtx, spec: &GateSpec) -> Result<Outcome, Failure> {
+    let prompt = spec
+        .prompt
+        .render(ctx.state.as_ref())
+        .map_err(|e| Failure::fatal("template", format!("prompt: {}", e.message)))?;
+    Ok(Outcome::new(json!({"prompt": prompt}), Route::Park { prompt }))
+}

@@ -1,0 +1,453 @@
+//! The scheduler: one [`Run`] drives one run from its snapshot to its end or a human gate.
+//!
+//! Rules (DESIGN §2):
+//! - a node becomes ready when one of its incoming edges fires, unless it already completed
+//!   (a loop re-arms its body) or is already pending;
+//! - a merge becomes ready once every incoming edge has fired or can no longer fire: an edge
+//!   can still fire when its source is pending or running, or reachable from one that is;
+//! - ready nodes run concurrently, at most `max_concurrency` at once;
+//! - total node executions are bounded by the workflow's hop ceiling;
+//! - a node failing after its last attempt fails the run and cancels in-flight siblings;
+//! - a human gate stops new nodes from starting; once in-flight nodes finish the run parks.
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::Value;
+use tokio::task::JoinSet;
+use weir_core::ir::{EndStatus, NodeKind};
+use weir_core::record::{
+    PendingGate, RunError, RunRecord, RunStatus, Snapshot, StepRecord, StepStatus, Tokens,
+};
+use weir_core::store::RunUpdate;
+use weir_core::Workflow;
+
+use crate::attempt::{self, Attempts};
+use crate::nodes::{NodeCtx, Route};
+use crate::{Engine, Error, now};
+
+struct InFlight {
+    step: StepRecord,
+    started: Instant,
+}
+
+/// How the run is ending, decided while draining.
+enum Ending {
+    Failed(RunError),
+    End(EndStatus),
+}
+
+pub struct Run<'e> {
+    engine: &'e Engine,
+    wf: Arc<Workflow>,
+    run_id: String,
+    pub snapshot: Snapshot,
+    in_flight: HashMap<String, InFlight>,
+    ending: Option<Ending>,
+}
+
+impl<'e> Run<'e> {
+    pub fn new(engine: &'e Engine, wf: Arc<Workflow>, run_id: String, snapshot: Snapshot) -> Self {
+        Self {
+            engine,
+            wf,
+            run_id,
+            snapshot,
+            in_flight: HashMap::new(),
+            ending: None,
+        }
+    }
+
+    pub async fn drive(mut self) -> Result<RunRecord, Error> {
+        let mut tasks: JoinSet<(String, Attempts)> = JoinSet::new();
+        loop {
+            if self.ending.is_none() && self.snapshot.gates.is_empty() {
+                self.launch_ready(&mut tasks).await?;
+            }
+            if tasks.is_empty() {
+                break;
+            }
+            let Some(joined) = tasks.join_next().await else {
+                break;
+            };
+            let (node_id, result) = match joined {
+                Ok(r) => r,
+                Err(e) => {
+                    // A panicking node is a bug, but it must not take the run down silently.
+                    let node_id = self
+                        .in_flight
+                        .keys()
+                        .next()
+                        .cloned()
+                        .unwrap_or_default();
+                    self.fail(RunError {
+                        code: "internal".into(),
+                        message: format!("node task ended abnormally: {e}"),
+                        node_id: Some(node_id),
+                    });
+                    break;
+                }
+            };
+            self.finish(&node_id, result).await?;
+            if self.ending.is_some() {
+                break;
+            }
+        }
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+        self.cancel_in_flight().await?;
+        self.finalize().await
+    }
+
+    fn fail(&mut self, err: RunError) {
+        if self.ending.is_none() {
+            self.ending = Some(Ending::Failed(err));
+        }
+    }
+
+    async fn launch_ready(&mut self, tasks: &mut JoinSet<(String, Attempts)>) -> Result<(), Error> {
+        let ready: Vec<String> = self
+            .snapshot
+            .pending
+            .iter()
+            .filter(|id| !self.in_flight.contains_key(*id))
+            .cloned()
+            .collect();
+        for node_id in ready {
+            if self.in_flight.len() >= self.engine.max_concurrency {
+                break;
+            }
+            let executed = self.snapshot.hops as usize + self.in_flight.len();
+            if executed >= self.wf.hop_ceiling as usize {
+                let mut counts: Vec<(&String, &u32)> = self.snapshot.visits.iter().collect();
+                counts.sort_by(|a, b| b.1.cmp(a.1));
+                let top: Vec<String> = counts.iter().take(3).map(|(n, c)| format!("{n} ×{c}")).collect();
+                self.fail(RunError {
+                    code: "hop_ceiling_exceeded".into(),
+                    message: format!(
+                        "the run reached its hop ceiling of {} node executions (most executed: {}); raise hop_ceiling or give the loop an exit",
+                        self.wf.hop_ceiling,
+                        top.join(", ")
+                    ),
+                    node_id: Some(node_id.clone()),
+                });
+                return Ok(());
+            }
+            let Some(node) = self.wf.node(&node_id).cloned() else {
+                self.fail(RunError {
+                    code: "internal".into(),
+                    message: format!("node `{node_id}` is pending but not in the workflow"),
+                    node_id: Some(node_id.clone()),
+                });
+                return Ok(());
+            };
+            let visit = self.snapshot.visits.get(&node_id).copied().unwrap_or(0) + 1;
+            let seq = self.snapshot.next_seq;
+            self.snapshot.next_seq += 1;
+            let state = Arc::new(self.snapshot.state.clone());
+            let step = StepRecord {
+                seq,
+                node_id: node_id.clone(),
+                node_type: node.type_name().into(),
+                visit,
+                status: StepStatus::Running,
+                route: None,
+                input: if matches!(node.kind, NodeKind::Agent(_)) {
+                    Value::Null
+                } else {
+                    Value::Object(state.as_ref().clone())
+                },
+                output: Value::Null,
+                error: None,
+                cost_usd: 0.0,
+                tokens: Tokens::default(),
+                attempts: Vec::new(),
+                started_at: now(),
+                finished_at: None,
+                duration_ms: None,
+            };
+            self.engine.services.store.start_step(&self.run_id, &step).await?;
+            self.engine.observer.step_started(&step);
+            let loop_count = self.snapshot.loops.get(&node_id).copied().unwrap_or(0) + 1;
+            let ctx = NodeCtx {
+                run_id: self.run_id.clone(),
+                node,
+                state,
+                visit,
+                loop_count,
+                services: self.engine.services.clone(),
+            };
+            self.in_flight.insert(
+                node_id.clone(),
+                InFlight {
+                    step,
+                    started: Instant::now(),
+                },
+            );
+            tasks.spawn(async move {
+                let result = attempt::run(&ctx).await;
+                (node_id, result)
+            });
+        }
+        Ok(())
+    }
+
+    /// Records a finished node and routes from it, in one committed step.
+    async fn finish(&mut self, node_id: &str, result: Attempts) -> Result<(), Error> {
+        let Some(InFlight { mut step, started }) = self.in_flight.remove(node_id) else {
+            return Ok(());
+        };
+        if let Some(i) = self.snapshot.pending.iter().position(|p| p == node_id) {
+            self.snapshot.pending.remove(i);
+        }
+        self.snapshot.hops += 1;
+        *self.snapshot.visits.entry(node_id.to_string()).or_default() += 1;
+        step.finished_at = Some(now());
+        step.duration_ms = Some(started.elapsed().as_millis() as u64);
+        step.attempts = result.attempts;
+        let node = self.wf.node(node_id).cloned().expect("in-flight nodes come from the workflow");
+        match result.result {
+            Err(f) => {
+                step.status = StepStatus::Failed;
+                step.error = Some(f.message.clone());
+                self.fail(RunError {
+                    code: "node_failed".into(),
+                    message: format!("node `{node_id}` failed: {}", f.message),
+                    node_id: Some(node_id.to_string()),
+                });
+            }
+            Ok(outcome) => {
+                step.status = StepStatus::Succeeded;
+                step.route = outcome.route.label();
+                step.cost_usd = outcome.cost_usd;
+                step.tokens = outcome.tokens.clone();
+                step.output = outcome.output.clone();
+                self.snapshot.cost_usd += outcome.cost_usd;
+                if let Some(v) = outcome.write {
+                    let key = node.output_key.clone().unwrap_or_else(|| node.id.clone());
+                    self.snapshot.state.insert(key, v);
+                }
+                match &outcome.route {
+                    Route::End(status) => {
+                        if !outcome.output.is_null() {
+                            self.snapshot.output = outcome.output.clone();
+                        }
+                        self.snapshot.completed.insert(node_id.to_string());
+                        self.ending = Some(Ending::End(*status));
+                    }
+                    Route::Park { prompt } => {
+                        step.status = StepStatus::Waiting;
+                        step.finished_at = None;
+                        self.snapshot.gates.push(PendingGate {
+                            node_id: node_id.to_string(),
+                            prompt: prompt.clone(),
+                            seq: step.seq,
+                        });
+                    }
+                    Route::All | Route::Key(_) => {
+                        self.snapshot.output = outcome.output.clone();
+                        if let NodeKind::Loop(_) = node.kind {
+                            self.route_loop(node_id, &outcome.route);
+                        } else {
+                            self.snapshot.completed.insert(node_id.to_string());
+                        }
+                        self.fire(node_id, &outcome.route);
+                    }
+                }
+            }
+        }
+        self.engine
+            .services
+            .store
+            .finish_step(&self.run_id, &step, &self.snapshot)
+            .await?;
+        self.engine.observer.step_finished(&step);
+        Ok(())
+    }
+
+    /// Loop bookkeeping: on continue keep the counter and re-arm the body; on exit clear it.
+    fn route_loop(&mut self, loop_id: &str, route: &Route) {
+        let cont = matches!(route, Route::Key(k) if k == "true");
+        if cont {
+            let count = self.snapshot.loops.get(loop_id).copied().unwrap_or(0) + 1;
+            self.snapshot.loops.insert(loop_id.to_string(), count);
+            // Re-arm: every node reachable from the true branch back up to the loop.
+            let starts: Vec<String> = self
+                .wf
+                .outgoing(loop_id)
+                .filter(|e| e.matches("true"))
+                .map(|e| e.target.clone())
+                .collect();
+            let mut seen: HashSet<String> = HashSet::new();
+            let mut queue: VecDeque<String> = starts.into();
+            while let Some(id) = queue.pop_front() {
+                if id == loop_id || !seen.insert(id.clone()) {
+                    continue;
+                }
+                self.snapshot.completed.remove(&id);
+                self.snapshot.arrivals.remove(&id);
+                queue.extend(self.wf.outgoing(&id).map(|e| e.target.clone()));
+            }
+            self.snapshot.completed.remove(loop_id);
+        } else {
+            self.snapshot.loops.remove(loop_id);
+            self.snapshot.completed.insert(loop_id.to_string());
+        }
+    }
+
+    /// Marks a human gate approved and fires its outgoing edges.
+    pub fn complete_gate(&mut self, gate_id: &str) {
+        self.snapshot.completed.insert(gate_id.to_string());
+        self.fire(gate_id, &Route::All);
+    }
+
+    fn fire(&mut self, node_id: &str, route: &Route) {
+        let wf = self.wf.clone();
+        for e in wf.outgoing(node_id) {
+            let fires = match route {
+                Route::All => true,
+                Route::Key(k) => e.matches(k),
+                Route::Park { .. } | Route::End(_) => false,
+            };
+            if !fires {
+                continue;
+            }
+            let Some(target) = wf.node(&e.target) else {
+                continue;
+            };
+            if matches!(target.kind, NodeKind::Merge) {
+                self.snapshot
+                    .arrivals
+                    .entry(target.id.clone())
+                    .or_default()
+                    .insert(e.id.clone());
+            } else if !self.snapshot.completed.contains(&target.id)
+                && !self.snapshot.pending.contains(&target.id)
+            {
+                self.snapshot.pending.push(target.id.clone());
+            }
+        }
+        self.ready_merges();
+    }
+
+    /// Makes ready every merge whose un-arrived incoming edges can no longer fire.
+    fn ready_merges(&mut self) {
+        let wf = self.wf.clone();
+        loop {
+            let mut changed = false;
+            let waiting: Vec<String> = self
+                .snapshot
+                .arrivals
+                .iter()
+                .filter(|(m, a)| {
+                    !a.is_empty()
+                        && !self.snapshot.pending.contains(m)
+                        && !self.snapshot.completed.contains(*m)
+                })
+                .map(|(m, _)| m.clone())
+                .collect();
+            for m in waiting {
+                let live = self.live_from_frontier(&m);
+                let arrived = self.snapshot.arrivals.get(&m).cloned().unwrap_or_default();
+                let blocked = wf
+                    .incoming(&m)
+                    .any(|e| !arrived.contains(&e.id) && live.contains(e.source.as_str()));
+                if !blocked {
+                    self.snapshot.arrivals.remove(&m);
+                    self.snapshot.pending.push(m);
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+    }
+
+    /// Nodes that may still run: pending ones, parked gates, and everything reachable from
+    /// them without passing through `merge`.
+    fn live_from_frontier(&self, merge: &str) -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut queue: VecDeque<String> = self
+            .snapshot
+            .pending
+            .iter()
+            .cloned()
+            .chain(self.in_flight.keys().cloned())
+            .chain(self.snapshot.gates.iter().map(|g| g.node_id.clone()))
+            .collect();
+        while let Some(id) = queue.pop_front() {
+            if id == merge || !seen.insert(id.clone()) {
+                continue;
+            }
+            queue.extend(self.wf.outgoing(&id).map(|e| e.target.clone()));
+        }
+        seen
+    }
+
+    async fn cancel_in_flight(&mut self) -> Result<(), Error> {
+        let reason = match &self.ending {
+            Some(Ending::Failed(e)) => match &e.node_id {
+                Some(n) => format!("cancelled: node `{n}` failed"),
+                None => "cancelled: the run failed".into(),
+            },
+            Some(Ending::End(_)) => "cancelled: the run reached an end node".into(),
+            None => "cancelled".into(),
+        };
+        let in_flight: Vec<(String, InFlight)> = self.in_flight.drain().collect();
+        for (node_id, f) in in_flight {
+            let mut step = f.step;
+            step.status = StepStatus::Cancelled;
+            step.error = Some(reason.clone());
+            step.finished_at = Some(now());
+            step.duration_ms = Some(f.started.elapsed().as_millis() as u64);
+            if let Some(i) = self.snapshot.pending.iter().position(|p| *p == node_id) {
+                self.snapshot.pending.remove(i);
+            }
+            self.engine
+                .services
+                .store
+                .finish_step(&self.run_id, &step, &self.snapshot)
+                .await?;
+            self.engine.observer.step_finished(&step);
+        }
+        Ok(())
+    }
+
+    async fn finalize(mut self) -> Result<RunRecord, Error> {
+        let (status, error) = match self.ending.take() {
+            Some(Ending::Failed(e)) => (RunStatus::Failed, Some(e)),
+            Some(Ending::End(EndStatus::Succeeded)) => (RunStatus::Succeeded, None),
+            Some(Ending::End(EndStatus::Aborted)) => (RunStatus::Aborted, None),
+            Some(Ending::End(EndStatus::Failed)) => (
+                RunStatus::Failed,
+                Some(RunError {
+                    code: "end_failed".into(),
+                    message: "the run reached an end node with status failed".into(),
+                    node_id: self.snapshot.completed.iter().rev().find(|n| {
+                        matches!(self.wf.node(n).map(|n| &n.kind), Some(NodeKind::End(_)))
+                    }).cloned(),
+                }),
+            ),
+            None if !self.snapshot.gates.is_empty() => (RunStatus::Paused, None),
+            None => (RunStatus::Succeeded, None),
+        };
+        if status.is_terminal() {
+            self.snapshot.pending.clear();
+        }
+        let store = &self.engine.services.store;
+        store
+            .update_run(
+                &self.run_id,
+                &RunUpdate {
+                    status,
+                    error,
+                    finished_at: status.is_terminal().then(now),
+                    snapshot: self.snapshot.clone(),
+                },
+            )
+            .await?;
+        Ok(store.get_record(&self.run_id).await?)
+    }
+}
