@@ -110,7 +110,10 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -121,23 +124,39 @@ fn main() -> ExitCode {
     let result = rt.block_on(async move {
         match cli.command {
             Command::Validate { files, json } => validate::run(&files, json),
-            Command::Run { file, input, json } => runs::run(&db, &file, input.as_deref(), json).await,
-            Command::Approve { run_id, input, comment, by, json } => {
-                runs::decide(&db, &run_id, true, input.as_deref(), comment, by, json).await
+            Command::Run { file, input, json } => {
+                runs::run(&db, &file, input.as_deref(), json).await
             }
-            Command::Reject { run_id, reason, by, json } => {
-                runs::decide(&db, &run_id, false, None, reason, by, json).await
-            }
+            Command::Approve {
+                run_id,
+                input,
+                comment,
+                by,
+                json,
+            } => runs::decide(&db, &run_id, true, input.as_deref(), comment, by, json).await,
+            Command::Reject {
+                run_id,
+                reason,
+                by,
+                json,
+            } => runs::decide(&db, &run_id, false, None, reason, by, json).await,
             Command::Resume { run_id, json } => runs::resume(&db, &run_id, json).await,
-            Command::Runs { command: RunsCommand::List { limit, json } } => runs::list(&db, limit, json).await,
-            Command::Runs { command: RunsCommand::Show { run_id, json } } => runs::show(&db, &run_id, json).await,
+            Command::Runs {
+                command: RunsCommand::List { limit, json },
+            } => runs::list(&db, limit, json).await,
+            Command::Runs {
+                command: RunsCommand::Show { run_id, json },
+            } => runs::show(&db, &run_id, json).await,
         }
     });
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(e.downcast_ref::<Usage>().map_or(exit::FAILED, |_| exit::INVALID))
+            ExitCode::from(
+                e.downcast_ref::<Usage>()
+                    .map_or(exit::FAILED, |_| exit::INVALID),
+            )
         }
     }
 }

@@ -37,7 +37,12 @@ impl Observer for Progress {
 
     fn step_started(&self, step: &StepRecord) {
         if self.steps && std::io::stderr().is_terminal() {
-            eprintln!("  {} {} ({})", self.paint("2", "…"), step.node_id, step.node_type);
+            eprintln!(
+                "  {} {} ({})",
+                self.paint("2", "…"),
+                step.node_id,
+                step.node_type
+            );
         }
     }
 
@@ -107,7 +112,11 @@ fn summary(r: &RunRecord) {
         "run {} {} {}· {} step{} · ${:.6}",
         r.run_id,
         r.status.as_str(),
-        if took.is_empty() { String::new() } else { format!("in {took} ") },
+        if took.is_empty() {
+            String::new()
+        } else {
+            format!("in {took} ")
+        },
         r.steps.len(),
         if r.steps.len() == 1 { "" } else { "s" },
         r.cost_usd
@@ -126,7 +135,10 @@ fn summary(r: &RunRecord) {
             other => serde_json::to_string(other).unwrap_or_default(),
         };
         let short: String = out.chars().take(500).collect();
-        println!("output: {short}{}", if out.chars().count() > 500 { "…" } else { "" });
+        println!(
+            "output: {short}{}",
+            if out.chars().count() > 500 { "…" } else { "" }
+        );
     }
 }
 
@@ -135,7 +147,10 @@ pub fn runs_table(runs: &[RunSummary]) {
         println!("no runs yet");
         return;
     }
-    println!("{:<36}  {:<28}  {:<9}  {:<24}  {:>10}", "RUN ID", "WORKFLOW", "STATUS", "STARTED", "COST");
+    println!(
+        "{:<36}  {:<28}  {:<9}  {:<24}  {:>10}",
+        "RUN ID", "WORKFLOW", "STATUS", "STARTED", "COST"
+    );
     for r in runs {
         let wf: String = r.workflow.chars().take(28).collect();
         println!(
@@ -151,8 +166,14 @@ pub fn runs_table(runs: &[RunSummary]) {
 
 pub fn show(r: &RunRecord) {
     summary(r);
-    println!("workflow {} ({}) started {}", r.workflow, r.dialect, r.started_at);
-    println!("{:>4}  {:<20}  {:<10}  {:<9}  {:<10}  {:>8}  {:>10}  {:>8}", "SEQ", "NODE", "TYPE", "STATUS", "ROUTE", "TIME", "COST", "ATTEMPTS");
+    println!(
+        "workflow {} ({}) started {}",
+        r.workflow, r.dialect, r.started_at
+    );
+    println!(
+        "{:>4}  {:<20}  {:<10}  {:<9}  {:<10}  {:>8}  {:>10}  {:>8}",
+        "SEQ", "NODE", "TYPE", "STATUS", "ROUTE", "TIME", "COST", "ATTEMPTS"
+    );
     for s in &r.steps {
         println!(
             "{:>4}  {:<20}  {:<10}  {:<9}  {:<10}  {:>8}  {:>10}  {:>8}",

@@ -16,10 +16,13 @@ fn parse_input(raw: Option<&str>) -> Result<Value> {
         return Ok(Value::Object(Default::default()));
     };
     let text = match raw.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path).map_err(|e| Usage(format!("--input {raw}: {e}")))?,
+        Some(path) => {
+            std::fs::read_to_string(path).map_err(|e| Usage(format!("--input {raw}: {e}")))?
+        }
         None => raw.to_string(),
     };
-    let v: Value = serde_json::from_str(&text).map_err(|e| Usage(format!("--input is not valid JSON: {e}")))?;
+    let v: Value = serde_json::from_str(&text)
+        .map_err(|e| Usage(format!("--input is not valid JSON: {e}")))?;
     if !v.is_object() {
         return Err(Usage("--input must be a JSON object".into()).into());
     }
@@ -43,7 +46,14 @@ pub async fn run(db: &str, file: &str, input: Option<&str>, as_json: bool) -> Re
     };
     let services = wiring::services(db).await?;
     let record = engine(services, as_json)
-        .start(Arc::new(wf), Source { path: file.to_string(), text }, input)
+        .start(
+            Arc::new(wf),
+            Source {
+                path: file.to_string(),
+                text,
+            },
+            input,
+        )
         .await?;
     output::finish(&record, as_json)
 }
@@ -51,12 +61,14 @@ pub async fn run(db: &str, file: &str, input: Option<&str>, as_json: bool) -> Re
 /// Reloads the exact workflow version a stored run started with.
 async fn stored_workflow(store: &dyn RunStore, run_id: &str) -> Result<weir_core::Workflow> {
     let stored = store.load_run(run_id).await.map_err(|e| match e {
-        weir_core::store::StoreError::NotFound(_) => anyhow::Error::new(Usage(format!("no run with id {run_id}"))),
+        weir_core::store::StoreError::NotFound(_) => {
+            anyhow::Error::new(Usage(format!("no run with id {run_id}")))
+        }
         other => other.into(),
     })?;
     let loaded = weir_dialects::load(&stored.source_path, &stored.source_text);
     loaded
-        .workflow
+        .valid()
         .with_context(|| format!("the workflow stored with run {run_id} no longer loads"))
 }
 
@@ -76,7 +88,16 @@ pub async fn decide(
         .or_else(|| std::env::var("USER").ok())
         .unwrap_or_else(|| "cli".into());
     let record = engine(services, as_json)
-        .decide(Arc::new(wf), run_id, Decision { approved, by, input, comment })
+        .decide(
+            Arc::new(wf),
+            run_id,
+            Decision {
+                approved,
+                by,
+                input,
+                comment,
+            },
+        )
         .await
         .map_err(state_is_usage)?;
     output::finish(&record, as_json)
@@ -112,10 +133,16 @@ pub async fn list(db: &str, limit: u32, as_json: bool) -> Result<u8> {
 
 pub async fn show(db: &str, run_id: &str, as_json: bool) -> Result<u8> {
     let services = wiring::services(db).await?;
-    let record = services.store.get_record(run_id).await.map_err(|e| match e {
-        weir_core::store::StoreError::NotFound(_) => anyhow::Error::new(Usage(format!("no run with id {run_id}"))),
-        other => other.into(),
-    })?;
+    let record = services
+        .store
+        .get_record(run_id)
+        .await
+        .map_err(|e| match e {
+            weir_core::store::StoreError::NotFound(_) => {
+                anyhow::Error::new(Usage(format!("no run with id {run_id}")))
+            }
+            other => other.into(),
+        })?;
     if as_json {
         println!("{}", serde_json::to_string_pretty(&record)?);
     } else {

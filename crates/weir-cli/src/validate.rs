@@ -21,12 +21,17 @@ pub fn check(path: &str, text: &str) -> (Option<Workflow>, Vec<Diagnostic>) {
             diags.push(d);
         }
     }
-    let wf = if diags.iter().any(Diagnostic::is_error) { None } else { loaded.workflow };
+    let wf = if diags.iter().any(Diagnostic::is_error) {
+        None
+    } else {
+        loaded.workflow
+    };
     (wf, diags)
 }
 
 pub fn read(path: &str) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| crate::Usage(format!("cannot read {path}: {e}")).into())
+    std::fs::read_to_string(path)
+        .map_err(|e| crate::Usage(format!("cannot read {path}: {e}")).into())
 }
 
 pub fn run(files: &[String], as_json: bool) -> Result<u8> {
@@ -45,14 +50,25 @@ pub fn run(files: &[String], as_json: bool) -> Result<u8> {
                 eprint!("{}", d.render(Some(&text)));
             }
             if errors == 0 {
-                println!("{f}: ok ({warnings} warning{})", if warnings == 1 { "" } else { "s" });
+                println!(
+                    "{f}: ok ({warnings} warning{})",
+                    if warnings == 1 { "" } else { "s" }
+                );
             } else {
-                println!("{f}: {errors} error{}, {warnings} warning{}", if errors == 1 { "" } else { "s" }, if warnings == 1 { "" } else { "s" });
+                println!(
+                    "{f}: {errors} error{}, {warnings} warning{}",
+                    if errors == 1 { "" } else { "s" },
+                    if warnings == 1 { "" } else { "s" }
+                );
             }
         }
     }
     if as_json {
-        let out = if reports.len() == 1 { reports.remove(0) } else { json!(reports) };
+        let out = if reports.len() == 1 {
+            reports.remove(0)
+        } else {
+            json!(reports)
+        };
         println!("{}", serde_json::to_string_pretty(&out)?);
     }
     Ok(if any_error { exit::INVALID } else { 0 })

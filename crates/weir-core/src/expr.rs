@@ -53,7 +53,9 @@ fn env() -> &'static Environment<'static> {
         env.add_function("float", fn_float);
         env.add_function("len", fn_len);
         env.add_function("bool", |v: JValue| v.is_true());
-        env.add_function("min", |args: Rest<JValue>| pick(args, std::cmp::Ordering::Less));
+        env.add_function("min", |args: Rest<JValue>| {
+            pick(args, std::cmp::Ordering::Less)
+        });
         env.add_function("max", |args: Rest<JValue>| {
             pick(args, std::cmp::Ordering::Greater)
         });
@@ -82,9 +84,7 @@ fn display(v: &JValue) -> String {
         return s.to_string();
     }
     match v.kind() {
-        minijinja::value::ValueKind::None | minijinja::value::ValueKind::Undefined => {
-            "None".into()
-        }
+        minijinja::value::ValueKind::None | minijinja::value::ValueKind::Undefined => "None".into(),
         minijinja::value::ValueKind::Bool => {
             if v.is_true() {
                 "True".into()
@@ -124,7 +124,10 @@ fn fn_int(v: JValue) -> Result<i64, JError> {
                 }
             }
         }
-        _ => Err(invalid(format!("int(): cannot convert {} to int", v.kind()))),
+        _ => Err(invalid(format!(
+            "int(): cannot convert {} to int",
+            v.kind()
+        ))),
     }
 }
 
@@ -157,7 +160,9 @@ fn fn_len(v: JValue) -> Result<usize, JError> {
 
 fn fn_abs(v: JValue) -> Result<JValue, JError> {
     if let Some(i) = v.as_i64() {
-        return Ok(JValue::from(i.checked_abs().ok_or_else(|| invalid("abs(): overflow"))?));
+        return Ok(JValue::from(
+            i.checked_abs().ok_or_else(|| invalid("abs(): overflow"))?,
+        ));
     }
     let f = f64::try_from(v).map_err(|_| invalid("abs(): not a number"))?;
     Ok(JValue::from(f.abs()))
@@ -232,7 +237,8 @@ fn run_error(e: JError) -> ExprError {
         ErrorKind::UndefinedError => {
             format!(
                 "undefined name: {}",
-                e.detail().unwrap_or("a name in the expression is not in state")
+                e.detail()
+                    .unwrap_or("a name in the expression is not in state")
             )
         }
         ErrorKind::OutOfFuel => format!("expression ran out of fuel ({FUEL} steps)"),

@@ -95,7 +95,9 @@ pub fn structure(wf: &Workflow) -> Vec<Diagnostic> {
         );
     }
     if wf.nodes.is_empty() {
-        out.push(Diagnostic::error("E012", "the workflow has no nodes").hint("add at least one node"));
+        out.push(
+            Diagnostic::error("E012", "the workflow has no nodes").hint("add at least one node"),
+        );
     }
     // Reachability from the entries.
     let reach = reachable(wf, wf.entries().iter().map(|n| n.id.as_str()));
@@ -142,7 +144,11 @@ pub fn structure(wf: &Workflow) -> Vec<Diagnostic> {
 }
 
 /// Checks that every tool exists and every model can be routed.
-pub fn capabilities(wf: &Workflow, tools: &dyn ToolRunner, models: &dyn ModelClient) -> Vec<Diagnostic> {
+pub fn capabilities(
+    wf: &Workflow,
+    tools: &dyn ToolRunner,
+    models: &dyn ModelClient,
+) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     for n in &wf.nodes {
         match &n.kind {

@@ -117,7 +117,14 @@ impl Cx {
         }
     }
 
-    fn integer(&mut self, node: &str, cfg: &tree::Node, key: &str, lo: u64, hi: u64) -> Option<u64> {
+    fn integer(
+        &mut self,
+        node: &str,
+        cfg: &tree::Node,
+        key: &str,
+        lo: u64,
+        hi: u64,
+    ) -> Option<u64> {
         let x = self.number(node, cfg, key, lo as f64, hi as f64)?;
         if x.fract() != 0.0 {
             self.err(
@@ -168,7 +175,10 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
             "E001",
             None,
             doc.span,
-            format!("a graph workflow is a map with `nodes` and `edges`, found {}", doc.type_name()),
+            format!(
+                "a graph workflow is a map with `nodes` and `edges`, found {}",
+                doc.type_name()
+            ),
             "see docs/graph.md",
         );
         return (empty_workflow(default_name), cx.diags);
@@ -179,7 +189,10 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
                 "E009",
                 None,
                 v.span,
-                format!("unknown top-level key `{k}`{}", suggest(k, TOP_KEYS.iter().copied())),
+                format!(
+                    "unknown top-level key `{k}`{}",
+                    suggest(k, TOP_KEYS.iter().copied())
+                ),
                 "a graph document has dialect, name, description, nodes, edges and hop_ceiling",
             );
         }
@@ -261,7 +274,9 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
     for d in weir_core::validate::structure(&wf) {
         let lowered = |id: &str| wf.nodes.iter().any(|n| n.id == id);
         let about_failed_node = d.code == "E003"
-            && d.node_id.as_deref().is_some_and(|id| !lowered(id) && known.iter().any(|k| k == id));
+            && d.node_id
+                .as_deref()
+                .is_some_and(|id| !lowered(id) && known.iter().any(|k| k == id));
         // With nodes missing, entry and reachability findings would be guesses.
         let unreliable = had_errors && (d.code.starts_with('W') || d.code == "E012");
         let duplicate_reported = d.code == "E002" && had_errors_dup;
@@ -322,7 +337,13 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
         Some(v) => match v.as_str() {
             Some(t) => t.to_string(),
             None => {
-                cx.err("E011", Some(&id), v.span, "`type` must be a string".into(), "e.g. \"agent\"");
+                cx.err(
+                    "E011",
+                    Some(&id),
+                    v.span,
+                    "`type` must be a string".into(),
+                    "e.g. \"agent\"",
+                );
                 return None;
             }
         },
@@ -342,7 +363,10 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
             "E004",
             Some(&id),
             item.get("type").and_then(|v| v.span),
-            format!("unknown node type `{ty}`{}", suggest(&ty, NODE_TYPES.iter().copied())),
+            format!(
+                "unknown node type `{ty}`{}",
+                suggest(&ty, NODE_TYPES.iter().copied())
+            ),
             "node types are agent, tool, condition, loop, human_gate, merge and end",
         );
         return None;
@@ -367,7 +391,13 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
         }
     };
     let specific: &[&str] = match ty.as_str() {
-        "agent" => &["model", "system_prompt", "user_message", "temperature", "max_tokens"],
+        "agent" => &[
+            "model",
+            "system_prompt",
+            "user_message",
+            "temperature",
+            "max_tokens",
+        ],
         "tool" => &["tool_name", "params"],
         "condition" => &["expression"],
         "loop" => &["expression", "max_iterations"],
@@ -382,7 +412,10 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
                 "E009",
                 Some(&id),
                 v.span,
-                format!("unknown config key `{k}` for {ty} nodes{}", suggest(k, all.iter().copied())),
+                format!(
+                    "unknown config key `{k}` for {ty} nodes{}",
+                    suggest(k, all.iter().copied())
+                ),
                 &format!("{ty} nodes accept: {}", all.join(", ")),
             );
         }
@@ -403,23 +436,41 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
         );
     }
     let policy = AttemptPolicy {
-        timeout: timeout.map(Duration::from_secs_f64).unwrap_or(weir_core::ir::DEFAULT_TIMEOUT),
+        timeout: timeout
+            .map(Duration::from_secs_f64)
+            .unwrap_or(weir_core::ir::DEFAULT_TIMEOUT),
         retry_count: retry_count.unwrap_or(0) as u32,
     };
     let require = |cx: &mut Cx, key: &str, hint: &str| {
         if cfg.get(key).is_none() {
-            cx.err("E008", Some(&id), span, format!("missing required config `{key}`"), hint);
+            cx.err(
+                "E008",
+                Some(&id),
+                span,
+                format!("missing required config `{key}`"),
+                hint,
+            );
         }
     };
     let kind = match ty.as_str() {
         "agent" => {
-            require(cx, "model", "set \"model\", e.g. \"claude-haiku-4-5\" or \"mock\"");
-            require(cx, "user_message", "set \"user_message\", a template such as \"Lead: {lead}\"");
+            require(
+                cx,
+                "model",
+                "set \"model\", e.g. \"claude-haiku-4-5\" or \"mock\"",
+            );
+            require(
+                cx,
+                "user_message",
+                "set \"user_message\", a template such as \"Lead: {lead}\"",
+            );
             let model = cx.string(&id, cfg, "model");
             let system_prompt = cx.template(&id, cfg, "system_prompt");
             let user_message = cx.template(&id, cfg, "user_message");
             let temperature = cx.number(&id, cfg, "temperature", 0.0, 2.0);
-            let max_tokens = cx.integer(&id, cfg, "max_tokens", 1, 1_000_000).map(|x| x as u32);
+            let max_tokens = cx
+                .integer(&id, cfg, "max_tokens", 1, 1_000_000)
+                .map(|x| x as u32);
             NodeKind::Agent(AgentSpec {
                 model: model?,
                 system_prompt,
@@ -467,7 +518,9 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
         }),
         "loop" => {
             let expression = cx.expression(&id, cfg, span);
-            let max_iterations = cx.integer(&id, cfg, "max_iterations", 1, 10_000).unwrap_or(10) as u32;
+            let max_iterations = cx
+                .integer(&id, cfg, "max_iterations", 1, 10_000)
+                .unwrap_or(10) as u32;
             NodeKind::Loop(LoopSpec {
                 expression: expression?,
                 max_iterations,
@@ -543,12 +596,14 @@ fn lower_edge(cx: &mut Cx, item: &tree::Node, index: usize) -> Option<Edge> {
             );
         }
     }
-    let text = |key: &str| item.get(key).and_then(|v| match &v.kind {
-        Kind::Str(s) => Some(s.clone()),
-        Kind::Bool(b) => Some(b.to_string()),
-        Kind::Num(n) => Some(n.to_string()),
-        _ => None,
-    });
+    let text = |key: &str| {
+        item.get(key).and_then(|v| match &v.kind {
+            Kind::Str(s) => Some(s.clone()),
+            Kind::Bool(b) => Some(b.to_string()),
+            Kind::Num(n) => Some(n.to_string()),
+            _ => None,
+        })
+    };
     let id = text("id").unwrap_or_else(|| format!("edge{}", index + 1));
     let (Some(source), Some(target)) = (text("source"), text("target")) else {
         cx.err(

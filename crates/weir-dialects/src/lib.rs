@@ -7,8 +7,9 @@ pub mod tree;
 
 use weir_core::{Diagnostic, Workflow};
 
-/// The result of loading one file: the workflow (absent when an error prevents building it)
-/// and every diagnostic, errors and warnings, with the file name filled in.
+/// The result of loading one file: the workflow as far as it could be built (possibly with
+/// errors, so later checks can still report on it) and every diagnostic, errors and
+/// warnings, with the file name filled in.
 #[derive(Debug)]
 pub struct Loaded {
     pub workflow: Option<Workflow>,
@@ -18,6 +19,15 @@ pub struct Loaded {
 impl Loaded {
     pub fn has_errors(&self) -> bool {
         self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+
+    /// The workflow, only when it loaded without errors: the one thing the engine accepts.
+    pub fn valid(self) -> Option<Workflow> {
+        if self.has_errors() {
+            None
+        } else {
+            self.workflow
+        }
     }
 }
 
@@ -57,9 +67,8 @@ fn load_tree(doc: &tree::Node, stem: &str) -> Loaded {
     match dialect {
         Some("graph") => {
             let (wf, diags) = graph::lower(doc, stem);
-            let workflow = (!diags.iter().any(Diagnostic::is_error)).then_some(wf);
             Loaded {
-                workflow,
+                workflow: Some(wf),
                 diagnostics: diags,
             }
         }

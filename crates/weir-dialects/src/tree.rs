@@ -81,9 +81,11 @@ impl Node {
             Value::Number(n) => Kind::Num(n),
             Value::String(s) => Kind::Str(s),
             Value::Array(a) => Kind::Seq(a.into_iter().map(Node::from_json).collect()),
-            Value::Object(m) => {
-                Kind::Map(m.into_iter().map(|(k, v)| (k, Node::from_json(v))).collect())
-            }
+            Value::Object(m) => Kind::Map(
+                m.into_iter()
+                    .map(|(k, v)| (k, Node::from_json(v)))
+                    .collect(),
+            ),
         };
         Node { span: None, kind }
     }

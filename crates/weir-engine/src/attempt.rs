@@ -27,10 +27,7 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
         let result = match tokio::time::timeout(policy.timeout, nodes::execute(ctx)).await {
             Ok(r) => r,
             Err(_) => Err(Failure {
-                message: format!(
-                    "attempt timed out after {}",
-                    humanize(policy.timeout)
-                ),
+                message: format!("attempt timed out after {}", humanize(policy.timeout)),
                 class: "timeout".into(),
                 retryable: true,
                 retry_after: None,

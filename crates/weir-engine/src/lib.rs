@@ -84,7 +84,12 @@ impl Engine {
     }
 
     /// Starts a run of `wf` with `input` and drives it to its end or to a human gate.
-    pub async fn start(&self, wf: Arc<Workflow>, source: Source, input: Value) -> Result<RunRecord, Error> {
+    pub async fn start(
+        &self,
+        wf: Arc<Workflow>,
+        source: Source,
+        input: Value,
+    ) -> Result<RunRecord, Error> {
         let run_id = uuid::Uuid::new_v4().to_string();
         let mut state = Map::new();
         if let Value::Object(m) = &input {
@@ -111,7 +116,9 @@ impl Engine {
             })
             .await?;
         self.observer.run_started(&run_id);
-        scheduler::Run::new(self, wf, run_id, snapshot).drive().await
+        scheduler::Run::new(self, wf, run_id, snapshot)
+            .drive()
+            .await
     }
 
     /// Continues a run whose process died: steps that were in flight are marked cancelled
@@ -134,24 +141,46 @@ impl Engine {
         }
         let mut snapshot = stored.snapshot;
         let record = self.services.store.get_record(run_id).await?;
-        for step in record.steps.iter().filter(|s| s.status == StepStatus::Running) {
+        for step in record
+            .steps
+            .iter()
+            .filter(|s| s.status == StepStatus::Running)
+        {
             let mut s = step.clone();
             s.status = StepStatus::Cancelled;
-            s.error = Some("interrupted: the process running this step exited; it runs again on resume".into());
+            s.error = Some(
+                "interrupted: the process running this step exited; it runs again on resume".into(),
+            );
             s.finished_at = Some(now());
-            self.services.store.finish_step(run_id, &s, &snapshot).await?;
+            self.services
+                .store
+                .finish_step(run_id, &s, &snapshot)
+                .await?;
         }
-        snapshot.next_seq = record.steps.iter().map(|s| s.seq + 1).max().unwrap_or(1).max(snapshot.next_seq);
+        snapshot.next_seq = record
+            .steps
+            .iter()
+            .map(|s| s.seq + 1)
+            .max()
+            .unwrap_or(1)
+            .max(snapshot.next_seq);
         self.services
             .store
             .add_event(run_id, &json!({"type": "run_resumed", "at": now()}))
             .await?;
         self.observer.run_started(run_id);
-        scheduler::Run::new(self, wf, run_id.to_string(), snapshot).drive().await
+        scheduler::Run::new(self, wf, run_id.to_string(), snapshot)
+            .drive()
+            .await
     }
 
     /// Decides the oldest pending gate of a paused run, then continues it.
-    pub async fn decide(&self, wf: Arc<Workflow>, run_id: &str, decision: Decision) -> Result<RunRecord, Error> {
+    pub async fn decide(
+        &self,
+        wf: Arc<Workflow>,
+        run_id: &str,
+        decision: Decision,
+    ) -> Result<RunRecord, Error> {
         let store = &self.services.store;
         let stored = store.load_run(run_id).await?;
         let mut snapshot = stored.snapshot;
@@ -197,17 +226,23 @@ impl Engine {
                 .add_event(run_id, &json!({"type": "gate_approved", "node_id": gate.node_id, "by": decision.by, "at": at}))
                 .await?;
             store
-                .update_run(run_id, &RunUpdate {
-                    status: RunStatus::Running,
-                    error: None,
-                    finished_at: None,
-                    snapshot: run.snapshot.clone(),
-                })
+                .update_run(
+                    run_id,
+                    &RunUpdate {
+                        status: RunStatus::Running,
+                        error: None,
+                        finished_at: None,
+                        snapshot: run.snapshot.clone(),
+                    },
+                )
                 .await?;
             self.observer.run_started(run_id);
             run.drive().await
         } else {
-            let reason = decision.comment.clone().unwrap_or_else(|| "no reason given".into());
+            let reason = decision
+                .comment
+                .clone()
+                .unwrap_or_else(|| "no reason given".into());
             let record = json!({"approved": false, "by": decision.by, "at": at, "reason": reason});
             snapshot.state.insert(key, record.clone());
             step.status = StepStatus::Failed;
@@ -220,16 +255,19 @@ impl Engine {
                 .add_event(run_id, &json!({"type": "gate_rejected", "node_id": gate.node_id, "by": decision.by, "at": at, "reason": reason}))
                 .await?;
             store
-                .update_run(run_id, &RunUpdate {
-                    status: RunStatus::Failed,
-                    error: Some(weir_core::record::RunError {
-                        code: "gate_rejected".into(),
-                        message: format!("rejected at human gate `{}`: {reason}", gate.node_id),
-                        node_id: Some(gate.node_id.clone()),
-                    }),
-                    finished_at: Some(now()),
-                    snapshot,
-                })
+                .update_run(
+                    run_id,
+                    &RunUpdate {
+                        status: RunStatus::Failed,
+                        error: Some(weir_core::record::RunError {
+                            code: "gate_rejected".into(),
+                            message: format!("rejected at human gate `{}`: {reason}", gate.node_id),
+                            node_id: Some(gate.node_id.clone()),
+                        }),
+                        finished_at: Some(now()),
+                        snapshot,
+                    },
+                )
                 .await?;
             Ok(store.get_record(run_id).await?)
         }

@@ -16,12 +16,12 @@ use std::time::Instant;
 
 use serde_json::Value;
 use tokio::task::JoinSet;
+use weir_core::Workflow;
 use weir_core::ir::{EndStatus, NodeKind};
 use weir_core::record::{
     PendingGate, RunError, RunRecord, RunStatus, Snapshot, StepRecord, StepStatus, Tokens,
 };
 use weir_core::store::RunUpdate;
-use weir_core::Workflow;
 
 use crate::attempt::{self, Attempts};
 use crate::nodes::{NodeCtx, Route};
@@ -75,12 +75,7 @@ impl<'e> Run<'e> {
                 Ok(r) => r,
                 Err(e) => {
                     // A panicking node is a bug, but it must not take the run down silently.
-                    let node_id = self
-                        .in_flight
-                        .keys()
-                        .next()
-                        .cloned()
-                        .unwrap_or_default();
+                    let node_id = self.in_flight.keys().next().cloned().unwrap_or_default();
                     self.fail(RunError {
                         code: "internal".into(),
                         message: format!("node task ended abnormally: {e}"),
@@ -122,7 +117,11 @@ impl<'e> Run<'e> {
             if executed >= self.wf.hop_ceiling as usize {
                 let mut counts: Vec<(&String, &u32)> = self.snapshot.visits.iter().collect();
                 counts.sort_by(|a, b| b.1.cmp(a.1));
-                let top: Vec<String> = counts.iter().take(3).map(|(n, c)| format!("{n} ×{c}")).collect();
+                let top: Vec<String> = counts
+                    .iter()
+                    .take(3)
+                    .map(|(n, c)| format!("{n} ×{c}"))
+                    .collect();
                 self.fail(RunError {
                     code: "hop_ceiling_exceeded".into(),
                     message: format!(
@@ -167,7 +166,11 @@ impl<'e> Run<'e> {
                 finished_at: None,
                 duration_ms: None,
             };
-            self.engine.services.store.start_step(&self.run_id, &step).await?;
+            self.engine
+                .services
+                .store
+                .start_step(&self.run_id, &step)
+                .await?;
             self.engine.observer.step_started(&step);
             let loop_count = self.snapshot.loops.get(&node_id).copied().unwrap_or(0) + 1;
             let ctx = NodeCtx {
@@ -206,7 +209,11 @@ impl<'e> Run<'e> {
         step.finished_at = Some(now());
         step.duration_ms = Some(started.elapsed().as_millis() as u64);
         step.attempts = result.attempts;
-        let node = self.wf.node(node_id).cloned().expect("in-flight nodes come from the workflow");
+        let node = self
+            .wf
+            .node(node_id)
+            .cloned()
+            .expect("in-flight nodes come from the workflow");
         match result.result {
             Err(f) => {
                 step.status = StepStatus::Failed;
@@ -425,9 +432,15 @@ impl<'e> Run<'e> {
                 Some(RunError {
                     code: "end_failed".into(),
                     message: "the run reached an end node with status failed".into(),
-                    node_id: self.snapshot.completed.iter().rev().find(|n| {
-                        matches!(self.wf.node(n).map(|n| &n.kind), Some(NodeKind::End(_)))
-                    }).cloned(),
+                    node_id: self
+                        .snapshot
+                        .completed
+                        .iter()
+                        .rev()
+                        .find(|n| {
+                            matches!(self.wf.node(n).map(|n| &n.kind), Some(NodeKind::End(_)))
+                        })
+                        .cloned(),
                 }),
             ),
             None if !self.snapshot.gates.is_empty() => (RunStatus::Paused, None),

@@ -20,14 +20,21 @@ impl Anthropic {
                 .unwrap_or_else(|_| "https://api.anthropic.com".into())
                 .trim_end_matches('/')
                 .to_string(),
-            api_key: std::env::var("ANTHROPIC_API_KEY").ok().filter(|k| !k.is_empty()),
+            api_key: std::env::var("ANTHROPIC_API_KEY")
+                .ok()
+                .filter(|k| !k.is_empty()),
         }
     }
 
-    pub async fn complete(&self, req: &ModelRequest, model: &str) -> Result<ModelResponse, ModelError> {
-        let key = self.api_key.as_deref().ok_or_else(|| {
-            ModelError::new(ErrorClass::Auth, "ANTHROPIC_API_KEY is not set")
-        })?;
+    pub async fn complete(
+        &self,
+        req: &ModelRequest,
+        model: &str,
+    ) -> Result<ModelResponse, ModelError> {
+        let key = self
+            .api_key
+            .as_deref()
+            .ok_or_else(|| ModelError::new(ErrorClass::Auth, "ANTHROPIC_API_KEY is not set"))?;
         let mut body = json!({
             "model": model,
             "max_tokens": req.max_tokens.unwrap_or(1024),
@@ -51,7 +58,10 @@ impl Anthropic {
             .map_err(|e| http::classify_transport(&e))?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
-        let text = resp.text().await.map_err(|e| http::classify_transport(&e))?;
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| http::classify_transport(&e))?;
         if status == 529 {
             let mut e = http::status_error(status, &headers, &text);
             e.class = ErrorClass::ServerError;
@@ -63,17 +73,24 @@ impl Anthropic {
         let v: Value = serde_json::from_str(&text).map_err(|e| {
             ModelError::new(ErrorClass::Malformed, format!("reply is not JSON: {e}"))
         })?;
-        let content = v.get("content").and_then(Value::as_array).ok_or_else(|| {
-            ModelError::new(ErrorClass::Malformed, "reply has no `content` list")
-        })?;
+        let content = v
+            .get("content")
+            .and_then(Value::as_array)
+            .ok_or_else(|| ModelError::new(ErrorClass::Malformed, "reply has no `content` list"))?;
         let text: String = content
             .iter()
             .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
             .filter_map(|b| b.get("text").and_then(Value::as_str))
             .collect();
         let usage = Usage {
-            input_tokens: v.pointer("/usage/input_tokens").and_then(Value::as_u64).unwrap_or(0),
-            output_tokens: v.pointer("/usage/output_tokens").and_then(Value::as_u64).unwrap_or(0),
+            input_tokens: v
+                .pointer("/usage/input_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+            output_tokens: v
+                .pointer("/usage/output_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
         };
         Ok(ModelResponse {
             text,

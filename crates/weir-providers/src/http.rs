@@ -29,9 +29,15 @@ pub fn classify_transport(e: &reqwest::Error) -> ModelError {
     if e.is_timeout() {
         ModelError::new(ErrorClass::Timeout, format!("request timed out: {msg}"))
     } else if e.is_decode() || e.is_body() {
-        ModelError::new(ErrorClass::Malformed, format!("could not read the response: {msg}"))
+        ModelError::new(
+            ErrorClass::Malformed,
+            format!("could not read the response: {msg}"),
+        )
     } else {
-        ModelError::new(ErrorClass::Network, format!("could not reach the provider: {msg}"))
+        ModelError::new(
+            ErrorClass::Network,
+            format!("could not reach the provider: {msg}"),
+        )
     }
 }
 
@@ -57,7 +63,11 @@ impl WithoutUrl for reqwest::Error {
 
 pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let v = headers.get("retry-after")?.to_str().ok()?;
-    v.trim().parse::<f64>().ok().filter(|s| *s >= 0.0).map(Duration::from_secs_f64)
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| *s >= 0.0)
+        .map(Duration::from_secs_f64)
 }
 
 /// Builds the error for a non-2xx reply, keeping the provider's own message.

@@ -75,14 +75,20 @@ impl Mock {
         });
         let approx = |s: &str| (s.chars().count() as u64).div_ceil(4);
         let Some(rule) = rule else {
-            let reply = format!("mock reply to: {}", req.user.chars().take(200).collect::<String>());
+            let reply = format!(
+                "mock reply to: {}",
+                req.user.chars().take(200).collect::<String>()
+            );
             return Ok(respond(req, reply.clone(), approx(&sent), approx(&reply)));
         };
         if rule.delay_ms > 0 {
             tokio::time::sleep(Duration::from_millis(rule.delay_ms)).await;
         }
         if let Some(class) = rule.error.as_deref().and_then(ErrorClass::parse) {
-            let msg = rule.message.clone().unwrap_or_else(|| format!("mock {} error", class.as_str()));
+            let msg = rule
+                .message
+                .clone()
+                .unwrap_or_else(|| format!("mock {} error", class.as_str()));
             return Err(ModelError::new(class, msg));
         }
         let reply = rule.reply.clone().unwrap_or_default();
@@ -95,7 +101,12 @@ impl Mock {
     }
 }
 
-fn respond(req: &ModelRequest, text: String, input_tokens: u64, output_tokens: u64) -> ModelResponse {
+fn respond(
+    req: &ModelRequest,
+    text: String,
+    input_tokens: u64,
+    output_tokens: u64,
+) -> ModelResponse {
     ModelResponse {
         text,
         model: req.model.clone(),

@@ -21,11 +21,17 @@ impl OpenAi {
                 .unwrap_or_else(|_| "https://api.openai.com/v1".into())
                 .trim_end_matches('/')
                 .to_string(),
-            api_key: std::env::var("OPENAI_API_KEY").ok().filter(|k| !k.is_empty()),
+            api_key: std::env::var("OPENAI_API_KEY")
+                .ok()
+                .filter(|k| !k.is_empty()),
         }
     }
 
-    pub async fn complete(&self, req: &ModelRequest, model: &str) -> Result<ModelResponse, ModelError> {
+    pub async fn complete(
+        &self,
+        req: &ModelRequest,
+        model: &str,
+    ) -> Result<ModelResponse, ModelError> {
         let key = self
             .api_key
             .as_deref()
@@ -53,7 +59,10 @@ impl OpenAi {
             .map_err(|e| http::classify_transport(&e))?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
-        let text = resp.text().await.map_err(|e| http::classify_transport(&e))?;
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| http::classify_transport(&e))?;
         if !(200..300).contains(&status) {
             return Err(http::status_error(status, &headers, &text));
         }
@@ -64,11 +73,17 @@ impl OpenAi {
             .pointer("/choices/0/message/content")
             .and_then(Value::as_str)
             .ok_or_else(|| {
-                ModelError::new(ErrorClass::Malformed, "reply has no choices[0].message.content")
+                ModelError::new(
+                    ErrorClass::Malformed,
+                    "reply has no choices[0].message.content",
+                )
             })?
             .to_string();
         let usage = Usage {
-            input_tokens: v.pointer("/usage/prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
+            input_tokens: v
+                .pointer("/usage/prompt_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
             output_tokens: v
                 .pointer("/usage/completion_tokens")
                 .and_then(Value::as_u64)

@@ -54,7 +54,10 @@ mod tests {
         assert_eq!(cost("claude-haiku-4-5", 1_000_000, 1_000_000), Some(6.0));
         assert_eq!(cost("gpt-4o", 1000, 100), Some(0.0035));
         assert_eq!(cost("gpt-4o-mini", 1_000_000, 0), Some(0.15));
-        assert_eq!(cost("anthropic:claude-sonnet-4-6", 0, 1_000_000), Some(15.0));
+        assert_eq!(
+            cost("anthropic:claude-sonnet-4-6", 0, 1_000_000),
+            Some(15.0)
+        );
         assert_eq!(cost("llama3.2", 10, 10), None);
     }
 }

@@ -36,7 +36,10 @@ fn route(model: &str) -> Result<(Provider, &str), String> {
         Ok((Provider::Mock, model))
     } else if model.starts_with("claude-") {
         Ok((Provider::Anthropic, model))
-    } else if ["gpt-", "o1", "o3", "o4"].iter().any(|p| model.starts_with(p)) {
+    } else if ["gpt-", "o1", "o3", "o4"]
+        .iter()
+        .any(|p| model.starts_with(p))
+    {
         Ok((Provider::OpenAi, model))
     } else {
         Err("no provider serves this name".into())

@@ -18,7 +18,9 @@ pub fn sqlite_path(url: &str) -> Result<Option<PathBuf>, String> {
         return Ok(None);
     }
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return Err("the Postgres store is not available in this version of weir; use a SQLite path".into());
+        return Err(
+            "the Postgres store is not available in this version of weir; use a SQLite path".into(),
+        );
     }
     let path = url
         .strip_prefix("sqlite://")
@@ -42,7 +44,14 @@ pub fn default_url() -> String {
         .ok()
         .filter(|s| !s.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var("HOME").ok().map(|h| PathBuf::from(h).join(".local/share")))
+        .or_else(|| {
+            std::env::var("HOME")
+                .ok()
+                .map(|h| PathBuf::from(h).join(".local/share"))
+        })
         .unwrap_or_else(|| PathBuf::from("."));
-    base.join("weir").join("weir.db").to_string_lossy().into_owned()
+    base.join("weir")
+        .join("weir.db")
+        .to_string_lossy()
+        .into_owned()
 }

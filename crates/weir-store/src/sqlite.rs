@@ -78,7 +78,10 @@ impl Sqlite {
             .get(0);
         for (version, sql) in MIGRATIONS {
             if *version > current {
-                sqlx::raw_sql(*sql).execute(&mut *tx).await.map_err(backend)?;
+                sqlx::raw_sql(*sql)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
                 sqlx::query("INSERT INTO schema_version (version) VALUES (?)")
                     .bind(*version)
                     .execute(&mut *tx)
@@ -89,7 +92,11 @@ impl Sqlite {
         tx.commit().await.map_err(backend)
     }
 
-    async fn steps(&self, run_id: &str, only_seq: Option<u32>) -> Result<Vec<StepRecord>, StoreError> {
+    async fn steps(
+        &self,
+        run_id: &str,
+        only_seq: Option<u32>,
+    ) -> Result<Vec<StepRecord>, StoreError> {
         let rows = sqlx::query(
             "SELECT seq, node_id, node_type, visit, status, route, input, output, error, cost_usd,
                     tokens_in, tokens_out, started_at, finished_at, duration_ms
@@ -192,7 +199,12 @@ impl RunStore for Sqlite {
         Ok(())
     }
 
-    async fn finish_step(&self, run_id: &str, step: &StepRecord, snapshot: &Snapshot) -> Result<(), StoreError> {
+    async fn finish_step(
+        &self,
+        run_id: &str,
+        step: &StepRecord,
+        snapshot: &Snapshot,
+    ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await.map_err(backend)?;
         sqlx::query(
             "INSERT OR REPLACE INTO steps (run_id, seq, node_id, node_type, visit, status, route,
@@ -277,12 +289,13 @@ impl RunStore for Sqlite {
     }
 
     async fn load_run(&self, run_id: &str) -> Result<StoredRun, StoreError> {
-        let row = sqlx::query("SELECT status, source_path, source_text, snapshot FROM runs WHERE id = ?")
-            .bind(run_id.to_string())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(backend)?
-            .ok_or_else(|| StoreError::NotFound(run_id.to_string()))?;
+        let row =
+            sqlx::query("SELECT status, source_path, source_text, snapshot FROM runs WHERE id = ?")
+                .bind(run_id.to_string())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(backend)?
+                .ok_or_else(|| StoreError::NotFound(run_id.to_string()))?;
         let status: String = row.get("status");
         Ok(StoredRun {
             run_id: run_id.to_string(),
@@ -325,7 +338,9 @@ impl RunStore for Sqlite {
             .collect::<Result<Vec<_>, _>>()?;
         let started_at: String = row.get("started_at");
         let finished_at: Option<String> = row.get("finished_at");
-        let duration_ms = finished_at.as_deref().and_then(|f| duration_between(&started_at, f));
+        let duration_ms = finished_at
+            .as_deref()
+            .and_then(|f| duration_between(&started_at, f));
         Ok(RunRecord {
             run_id: run_id.to_string(),
             workflow: row.get("workflow"),

@@ -12,11 +12,14 @@ const MAX_BODY: usize = 10 << 20;
 pub async fn call(client: &reqwest::Client, call: &ToolCall) -> Result<Value, ToolError> {
     let p = &call.params;
     let url = param_str(p, "url")?.ok_or_else(|| ToolError::fatal("param `url` is required"))?;
-    let method = param_str(p, "method")?.unwrap_or("GET").to_ascii_uppercase();
-    let method = reqwest::Method::from_bytes(method.as_bytes())
-        .map_err(|_| ToolError::fatal(format!("param `method`: `{method}` is not an HTTP method")))?;
-    let parsed = reqwest::Url::parse(url)
-        .map_err(|e| ToolError::fatal(format!("param `url`: {e}")))?;
+    let method = param_str(p, "method")?
+        .unwrap_or("GET")
+        .to_ascii_uppercase();
+    let method = reqwest::Method::from_bytes(method.as_bytes()).map_err(|_| {
+        ToolError::fatal(format!("param `method`: `{method}` is not an HTTP method"))
+    })?;
+    let parsed =
+        reqwest::Url::parse(url).map_err(|e| ToolError::fatal(format!("param `url`: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(ToolError::fatal("param `url` must be an http or https URL"));
     }
@@ -42,7 +45,12 @@ pub async fn call(client: &reqwest::Client, call: &ToolCall) -> Result<Value, To
         };
         let pairs: Vec<(String, String)> = q
             .iter()
-            .map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_string)))
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    v.as_str().map_or_else(|| v.to_string(), str::to_string),
+                )
+            })
             .collect();
         req = req.query(&pairs);
     }

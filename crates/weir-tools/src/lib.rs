@@ -76,7 +76,11 @@ fn transport_error(e: &reqwest::Error, secret: &str) -> ToolError {
     if !secret.is_empty() {
         msg = msg.replace(secret, "<url>");
     }
-    let kind = if e.is_timeout() { "timed out" } else { "failed" };
+    let kind = if e.is_timeout() {
+        "timed out"
+    } else {
+        "failed"
+    };
     ToolError::retryable(format!("request {kind}: {msg}"))
 }
 

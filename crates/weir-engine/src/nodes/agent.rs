@@ -29,7 +29,8 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
         user,
         temperature: spec.temperature,
         max_tokens: spec.max_tokens,
-        timeout: ctx.node.policy.timeout,
+        // A little past the attempt timeout, so the engine's own timeout decides.
+        timeout: ctx.node.policy.timeout + std::time::Duration::from_secs(1),
     };
     match ctx.services.models.complete(req).await {
         Ok(r) => {

@@ -8,8 +8,12 @@ use weir_core::ir::ConditionSpec;
 use super::{Failure, NodeCtx, Outcome, Route};
 
 pub fn execute(ctx: &NodeCtx, spec: &ConditionSpec) -> Result<Outcome, Failure> {
-    let result = expr::eval_bool(&spec.expression, ctx.state.as_ref())
-        .map_err(|e| Failure::fatal("expression", format!("`{}`: {}", spec.expression, e.message)))?;
+    let result = expr::eval_bool(&spec.expression, ctx.state.as_ref()).map_err(|e| {
+        Failure::fatal(
+            "expression",
+            format!("`{}`: {}", spec.expression, e.message),
+        )
+    })?;
     Ok(Outcome::new(
         json!({"expression": spec.expression, "result": result}),
         Route::Key(result.to_string()),

@@ -10,5 +10,8 @@ pub fn execute(ctx: &NodeCtx, spec: &GateSpec) -> Result<Outcome, Failure> {
         .prompt
         .render(ctx.state.as_ref())
         .map_err(|e| Failure::fatal("template", format!("prompt: {}", e.message)))?;
-    Ok(Outcome::new(json!({"prompt": prompt}), Route::Park { prompt }))
+    Ok(Outcome::new(
+        json!({"prompt": prompt}),
+        Route::Park { prompt },
+    ))
 }

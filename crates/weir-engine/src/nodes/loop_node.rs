@@ -9,8 +9,12 @@ use weir_core::ir::LoopSpec;
 use super::{Failure, NodeCtx, Outcome, Route};
 
 pub fn execute(ctx: &NodeCtx, spec: &LoopSpec) -> Result<Outcome, Failure> {
-    let holds = expr::eval_bool(&spec.expression, ctx.state.as_ref())
-        .map_err(|e| Failure::fatal("expression", format!("`{}`: {}", spec.expression, e.message)))?;
+    let holds = expr::eval_bool(&spec.expression, ctx.state.as_ref()).map_err(|e| {
+        Failure::fatal(
+            "expression",
+            format!("`{}`: {}", spec.expression, e.message),
+        )
+    })?;
     let cont = holds && ctx.loop_count <= spec.max_iterations;
     Ok(Outcome::new(
         json!({"expression": spec.expression, "iteration": ctx.loop_count, "continue": cont}),

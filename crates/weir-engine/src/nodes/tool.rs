@@ -21,7 +21,8 @@ pub async fn execute(ctx: &NodeCtx, spec: &ToolSpec) -> Result<Outcome, Failure>
         tool_name: spec.tool_name.clone(),
         params,
         idempotency_key: idempotency_key(&ctx.run_id, &ctx.node.id, ctx.visit),
-        timeout: ctx.node.policy.timeout,
+        // A little past the attempt timeout, so the engine's own timeout decides.
+        timeout: ctx.node.policy.timeout + std::time::Duration::from_secs(1),
     };
     match ctx.services.tools.call(call).await {
         Ok(result) => {

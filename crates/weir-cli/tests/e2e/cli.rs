@@ -1,0 +1,193 @@
+//! The CLI contract: validate output, exit codes, runs list/show.
+
+use crate::support::{Weir, repo_root};
+
+#[test]
+fn validate_reports_every_problem_with_location_and_hint() {
+    let w = Weir::new();
+    let f = w.file(
+        "bad.json",
+        r#"{
+  "nodes": [
+    {"id": "a", "type": "agent", "config": {"model": "mock", "user_message": "hi"}},
+    {"id": "a", "type": "tool", "config": {"tool_name": "http_requets"}},
+    {"id": "c", "type": "condition", "config": {"expression": "x >"}}
+  ],
+  "edges": [
+    {"id": "e1", "source": "a", "target": "ghost"},
+    {"id": "e2", "source": "a", "target": "c"}
+  ]
+}"#,
+    );
+    let ran = w.run(&["validate", &f]);
+    assert_eq!(ran.code, 2);
+    for needle in [
+        "error[E002]: duplicate node id `a`",
+        "error[E005]: unknown tool `http_requets`",
+        "did you mean `http_request`?",
+        "error[E006]",
+        "error[E003]: edge `e1` has target `ghost`",
+        "bad.json:5:",
+    ] {
+        assert!(
+            ran.stderr.contains(needle),
+            "missing {needle:?} in:\n{}",
+            ran.stderr
+        );
+    }
+    let v = w.run(&["validate", &f, "--json"]).json();
+    assert_eq!(v["valid"], false);
+    let codes: Vec<&str> = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["code"].as_str().unwrap())
+        .collect();
+    assert!(
+        codes.contains(&"E002") && codes.contains(&"E003") && codes.contains(&"E006"),
+        "{codes:?}"
+    );
+    let e6 = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["code"] == "E006")
+        .unwrap();
+    assert_eq!(e6["node_id"], "c");
+    assert_eq!(e6["line"], 5);
+    assert!(e6["hint"].is_string());
+}
+
+#[test]
+fn warnings_do_not_block_a_run_but_errors_do() {
+    let w = Weir::new();
+    let warn = w.file(
+        "w.json",
+        r#"{"nodes": [
+        {"id": "c", "type": "condition", "config": {"expression": "True"}},
+        {"id": "a", "type": "agent", "config": {"model": "mock", "user_message": "a"}},
+        {"id": "island", "type": "merge"}],
+      "edges": [{"source": "c", "target": "a"}, {"source": "island", "target": "island"}]}"#,
+    );
+    let v = w.run(&["validate", &warn, "--json"]);
+    assert_eq!(v.code, 0);
+    let codes: Vec<String> = v.json()["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["code"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        codes.contains(&"W101".to_string()) && codes.contains(&"W102".to_string()),
+        "{codes:?}"
+    );
+    let ran = w.run(&["run", &warn, "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(ran.stderr.contains("warning[W101]"));
+
+    let bad = w.file(
+        "b.json",
+        r#"{"nodes": [{"id": "x", "type": "widget"}], "edges": []}"#,
+    );
+    let ran = w.run(&["run", &bad, "--json"]);
+    assert_eq!(ran.code, 2);
+    assert!(ran.stdout.is_empty());
+    assert!(ran.stderr.contains("unknown node type `widget`"));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let w = Weir::new();
+    let ok = repo_root().join("examples/graph/support-triage.json");
+    assert_eq!(
+        w.run(&["run", ok.to_str().unwrap(), "--input", "not json"])
+            .code,
+        2
+    );
+    assert_eq!(
+        w.run(&["run", ok.to_str().unwrap(), "--input", "[1]"]).code,
+        2
+    );
+    assert_eq!(w.run(&["run", "/nonexistent.json"]).code, 2);
+    assert_eq!(w.run(&["runs", "show", "nope"]).code, 2);
+    assert_eq!(w.run(&["approve", "nope"]).code, 2);
+    assert_eq!(w.run(&["frobnicate"]).code, 2);
+}
+
+#[test]
+fn runs_list_and_show() {
+    let w = Weir::new();
+    let f = w.file("one.json", r#"{"name": "one", "nodes": [{"id": "a", "type": "agent", "config": {"model": "mock", "user_message": "a"}}], "edges": []}"#);
+    let first = w.run(&["run", &f, "--json"]).json();
+    let second = w.run(&["run", &f, "--json"]).json();
+    let list = w.run(&["runs", "list", "--json"]).json();
+    let ids: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            second["run_id"].as_str().unwrap(),
+            first["run_id"].as_str().unwrap()
+        ]
+    );
+    assert_eq!(list[0]["workflow"], "one");
+    assert_eq!(list[0]["status"], "succeeded");
+    let shown = w
+        .run(&["runs", "show", first["run_id"].as_str().unwrap(), "--json"])
+        .json();
+    assert_eq!(shown, first);
+    let table = w.run(&["runs", "list"]);
+    assert!(table.stdout.contains("RUN ID") && table.stdout.contains("one"));
+    let human = w.run(&["runs", "show", first["run_id"].as_str().unwrap()]);
+    assert!(human.stdout.contains("succeeded") && human.stdout.contains("ATTEMPTS"));
+}
+
+#[test]
+fn run_record_has_the_documented_shape() {
+    let w = Weir::new();
+    let f = w.file("one.json", r#"{"nodes": [{"id": "a", "type": "agent", "config": {"model": "mock", "user_message": "a"}}], "edges": []}"#);
+    let r = w.run(&["run", &f, "--json"]).json();
+    for key in [
+        "run_id",
+        "workflow",
+        "dialect",
+        "status",
+        "input",
+        "state",
+        "output",
+        "error",
+        "pending_gate",
+        "cost_usd",
+        "events",
+        "started_at",
+        "finished_at",
+        "duration_ms",
+        "steps",
+    ] {
+        assert!(r.get(key).is_some(), "missing {key}");
+    }
+    let s = &r["steps"][0];
+    for key in [
+        "seq",
+        "node_id",
+        "status",
+        "route",
+        "input",
+        "output",
+        "cost_usd",
+        "tokens",
+        "attempts",
+        "started_at",
+        "finished_at",
+        "duration_ms",
+    ] {
+        assert!(s.get(key).is_some(), "missing step.{key}");
+    }
+    for key in ["n", "status", "error", "duration_ms"] {
+        assert!(s["attempts"][0].get(key).is_some(), "missing attempt.{key}");
+    }
+}

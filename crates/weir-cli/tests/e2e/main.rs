@@ -1,0 +1,11 @@
+//! End-to-end tests: the real `weir` binary on real workflow files, with fakes only at the
+//! network edge (a loopback HTTP server standing in for providers, webhooks and APIs).
+
+mod cli;
+mod durability;
+mod enrichment;
+mod examples;
+mod gates;
+mod providers;
+mod scheduling;
+mod support;
