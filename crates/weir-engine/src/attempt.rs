@@ -58,7 +58,7 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
                     error: Some(f.message.clone()),
                     error_class: Some(f.class.clone()),
                     duration_ms,
-                    request: f.request.clone(),
+                    request: f.request.as_deref().cloned(),
                     response: None,
                 });
                 if !f.retryable || n > policy.retry_count {

@@ -18,6 +18,7 @@ use serde_json::Value;
 pub struct Seen {
     pub method: String,
     pub path: String,
+    pub query: String,
     pub headers: HashMap<String, String>,
     pub body: String,
 }
@@ -150,6 +151,7 @@ impl Fake {
 async fn handle(script: Arc<Mutex<Script>>, req: Request<Body>) -> Response<Body> {
     let method = req.method().to_string();
     let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
     let headers = req
         .headers()
         .iter()
@@ -163,6 +165,7 @@ async fn handle(script: Arc<Mutex<Script>>, req: Request<Body>) -> Response<Body
         s.seen.push(Seen {
             method,
             path: path.clone(),
+            query,
             headers,
             body: String::from_utf8_lossy(&body).into_owned(),
         });

@@ -63,7 +63,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
             // A bad key or forbidden model does not fix itself on a retry.
             retryable: e.class != ErrorClass::Auth,
             retry_after: e.retry_after,
-            request: Some(request),
+            request: Some(Box::new(request)),
         }),
     }
 }

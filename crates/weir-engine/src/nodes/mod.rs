@@ -89,7 +89,8 @@ pub struct Failure {
     pub class: String,
     pub retryable: bool,
     pub retry_after: Option<std::time::Duration>,
-    pub request: Option<Value>,
+    /// Boxed: failures travel through `Result`s and should stay small.
+    pub request: Option<Box<Value>>,
 }
 
 impl Failure {

@@ -36,7 +36,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &ToolSpec) -> Result<Outcome, Failure>
             class: "tool".into(),
             retryable: e.retryable,
             retry_after: None,
-            request: Some(json!({"tool": spec.tool_name})),
+            request: Some(Box::new(json!({"tool": spec.tool_name}))),
         }),
     }
 }
