@@ -205,7 +205,15 @@ pub fn parse(text: &str) -> Result<Node, ParseError> {
                 })
             });
             let message = e.to_string();
-            let message = message.lines().next().unwrap_or("invalid YAML").to_string();
+            let mut message = message.lines().next().unwrap_or("invalid YAML").trim();
+            // saphyr prefixes "error: line L column C: "; the span already says where.
+            if let Some(rest) = message.strip_prefix("error: ")
+                && let Some((_, after)) = rest.split_once(": ")
+                && rest.starts_with("line ")
+            {
+                message = after;
+            }
+            let message = message.to_string();
             Err(ParseError {
                 message: format!("invalid YAML: {message}"),
                 span,
