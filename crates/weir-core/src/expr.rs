@@ -47,7 +47,7 @@ fn env() -> &'static Environment<'static> {
         let mut env = Environment::empty();
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         env.set_fuel(Some(FUEL));
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_unknown_method_callback(methods);
         env.add_function("str", fn_str);
         env.add_function("int", fn_int);
         env.add_function("float", fn_float);
@@ -63,6 +63,42 @@ fn env() -> &'static Environment<'static> {
         env.add_function("round", fn_round);
         env
     })
+}
+
+/// Python's string/list/dict methods (minijinja-contrib pycompat), minus those that could
+/// build an unbounded value: `str.format` is refused and `str.replace` is size-checked first.
+fn methods(
+    state: &mut minijinja::State,
+    value: &JValue,
+    method: &str,
+    args: &[JValue],
+) -> Result<JValue, JError> {
+    if let Some(s) = value.as_str() {
+        match method {
+            "format" => {
+                return Err(invalid(
+                    "str.format() is not available in expressions; join strings with ~ or +",
+                ));
+            }
+            "replace" => {
+                if let (Some(old), Some(new)) = (
+                    args.first().and_then(JValue::as_str),
+                    args.get(1).and_then(JValue::as_str),
+                ) {
+                    let hits = if old.is_empty() {
+                        s.chars().count() + 1
+                    } else {
+                        s.matches(old).count()
+                    };
+                    if s.len().saturating_add(hits.saturating_mul(new.len())) > MAX_RESULT_LEN {
+                        return Err(invalid("str.replace(): result would be too large"));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
 }
 
 fn invalid(msg: impl Into<String>) -> JError {
@@ -451,6 +487,9 @@ mod tests {
             e.message
         );
         assert!(eval_value("str('a' * 50000000)", &json!({})).is_err());
+        let e = eval_value("('a' * 100000).replace('a', 'bbbbbbbbbb')", &json!({})).unwrap_err();
+        assert!(e.message.contains("too large"), "{}", e.message);
+        assert!(eval_value("'{:>999999999}'.format(1)", &json!({})).is_err());
     }
 
     #[test]

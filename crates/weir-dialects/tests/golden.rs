@@ -4,7 +4,9 @@
 
 use async_trait::async_trait;
 use serde_json::Value;
-use weir_core::{ModelClient, ModelError, ModelRequest, ModelResponse, ToolCall, ToolError, ToolRunner, validate};
+use weir_core::{
+    ModelClient, ModelError, ModelRequest, ModelResponse, ToolCall, ToolError, ToolRunner, validate,
+};
 
 /// Fakes of the capability traits: the built-in tool names and the model routing rules.
 struct Caps;
@@ -15,7 +17,11 @@ impl ToolRunner for Caps {
         ["http_request", "slack_message", "delay"].contains(&name)
     }
     fn tool_names(&self) -> Vec<String> {
-        vec!["http_request".into(), "slack_message".into(), "delay".into()]
+        vec![
+            "http_request".into(),
+            "slack_message".into(),
+            "delay".into(),
+        ]
     }
     async fn call(&self, _: ToolCall) -> Result<Value, ToolError> {
         Err(ToolError::fatal("not in this test"))
@@ -25,7 +31,10 @@ impl ToolRunner for Caps {
 #[async_trait]
 impl ModelClient for Caps {
     async fn complete(&self, _: ModelRequest) -> Result<ModelResponse, ModelError> {
-        Err(ModelError::new(weir_core::ErrorClass::Network, "not in this test"))
+        Err(ModelError::new(
+            weir_core::ErrorClass::Network,
+            "not in this test",
+        ))
     }
     fn check_model(&self, m: &str) -> Result<(), String> {
         if m == "mock" || m.starts_with("claude-") || m.starts_with("gpt-") {
@@ -48,7 +57,11 @@ fn render(path: &str, text: &str) -> String {
     if diags.is_empty() {
         return "ok\n".into();
     }
-    diags.iter().map(|d| d.render(Some(text))).collect::<Vec<_>>().join("\n")
+    diags
+        .iter()
+        .map(|d| d.render(Some(text)))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[test]
@@ -57,7 +70,12 @@ fn diagnostics_match_golden_files() {
     let mut cases: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("json" | "yaml")))
+        .filter(|p| {
+            matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("json" | "yaml")
+            )
+        })
         .collect();
     cases.sort();
     assert!(cases.len() >= 8);
@@ -77,7 +95,11 @@ fn diagnostics_match_golden_files() {
             failures.push(format!("--- {name}\n{got}"));
         }
     }
-    assert!(failures.is_empty(), "diagnostics changed (UPDATE_GOLDEN=1 to accept):\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "diagnostics changed (UPDATE_GOLDEN=1 to accept):\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -88,14 +110,20 @@ fn json_and_yaml_lower_to_the_same_workflow() {
                  "edges": [{"source": "a", "target": "c"}]}"#;
     let a = weir_dialects::load("w.yaml", yaml).valid().unwrap();
     let b = weir_dialects::load("w.json", json).valid().unwrap();
-    assert_eq!(serde_json::to_value(&a).unwrap(), serde_json::to_value(&b).unwrap());
+    assert_eq!(
+        serde_json::to_value(&a).unwrap(),
+        serde_json::to_value(&b).unwrap()
+    );
 }
 
 #[test]
 fn yaml_booleans_are_strict() {
     // `yes` stays a string (YAML 1.2), so it is not a valid boolean-ish selector value.
-    let yaml = "nodes:\n  - {id: a, type: agent, config: {model: mock, user_message: yes}}\nedges: []\n";
+    let yaml =
+        "nodes:\n  - {id: a, type: agent, config: {model: mock, user_message: yes}}\nedges: []\n";
     let wf = weir_dialects::load("w.yaml", yaml).valid().unwrap();
-    let weir_core::NodeKind::Agent(a) = &wf.nodes[0].kind else { panic!() };
+    let weir_core::NodeKind::Agent(a) = &wf.nodes[0].kind else {
+        panic!()
+    };
     assert_eq!(a.user_message.source, "yes");
 }
