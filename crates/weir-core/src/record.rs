@@ -210,4 +210,7 @@ pub struct Snapshot {
     pub output: Value,
     /// Human gates waiting for a decision, oldest first.
     pub gates: Vec<PendingGate>,
+    /// `host:pid` of the process driving the run, so `resume` can refuse a live run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }

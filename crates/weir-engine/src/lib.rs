@@ -9,6 +9,7 @@
 
 mod attempt;
 pub mod nodes;
+mod owner;
 mod scheduler;
 
 use std::sync::Arc;
@@ -100,6 +101,7 @@ impl Engine {
             pending: wf.entries().iter().map(|n| n.id.clone()).collect(),
             next_seq: 1,
             output: Value::Null,
+            owner: Some(owner::this_process()),
             ..Snapshot::default()
         };
         self.services
@@ -125,6 +127,16 @@ impl Engine {
     /// and run again; completed steps are not.
     pub async fn resume(&self, wf: Arc<Workflow>, run_id: &str) -> Result<RunRecord, Error> {
         let stored = self.services.store.load_run(run_id).await?;
+        if let Some(pid) = stored
+            .snapshot
+            .owner
+            .as_deref()
+            .and_then(owner::live_local_pid)
+        {
+            return Err(Error::State(format!(
+                "run {run_id} is still being driven by process {pid} on this machine; stop it first"
+            )));
+        }
         match stored.status {
             RunStatus::Running | RunStatus::Queued => {}
             RunStatus::Paused => {

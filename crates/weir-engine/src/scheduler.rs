@@ -48,7 +48,13 @@ pub struct Run<'e> {
 }
 
 impl<'e> Run<'e> {
-    pub fn new(engine: &'e Engine, wf: Arc<Workflow>, run_id: String, snapshot: Snapshot) -> Self {
+    pub fn new(
+        engine: &'e Engine,
+        wf: Arc<Workflow>,
+        run_id: String,
+        mut snapshot: Snapshot,
+    ) -> Self {
+        snapshot.owner = Some(crate::owner::this_process());
         Self {
             engine,
             wf,
