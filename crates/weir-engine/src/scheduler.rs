@@ -373,13 +373,32 @@ impl<'e> Run<'e> {
                 }
             }
             if !changed {
-                break;
+                // Merges that wait on each other (possible only through cycles) must not
+                // stall the run: once nothing else can make progress, release the first.
+                let stalled = self.snapshot.pending.is_empty()
+                    && self.in_flight.is_empty()
+                    && self.snapshot.gates.is_empty();
+                let first = wf.nodes.iter().find(|n| {
+                    self.snapshot
+                        .arrivals
+                        .get(&n.id)
+                        .is_some_and(|a| !a.is_empty())
+                        && !self.snapshot.completed.contains(&n.id)
+                });
+                match first {
+                    Some(m) if stalled => {
+                        self.snapshot.arrivals.remove(&m.id);
+                        self.snapshot.pending.push(m.id.clone());
+                    }
+                    _ => break,
+                }
             }
         }
     }
 
-    /// Nodes that may still run: pending ones, parked gates, and everything reachable from
-    /// them without passing through `merge`.
+    /// Nodes that may still run: pending ones, in-flight ones, parked gates, other merges
+    /// that some branch has reached (they will fire), and everything reachable from them
+    /// without passing through `merge`.
     fn live_from_frontier(&self, merge: &str) -> BTreeSet<String> {
         let mut seen = BTreeSet::new();
         let mut queue: VecDeque<String> = self
@@ -389,6 +408,13 @@ impl<'e> Run<'e> {
             .cloned()
             .chain(self.in_flight.keys().cloned())
             .chain(self.snapshot.gates.iter().map(|g| g.node_id.clone()))
+            .chain(
+                self.snapshot
+                    .arrivals
+                    .iter()
+                    .filter(|(m, a)| *m != merge && !a.is_empty())
+                    .map(|(m, _)| m.clone()),
+            )
             .collect();
         while let Some(id) = queue.pop_front() {
             if id == merge || !seen.insert(id.clone()) {
