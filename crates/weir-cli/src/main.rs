@@ -18,6 +18,9 @@ struct Cli {
     /// ~/.local/share/weir/weir.db)
     #[arg(long, global = true, value_name = "URL")]
     db: Option<String>,
+    /// Workspace settings file (default: $WEIR_CONFIG, else ./weir.toml when present)
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -121,11 +124,19 @@ fn main() -> ExitCode {
         }
     };
     let db = cli.db.clone().unwrap_or_else(weir_store::default_url);
+    let settings = match wiring::settings(cli.config.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(exit::INVALID);
+        }
+    };
+    let env = wiring::Env { db, settings };
     let result = rt.block_on(async move {
         match cli.command {
-            Command::Validate { files, json } => validate::run(&files, json),
+            Command::Validate { files, json } => validate::run(&env, &files, json),
             Command::Run { file, input, json } => {
-                runs::run(&db, &file, input.as_deref(), json).await
+                runs::run(&env, &file, input.as_deref(), json).await
             }
             Command::Approve {
                 run_id,
@@ -133,20 +144,20 @@ fn main() -> ExitCode {
                 comment,
                 by,
                 json,
-            } => runs::decide(&db, &run_id, true, input.as_deref(), comment, by, json).await,
+            } => runs::decide(&env, &run_id, true, input.as_deref(), comment, by, json).await,
             Command::Reject {
                 run_id,
                 reason,
                 by,
                 json,
-            } => runs::decide(&db, &run_id, false, None, reason, by, json).await,
-            Command::Resume { run_id, json } => runs::resume(&db, &run_id, json).await,
+            } => runs::decide(&env, &run_id, false, None, reason, by, json).await,
+            Command::Resume { run_id, json } => runs::resume(&env, &run_id, json).await,
             Command::Runs {
                 command: RunsCommand::List { limit, json },
-            } => runs::list(&db, limit, json).await,
+            } => runs::list(&env, limit, json).await,
             Command::Runs {
                 command: RunsCommand::Show { run_id, json },
-            } => runs::show(&db, &run_id, json).await,
+            } => runs::show(&env, &run_id, json).await,
         }
     });
     match result {

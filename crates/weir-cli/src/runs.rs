@@ -9,6 +9,7 @@ use weir_core::record::RunStatus;
 use weir_engine::{Decision, Engine, Source};
 
 use crate::output::{self, Progress};
+use crate::wiring::Env;
 use crate::{Usage, validate, wiring};
 
 fn parse_input(raw: Option<&str>) -> Result<Value> {
@@ -33,10 +34,10 @@ fn engine(services: weir_engine::Services, as_json: bool) -> Engine {
     Engine::new(services, Arc::new(Progress::new(!as_json)))
 }
 
-pub async fn run(db: &str, file: &str, input: Option<&str>, as_json: bool) -> Result<u8> {
+pub async fn run(env: &Env, file: &str, input: Option<&str>, as_json: bool) -> Result<u8> {
     let text = validate::read(file)?;
     let input = parse_input(input)?;
-    let (wf, diags) = validate::check(file, &text);
+    let (wf, diags) = validate::check(env, file, &text);
     for d in &diags {
         eprint!("{}", d.render(Some(&text)));
     }
@@ -44,7 +45,7 @@ pub async fn run(db: &str, file: &str, input: Option<&str>, as_json: bool) -> Re
         eprintln!("{file}: invalid workflow, not run");
         return Ok(crate::exit::INVALID);
     };
-    let services = wiring::services(db).await?;
+    let services = wiring::services(env).await?;
     let record = engine(services, as_json)
         .start(
             Arc::new(wf),
@@ -73,7 +74,7 @@ async fn stored_workflow(store: &dyn RunStore, run_id: &str) -> Result<weir_core
 }
 
 pub async fn decide(
-    db: &str,
+    env: &Env,
     run_id: &str,
     approved: bool,
     input: Option<&str>,
@@ -82,7 +83,7 @@ pub async fn decide(
     as_json: bool,
 ) -> Result<u8> {
     let input = input.map(|i| parse_input(Some(i))).transpose()?;
-    let services = wiring::services(db).await?;
+    let services = wiring::services(env).await?;
     let wf = stored_workflow(services.store.as_ref(), run_id).await?;
     let by = by
         .or_else(|| std::env::var("USER").ok())
@@ -103,8 +104,8 @@ pub async fn decide(
     output::finish(&record, as_json)
 }
 
-pub async fn resume(db: &str, run_id: &str, as_json: bool) -> Result<u8> {
-    let services = wiring::services(db).await?;
+pub async fn resume(env: &Env, run_id: &str, as_json: bool) -> Result<u8> {
+    let services = wiring::services(env).await?;
     let wf = stored_workflow(services.store.as_ref(), run_id).await?;
     let record = engine(services, as_json)
         .resume(Arc::new(wf), run_id)
@@ -120,8 +121,8 @@ fn state_is_usage(e: weir_engine::Error) -> anyhow::Error {
     }
 }
 
-pub async fn list(db: &str, limit: u32, as_json: bool) -> Result<u8> {
-    let services = wiring::services(db).await?;
+pub async fn list(env: &Env, limit: u32, as_json: bool) -> Result<u8> {
+    let services = wiring::services(env).await?;
     let runs = services.store.list_runs(limit).await?;
     if as_json {
         println!("{}", serde_json::to_string_pretty(&runs)?);
@@ -131,8 +132,8 @@ pub async fn list(db: &str, limit: u32, as_json: bool) -> Result<u8> {
     Ok(0)
 }
 
-pub async fn show(db: &str, run_id: &str, as_json: bool) -> Result<u8> {
-    let services = wiring::services(db).await?;
+pub async fn show(env: &Env, run_id: &str, as_json: bool) -> Result<u8> {
+    let services = wiring::services(env).await?;
     let record = services
         .store
         .get_record(run_id)

@@ -5,17 +5,16 @@ use serde_json::json;
 use weir_core::{Diagnostic, Workflow, diag, validate};
 
 use crate::exit;
+use crate::wiring::Env;
 
 /// Loads a file and runs every check: dialect loading, structure, tools and models.
-pub fn check(path: &str, text: &str) -> (Option<Workflow>, Vec<Diagnostic>) {
+pub fn check(env: &Env, path: &str, text: &str) -> (Option<Workflow>, Vec<Diagnostic>) {
     let loaded = weir_dialects::load(path, text);
     let mut diags = loaded.diagnostics;
     if let Some(wf) = &loaded.workflow {
         let tools = weir_tools::Registry::new();
-        let models = weir_providers::Router::from_env().unwrap_or_else(|_| {
-            // A broken WEIR_MOCK script does not change which models route.
-            weir_providers::Router::offline()
-        });
+        // A broken WEIR_MOCK script does not change which models route.
+        let models = weir_providers::Router::offline(env.settings.clone());
         for mut d in validate::capabilities(wf, &tools, &models) {
             d.file = Some(path.to_string());
             diags.push(d);
@@ -34,12 +33,12 @@ pub fn read(path: &str) -> Result<String> {
         .map_err(|e| crate::Usage(format!("cannot read {path}: {e}")).into())
 }
 
-pub fn run(files: &[String], as_json: bool) -> Result<u8> {
+pub fn run(env: &Env, files: &[String], as_json: bool) -> Result<u8> {
     let mut reports = Vec::new();
     let mut any_error = false;
     for f in files {
         let text = read(f)?;
-        let (_, diags) = check(f, &text);
+        let (_, diags) = check(env, f, &text);
         let (errors, warnings) = diag::count(&diags);
         any_error |= errors > 0;
         if as_json {

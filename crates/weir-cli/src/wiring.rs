@@ -3,16 +3,42 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use weir_core::settings::Settings;
 use weir_engine::Services;
 
-pub async fn services(db: &str) -> Result<Services> {
+/// What every command runs with: the store URL and the workspace settings.
+pub struct Env {
+    pub db: String,
+    pub settings: Settings,
+}
+
+/// Reads `weir.toml`: `--config`, else `$WEIR_CONFIG`, else `./weir.toml` when it exists.
+pub fn settings(flag: Option<&str>) -> Result<Settings> {
+    let path = match flag
+        .map(str::to_string)
+        .or_else(|| std::env::var("WEIR_CONFIG").ok().filter(|s| !s.is_empty()))
+    {
+        Some(p) => p,
+        None if std::path::Path::new("weir.toml").exists() => "weir.toml".to_string(),
+        None => return Ok(Settings::default()),
+    };
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading settings {path}"))?;
+    Settings::parse(&text).map_err(|e| anyhow::anyhow!("{path}: {e}"))
+}
+
+pub fn models(env: &Env) -> Result<weir_providers::Router> {
+    weir_providers::Router::new(env.settings.clone()).map_err(anyhow::Error::msg)
+}
+
+pub async fn services(env: &Env) -> Result<Services> {
+    let db = &env.db;
     let path = weir_store::sqlite_path(db).map_err(|e| crate::Usage(format!("--db {db}: {e}")))?;
     let store = weir_store::Sqlite::open(path.as_deref())
         .await
         .with_context(|| format!("opening the run store at {db}"))?;
-    let models = weir_providers::Router::from_env().map_err(anyhow::Error::msg)?;
     Ok(Services {
-        models: Arc::new(models),
+        models: Arc::new(models(env)?),
         tools: Arc::new(weir_tools::Registry::new()),
         store: Arc::new(store),
     })

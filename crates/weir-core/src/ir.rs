@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::diag::Span;
 use crate::expr::Template;
+use crate::model::ErrorClass;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -148,7 +149,17 @@ pub struct AgentSpec {
     pub user_message: Template,
     pub temperature: Option<f64>,
     pub max_tokens: Option<u32>,
+    /// JSON Schema the reply must match (already checked to compile).
+    pub response_schema: Option<Value>,
+    /// Re-prompts allowed after an invalid reply (default 2).
+    pub repair_attempts: u32,
+    pub fallback_models: Vec<String>,
+    /// `None` = every class but `auth`.
+    pub fallback_error_classes: Option<Vec<ErrorClass>>,
 }
+
+/// Default `repair_attempts` (spec 002 "Structured output").
+pub const DEFAULT_REPAIR_ATTEMPTS: u32 = 2;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ToolSpec {

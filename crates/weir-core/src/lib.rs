@@ -11,6 +11,8 @@ pub mod expr;
 pub mod ir;
 pub mod model;
 pub mod record;
+pub mod schema;
+pub mod settings;
 pub mod store;
 pub mod tool;
 pub mod validate;

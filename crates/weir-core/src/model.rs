@@ -1,27 +1,105 @@
 //! The model-client trait and its request/response types. Providers implement it; the engine
 //! calls it without knowing which provider answers.
+//!
+//! One call of [`ModelClient::complete`] may reach several models: the primary, then each
+//! fallback the error class and the workspace policy allow. Every model reached is listed in
+//! `calls` (priced), and policy refusals are listed in `events`, so the engine can record and
+//! charge all of them.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: String,
+}
+
+impl Message {
+    pub fn user(content: impl Into<String>) -> Self {
+        Self {
+            role: Role::User,
+            content: content.into(),
+        }
+    }
+
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self {
+            role: Role::Assistant,
+            content: content.into(),
+        }
+    }
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelRequest {
     pub model: String,
     pub system: Option<String>,
-    pub user: String,
+    /// The conversation, ending with a user message.
+    pub messages: Vec<Message>,
     pub temperature: Option<f64>,
     pub max_tokens: Option<u32>,
-    /// How long the call may take; the provider client enforces it on the HTTP request.
+    /// How long one HTTP call may take.
     #[serde(skip)]
     pub timeout: Duration,
+    /// Tried in order when the primary fails with an approved error class.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fallback_models: Vec<String>,
+    /// Classes that may fail over; `None` = every class but `auth`.
+    #[serde(skip)]
+    pub fallback_error_classes: Option<Vec<ErrorClass>>,
+    /// The JSON Schema the reply must match, when the node has one (the mock model answers
+    /// with a valid instance; real providers get it in the prompt).
+    #[serde(skip)]
+    pub response_schema: Option<Value>,
+}
+
+impl ModelRequest {
+    /// The last user message (what the node asked).
+    pub fn last_user(&self) -> &str {
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| m.role == Role::User)
+            .map_or("", |m| m.content.as_str())
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+}
+
+/// One model reached while serving a request.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ModelCall {
+    pub model: String,
+    pub provider: String,
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_class: Option<ErrorClass>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// `None` when the model has no price (see `priced`).
+    pub cost_usd: Option<f64>,
+    pub priced: bool,
+    pub duration_ms: u64,
+    /// The reply text, for calls that answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -31,8 +109,14 @@ pub struct ModelResponse {
     pub model: String,
     pub provider: String,
     pub usage: Usage,
-    /// Priced cost; `None` when the model has no price in the table.
+    /// Priced cost of this answer; `None` when the model has no price in the table.
     pub cost_usd: Option<f64>,
+    /// Whether a fallback model answered instead of the primary.
+    pub fallback_used: bool,
+    /// Every model reached, the answering one last.
+    pub calls: Vec<ModelCall>,
+    /// Governance events (`model_fallback_blocked`), without node ids.
+    pub events: Vec<Value>,
 }
 
 /// Why a model call failed (spec 002 "Model fallback").
@@ -49,6 +133,16 @@ pub enum ErrorClass {
 }
 
 impl ErrorClass {
+    pub const ALL: [ErrorClass; 7] = [
+        ErrorClass::RateLimit,
+        ErrorClass::Timeout,
+        ErrorClass::ServerError,
+        ErrorClass::HttpError,
+        ErrorClass::Malformed,
+        ErrorClass::Network,
+        ErrorClass::Auth,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorClass::RateLimit => "rate_limit",
@@ -62,16 +156,7 @@ impl ErrorClass {
     }
 
     pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "rate_limit" => ErrorClass::RateLimit,
-            "timeout" => ErrorClass::Timeout,
-            "server_error" => ErrorClass::ServerError,
-            "http_error" => ErrorClass::HttpError,
-            "malformed" => ErrorClass::Malformed,
-            "network" => ErrorClass::Network,
-            "auth" => ErrorClass::Auth,
-            _ => return None,
-        })
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
     }
 }
 
@@ -82,6 +167,11 @@ pub struct ModelError {
     pub message: String,
     pub status: Option<u16>,
     pub retry_after: Option<Duration>,
+    /// False for failures a retry cannot fix: bad credentials, exhausted quota or spend limit.
+    pub retryable: bool,
+    /// Every model reached before giving up.
+    pub calls: Vec<ModelCall>,
+    pub events: Vec<Value>,
 }
 
 impl ModelError {
@@ -91,6 +181,9 @@ impl ModelError {
             message: message.into(),
             status: None,
             retry_after: None,
+            retryable: class != ErrorClass::Auth,
+            calls: Vec::new(),
+            events: Vec::new(),
         }
     }
 }
@@ -101,4 +194,9 @@ pub trait ModelClient: Send + Sync {
 
     /// Whether a model name can be routed; `Err` says why not (used by validation).
     fn check_model(&self, model: &str) -> Result<(), String>;
+
+    /// Whether the workspace policy allows the model; `Err` says why not.
+    fn check_policy(&self, _model: &str) -> Result<(), String> {
+        Ok(())
+    }
 }

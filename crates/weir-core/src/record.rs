@@ -121,6 +121,13 @@ pub struct Attempt {
     /// For model calls: the reply text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response: Option<String>,
+    /// For model calls: every model reached in this attempt (fallbacks, schema repairs),
+    /// each with its reply, usage, cost and, for a reply that failed validation, the errors.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<Value>,
+    /// What this attempt cost, failed or not.
+    #[serde(default)]
+    pub cost_usd: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

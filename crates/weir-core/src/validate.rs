@@ -174,13 +174,31 @@ pub fn capabilities(
                 );
             }
             NodeKind::Agent(a) => {
-                if let Err(why) = models.check_model(&a.model) {
-                    out.push(
-                        Diagnostic::error("E015", format!("model `{}` cannot be used: {why}", a.model))
-                            .node(&n.id)
-                            .at(n.span)
-                            .hint("use a claude-*, gpt-*, o1*/o3*/o4* model, `mock`, or a provider:model name"),
-                    );
+                for (i, model) in std::iter::once(&a.model)
+                    .chain(&a.fallback_models)
+                    .enumerate()
+                {
+                    let role = if i == 0 { "model" } else { "fallback model" };
+                    if let Err(why) = models.check_model(model) {
+                        out.push(
+                            Diagnostic::error("E015", format!("{role} `{model}` cannot be used: {why}"))
+                                .node(&n.id)
+                                .at(n.span)
+                                .hint("use a claude-*, gpt-*, o1*/o3*/o4* model, `mock`, or a provider:model name"),
+                        );
+                    } else if let Err(why) = models.check_policy(model) {
+                        let d = if i == 0 {
+                            Diagnostic::error("E018", format!("model `{model}` is not allowed: {why}"))
+                                .hint("pick an allowed model or extend [models] allow / [providers] allow in weir.toml")
+                        } else {
+                            Diagnostic::warning(
+                                "W104",
+                                format!("fallback model `{model}` is not allowed and will be skipped: {why}"),
+                            )
+                            .hint("remove it from fallback_models or allow it in weir.toml")
+                        };
+                        out.push(d.node(&n.id).at(n.span));
+                    }
                 }
             }
             _ => {}

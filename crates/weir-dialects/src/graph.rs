@@ -7,11 +7,13 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use weir_core::ErrorClass;
 use weir_core::expr::{self, Template};
 use weir_core::ir::{
-    AgentSpec, AttemptPolicy, ConditionSpec, DEFAULT_HOP_CEILING, Dialect, Edge, EndSpec,
-    EndStatus, GateSpec, LoopSpec, Node, NodeKind, ToolSpec, Workflow,
+    AgentSpec, AttemptPolicy, ConditionSpec, DEFAULT_HOP_CEILING, DEFAULT_REPAIR_ATTEMPTS, Dialect,
+    Edge, EndSpec, EndStatus, GateSpec, LoopSpec, Node, NodeKind, ToolSpec, Workflow,
 };
+use weir_core::schema::Schema;
 use weir_core::validate::suggest;
 use weir_core::{Diagnostic, Span};
 
@@ -66,6 +68,28 @@ impl Cx {
                 None
             }
         }
+    }
+
+    /// A list of strings.
+    fn strings(&mut self, node: &str, cfg: &tree::Node, key: &str) -> Option<Vec<String>> {
+        let v = cfg.get(key)?;
+        let items: Option<Vec<String>> = match &v.kind {
+            Kind::Seq(items) => items
+                .iter()
+                .map(|i| i.as_str().map(str::to_string))
+                .collect(),
+            _ => None,
+        };
+        if items.is_none() {
+            self.err(
+                "E011",
+                Some(node),
+                v.span,
+                format!("`{key}` must be a list of strings, found {}", v.type_name()),
+                "write a list such as [\"a\", \"b\"]",
+            );
+        }
+        items
     }
 
     fn template(&mut self, node: &str, cfg: &tree::Node, key: &str) -> Option<Template> {
@@ -397,6 +421,10 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
             "user_message",
             "temperature",
             "max_tokens",
+            "response_schema",
+            "repair_attempts",
+            "fallback_models",
+            "fallback_error_classes",
         ],
         "tool" => &["tool_name", "params"],
         "condition" => &["expression"],
@@ -471,12 +499,56 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
             let max_tokens = cx
                 .integer(&id, cfg, "max_tokens", 1, 1_000_000)
                 .map(|x| x as u32);
+            let response_schema = cfg.get("response_schema").and_then(|v| {
+                let schema = v.to_json();
+                match Schema::compile(&schema) {
+                    Ok(_) => Some(schema),
+                    Err(e) => {
+                        cx.err(
+                            "E017",
+                            Some(&id),
+                            v.span,
+                            format!("invalid response_schema: {e}"),
+                            "give a JSON Schema object such as {\"type\": \"object\", \"properties\": {...}}; $ref to files or URLs is not allowed",
+                        );
+                        None
+                    }
+                }
+            });
+            let repair_attempts = cx
+                .integer(&id, cfg, "repair_attempts", 0, 10)
+                .map_or(DEFAULT_REPAIR_ATTEMPTS, |x| x as u32);
+            let fallback_models = cx.strings(&id, cfg, "fallback_models").unwrap_or_default();
+            let classes = cx.strings(&id, cfg, "fallback_error_classes");
+            let fallback_error_classes = classes.map(|names| {
+                let mut out = Vec::new();
+                for c in &names {
+                    match ErrorClass::parse(c) {
+                        Some(class) => out.push(class),
+                        None => cx.err(
+                            "E007",
+                            Some(&id),
+                            cfg.get("fallback_error_classes").and_then(|v| v.span),
+                            format!(
+                                "`{c}` is not an error class{}",
+                                suggest(c, ErrorClass::ALL.iter().map(|c| c.as_str()))
+                            ),
+                            "classes: rate_limit, timeout, server_error, http_error, malformed, network, auth",
+                        ),
+                    }
+                }
+                out
+            });
             NodeKind::Agent(AgentSpec {
                 model: model?,
                 system_prompt,
                 user_message: user_message?,
                 temperature,
                 max_tokens,
+                response_schema,
+                repair_attempts,
+                fallback_models,
+                fallback_error_classes,
             })
         }
         "tool" => {

@@ -1,14 +1,14 @@
 //! The attempt policy (spec 002 "Retries, timeouts, and backoff"): each attempt runs under
 //! the node's timeout; on error the engine sleeps 1 s, 2 s, 4 s … (capped at 30 s, or the
 //! provider's `retry-after` when it sent one) and tries again, up to `retry_count` extra
-//! times. Every attempt is recorded.
+//! times. Every attempt is recorded, with what its model calls cost.
 
 use std::time::{Duration, Instant};
 
 use weir_core::ir::AttemptPolicy;
 use weir_core::record::{Attempt, StepStatus};
 
-use crate::nodes::{self, Failure, NodeCtx, Outcome};
+use crate::nodes::{self, Failure, NodeCtx, Outcome, Spent};
 
 /// Longest `retry-after` the engine honours.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
@@ -16,11 +16,14 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 pub struct Attempts {
     pub result: Result<Outcome, Failure>,
     pub attempts: Vec<Attempt>,
+    /// Everything every attempt spent.
+    pub spent: Spent,
 }
 
 pub async fn run(ctx: &NodeCtx) -> Attempts {
     let policy = ctx.node.policy;
     let mut attempts = Vec::new();
+    let mut total = Spent::default();
     let mut n = 1;
     loop {
         let started = Instant::now();
@@ -32,11 +35,13 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
                 retryable: true,
                 retry_after: None,
                 request: None,
+                spent: None,
             }),
         };
         let duration_ms = started.elapsed().as_millis() as u64;
         match result {
             Ok(outcome) => {
+                merge(&mut total, &outcome.spent);
                 attempts.push(Attempt {
                     n,
                     status: StepStatus::Succeeded,
@@ -45,13 +50,18 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
                     duration_ms,
                     request: outcome.request.clone(),
                     response: outcome.response.clone(),
+                    calls: outcome.spent.calls.clone(),
+                    cost_usd: outcome.spent.cost_usd,
                 });
                 return Attempts {
                     result: Ok(outcome),
                     attempts,
+                    spent: total,
                 };
             }
             Err(f) => {
+                let spent = f.spent.as_deref().cloned().unwrap_or_default();
+                merge(&mut total, &spent);
                 attempts.push(Attempt {
                     n,
                     status: StepStatus::Failed,
@@ -60,11 +70,14 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
                     duration_ms,
                     request: f.request.as_deref().cloned(),
                     response: None,
+                    calls: spent.calls,
+                    cost_usd: spent.cost_usd,
                 });
                 if !f.retryable || n > policy.retry_count {
                     return Attempts {
                         result: Err(f),
                         attempts,
+                        spent: total,
                     };
                 }
                 let wait = f
@@ -74,6 +87,18 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
                 tokio::time::sleep(wait).await;
                 n += 1;
             }
+        }
+    }
+}
+
+fn merge(total: &mut Spent, s: &Spent) {
+    total.cost_usd += s.cost_usd;
+    total.tokens.input += s.tokens.input;
+    total.tokens.output += s.tokens.output;
+    total.events.extend(s.events.iter().cloned());
+    for m in &s.unpriced {
+        if !total.unpriced.contains(m) {
+            total.unpriced.push(m.clone());
         }
     }
 }

@@ -11,6 +11,7 @@ mod attempt;
 pub mod nodes;
 mod owner;
 mod scheduler;
+pub mod structured;
 
 use std::sync::Arc;
 

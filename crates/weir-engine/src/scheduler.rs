@@ -215,6 +215,18 @@ impl<'e> Run<'e> {
         step.finished_at = Some(now());
         step.duration_ms = Some(started.elapsed().as_millis() as u64);
         step.attempts = result.attempts;
+        // Every attempt's model calls are charged, failed attempts included.
+        step.cost_usd = result.spent.cost_usd;
+        step.tokens = result.spent.tokens.clone();
+        self.snapshot.cost_usd += result.spent.cost_usd;
+        for mut event in result.spent.events {
+            event["node_id"] = Value::String(node_id.to_string());
+            self.engine
+                .services
+                .store
+                .add_event(&self.run_id, &event)
+                .await?;
+        }
         let node = self
             .wf
             .node(node_id)
@@ -233,10 +245,7 @@ impl<'e> Run<'e> {
             Ok(outcome) => {
                 step.status = StepStatus::Succeeded;
                 step.route = outcome.route.label();
-                step.cost_usd = outcome.cost_usd;
-                step.tokens = outcome.tokens.clone();
                 step.output = outcome.output.clone();
-                self.snapshot.cost_usd += outcome.cost_usd;
                 if let Some(v) = outcome.write {
                     let key = node.output_key.clone().unwrap_or_else(|| node.id.clone());
                     self.snapshot.state.insert(key, v);

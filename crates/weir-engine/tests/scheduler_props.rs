@@ -27,14 +27,17 @@ struct FakeModel;
 impl ModelClient for FakeModel {
     async fn complete(&self, req: ModelRequest) -> Result<ModelResponse, ModelError> {
         // Vary completion order so concurrency is exercised.
-        let jitter = req.user.len() as u64 % 3;
+        let jitter = req.last_user().len() as u64 % 3;
         tokio::time::sleep(Duration::from_millis(jitter)).await;
         Ok(ModelResponse {
-            text: req.user.clone(),
+            text: req.last_user().to_string(),
             model: req.model,
             provider: "fake".into(),
             usage: Usage::default(),
             cost_usd: Some(0.0),
+            fallback_used: false,
+            calls: Vec::new(),
+            events: Vec::new(),
         })
     }
     fn check_model(&self, _: &str) -> Result<(), String> {
@@ -165,6 +168,10 @@ fn random_graph(rng: &mut Rng) -> Workflow {
                 user_message: Template::parse(&"x".repeat(1 + i)).unwrap(),
                 temperature: None,
                 max_tokens: None,
+                response_schema: None,
+                repair_attempts: 2,
+                fallback_models: Vec::new(),
+                fallback_error_classes: None,
             }),
         };
         nodes.push(node(&id, kind));

@@ -1,10 +1,10 @@
 //! Anthropic Messages API client: `POST {ANTHROPIC_BASE_URL}/v1/messages`.
 
 use serde_json::{Value, json};
-use weir_core::model::Usage;
-use weir_core::{ErrorClass, ModelError, ModelRequest, ModelResponse};
+use weir_core::model::{Role, Usage};
+use weir_core::{ErrorClass, ModelError, ModelRequest};
 
-use crate::{http, pricing};
+use crate::http::{self, Reply};
 
 pub struct Anthropic {
     client: reqwest::Client,
@@ -26,19 +26,26 @@ impl Anthropic {
         }
     }
 
-    pub async fn complete(
-        &self,
-        req: &ModelRequest,
-        model: &str,
-    ) -> Result<ModelResponse, ModelError> {
+    pub async fn complete(&self, req: &ModelRequest, model: &str) -> Result<Reply, ModelError> {
         let key = self
             .api_key
             .as_deref()
             .ok_or_else(|| ModelError::new(ErrorClass::Auth, "ANTHROPIC_API_KEY is not set"))?;
+        let messages: Vec<Value> = req
+            .messages
+            .iter()
+            .map(|m| {
+                let role = match m.role {
+                    Role::User => "user",
+                    Role::Assistant => "assistant",
+                };
+                json!({"role": role, "content": m.content})
+            })
+            .collect();
         let mut body = json!({
             "model": model,
             "max_tokens": req.max_tokens.unwrap_or(1024),
-            "messages": [{"role": "user", "content": req.user}],
+            "messages": messages,
         });
         if let Some(s) = &req.system {
             body["system"] = json!(s);
@@ -63,6 +70,7 @@ impl Anthropic {
             .await
             .map_err(|e| http::classify_transport(&e))?;
         if status == 529 {
+            // Anthropic's "overloaded" is a server-side condition.
             let mut e = http::status_error(status, &headers, &text);
             e.class = ErrorClass::ServerError;
             return Err(e);
@@ -82,22 +90,18 @@ impl Anthropic {
             .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
             .filter_map(|b| b.get("text").and_then(Value::as_str))
             .collect();
-        let usage = Usage {
-            input_tokens: v
-                .pointer("/usage/input_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-            output_tokens: v
-                .pointer("/usage/output_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-        };
-        Ok(ModelResponse {
+        Ok(Reply {
             text,
-            model: req.model.clone(),
-            provider: "anthropic".into(),
-            cost_usd: pricing::cost(model, usage.input_tokens, usage.output_tokens),
-            usage,
+            usage: Usage {
+                input_tokens: v
+                    .pointer("/usage/input_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0),
+                output_tokens: v
+                    .pointer("/usage/output_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0),
+            },
         })
     }
 }

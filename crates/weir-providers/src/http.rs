@@ -2,7 +2,14 @@
 
 use std::time::Duration;
 
+use weir_core::model::Usage;
 use weir_core::{ErrorClass, ModelError};
+
+/// A provider's answer to one call.
+pub struct Reply {
+    pub text: String,
+    pub usage: Usage,
+}
 
 pub fn client() -> reqwest::Client {
     // rustls needs a process-wide crypto provider; installing twice is harmless.
@@ -84,5 +91,22 @@ pub fn status_error(status: u16, headers: &reqwest::header::HeaderMap, body: &st
     let mut err = ModelError::new(classify_status(status), format!("HTTP {status}: {detail}"));
     err.status = Some(status);
     err.retry_after = retry_after(headers);
+    // A 429 for an exhausted quota or a spend limit will not clear up by waiting.
+    let lower = body.to_ascii_lowercase();
+    if status == 429
+        && [
+            "insufficient_quota",
+            "quota",
+            "billing",
+            "spend limit",
+            "spending limit",
+            "credit balance",
+        ]
+        .iter()
+        .any(|k| lower.contains(k))
+    {
+        err.retryable = false;
+        err.message.push_str(" (quota or spend limit: not retried)");
+    }
     err
 }

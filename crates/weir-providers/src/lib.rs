@@ -12,4 +12,5 @@ pub mod openai;
 pub mod pricing;
 mod router;
 
+pub use pricing::Pricing;
 pub use router::Router;

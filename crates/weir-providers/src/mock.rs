@@ -1,10 +1,11 @@
 //! The `mock` model: deterministic and offline, so every example and test runs without keys.
 //!
-//! By default it replies `mock reply to: <user message>` (the first 200 characters), with
-//! token counts of a quarter of the characters sent and received, at $0. It can be scripted
-//! with `WEIR_MOCK`: a path to a JSON file (or inline JSON starting with `[`) holding a list
-//! of rules; the first rule whose `match` text occurs in the system prompt or user message
-//! (and whose `times` budget is not used up) decides the reply:
+//! By default it replies `mock reply to: <last user message>` (the first 200 characters), or,
+//! when the node has a `response_schema`, a JSON value that matches it. Token counts are a
+//! quarter of the characters sent and received, at $0. It can be scripted with `WEIR_MOCK`:
+//! a path to a JSON file (or inline JSON starting with `[`) holding a list of rules; the
+//! first rule whose `match` text occurs in the system prompt or any message (and whose
+//! `times` budget is not used up) decides the reply:
 //!
 //! ```json
 //! [{"match": "Summarize", "reply": "Nothing unusual.", "input_tokens": 12, "output_tokens": 3},
@@ -16,8 +17,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde::Deserialize;
+use serde_json::{Map, Value, json};
 use weir_core::model::Usage;
-use weir_core::{ErrorClass, ModelError, ModelRequest, ModelResponse};
+use weir_core::{ErrorClass, ModelError, ModelRequest};
+
+use crate::http::Reply;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -64,8 +68,13 @@ impl Mock {
         Ok(Self { rules })
     }
 
-    pub async fn complete(&self, req: &ModelRequest) -> Result<ModelResponse, ModelError> {
-        let sent = format!("{}\n{}", req.system.as_deref().unwrap_or(""), req.user);
+    pub async fn complete(&self, req: &ModelRequest) -> Result<Reply, ModelError> {
+        let mut sent = req.system.clone().unwrap_or_default();
+        for m in &req.messages {
+            sent.push('\n');
+            sent.push_str(&m.content);
+        }
+        let approx = |s: &str| (s.chars().count() as u64).div_ceil(4);
         let rule = self.rules.iter().find(|r| {
             sent.contains(&r.pattern)
                 && match r.times {
@@ -73,13 +82,15 @@ impl Mock {
                     Some(t) => r.used.fetch_add(1, Ordering::SeqCst) < t,
                 }
         });
-        let approx = |s: &str| (s.chars().count() as u64).div_ceil(4);
         let Some(rule) = rule else {
-            let reply = format!(
-                "mock reply to: {}",
-                req.user.chars().take(200).collect::<String>()
-            );
-            return Ok(respond(req, reply.clone(), approx(&sent), approx(&reply)));
+            let reply = match &req.response_schema {
+                Some(schema) => example(schema, 0).to_string(),
+                None => format!(
+                    "mock reply to: {}",
+                    req.last_user().chars().take(200).collect::<String>()
+                ),
+            };
+            return Ok(reply_with(reply.clone(), approx(&sent), approx(&reply)));
         };
         if rule.delay_ms > 0 {
             tokio::time::sleep(Duration::from_millis(rule.delay_ms)).await;
@@ -92,8 +103,7 @@ impl Mock {
             return Err(ModelError::new(class, msg));
         }
         let reply = rule.reply.clone().unwrap_or_default();
-        Ok(respond(
-            req,
+        Ok(reply_with(
             reply.clone(),
             rule.input_tokens.unwrap_or_else(|| approx(&sent)),
             rule.output_tokens.unwrap_or_else(|| approx(&reply)),
@@ -101,20 +111,87 @@ impl Mock {
     }
 }
 
-fn respond(
-    req: &ModelRequest,
-    text: String,
-    input_tokens: u64,
-    output_tokens: u64,
-) -> ModelResponse {
-    ModelResponse {
+fn reply_with(text: String, input_tokens: u64, output_tokens: u64) -> Reply {
+    Reply {
         text,
-        model: req.model.clone(),
-        provider: "mock".into(),
         usage: Usage {
             input_tokens,
             output_tokens,
         },
-        cost_usd: Some(0.0),
+    }
+}
+
+/// A small value that satisfies common JSON Schema shapes: `const`/`enum` first, then by
+/// `type` with `minimum`/`maximum`, `minLength`, `minItems` and every property.
+pub fn example(schema: &Value, depth: usize) -> Value {
+    if depth > 16 {
+        return Value::Null;
+    }
+    let Some(s) = schema.as_object() else {
+        return Value::Null;
+    };
+    if let Some(c) = s.get("const") {
+        return c.clone();
+    }
+    if let Some(Value::Array(options)) = s.get("enum")
+        && let Some(first) = options.first()
+    {
+        return first.clone();
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if let Some(Value::Array(options)) = s.get(key)
+            && let Some(first) = options.first()
+        {
+            return example(first, depth + 1);
+        }
+    }
+    let ty = match s.get("type") {
+        Some(Value::String(t)) => t.as_str(),
+        Some(Value::Array(ts)) => ts.iter().find_map(Value::as_str).unwrap_or("null"),
+        _ if s.contains_key("properties") => "object",
+        _ => "string",
+    };
+    let num = |default: f64| {
+        let lo = s.get("minimum").and_then(Value::as_f64);
+        let hi = s.get("maximum").and_then(Value::as_f64);
+        match (lo, hi) {
+            (Some(l), _) if default < l => l,
+            (_, Some(h)) if default > h => h,
+            _ => default,
+        }
+    };
+    match ty {
+        "object" => {
+            let mut out = Map::new();
+            if let Some(Value::Object(props)) = s.get("properties") {
+                for (k, v) in props {
+                    out.insert(k.clone(), example(v, depth + 1));
+                }
+            }
+            Value::Object(out)
+        }
+        "array" => {
+            let n = s
+                .get("minItems")
+                .and_then(Value::as_u64)
+                .unwrap_or(1)
+                .min(16);
+            let item = s
+                .get("items")
+                .map_or(Value::Null, |i| example(i, depth + 1));
+            Value::Array(vec![item; n as usize])
+        }
+        "integer" => json!(num(50.0).ceil() as i64),
+        "number" => json!(num(0.5)),
+        "boolean" => json!(true),
+        "null" => Value::Null,
+        _ => {
+            let min = s.get("minLength").and_then(Value::as_u64).unwrap_or(0) as usize;
+            let mut text = "mock".to_string();
+            while text.len() < min {
+                text.push('x');
+            }
+            json!(text)
+        }
     }
 }

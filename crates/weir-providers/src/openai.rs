@@ -1,46 +1,63 @@
-//! OpenAI Chat Completions client (and any OpenAI-compatible server):
-//! `POST {OPENAI_BASE_URL}/chat/completions`.
+//! OpenAI Chat Completions client, for OpenAI itself and any OpenAI-compatible server
+//! (`[providers.NAME] base_url` in weir.toml): `POST {base}/chat/completions`.
 
 use serde_json::{Value, json};
-use weir_core::model::Usage;
-use weir_core::{ErrorClass, ModelError, ModelRequest, ModelResponse};
+use weir_core::model::{Role, Usage};
+use weir_core::{ErrorClass, ModelError, ModelRequest};
 
-use crate::{http, pricing};
+use crate::http::{self, Reply};
 
 pub struct OpenAi {
     client: reqwest::Client,
     base_url: String,
     api_key: Option<String>,
+    /// Environment variable the key comes from, for the error when it is missing.
+    key_var: Option<String>,
 }
 
 impl OpenAi {
+    /// OpenAI itself: `OPENAI_BASE_URL`, `OPENAI_API_KEY`.
     pub fn from_env() -> Self {
+        Self::new(
+            &std::env::var("OPENAI_BASE_URL")
+                .unwrap_or_else(|_| "https://api.openai.com/v1".into()),
+            Some("OPENAI_API_KEY"),
+        )
+    }
+
+    /// An OpenAI-compatible server; `key_var` names the environment variable holding its key
+    /// (`None`: the server needs none).
+    pub fn new(base_url: &str, key_var: Option<&str>) -> Self {
         Self {
             client: http::client(),
-            base_url: std::env::var("OPENAI_BASE_URL")
-                .unwrap_or_else(|_| "https://api.openai.com/v1".into())
-                .trim_end_matches('/')
-                .to_string(),
-            api_key: std::env::var("OPENAI_API_KEY")
-                .ok()
+            base_url: base_url.trim_end_matches('/').to_string(),
+            api_key: key_var
+                .and_then(|v| std::env::var(v).ok())
                 .filter(|k| !k.is_empty()),
+            key_var: key_var.map(str::to_string),
         }
     }
 
-    pub async fn complete(
-        &self,
-        req: &ModelRequest,
-        model: &str,
-    ) -> Result<ModelResponse, ModelError> {
-        let key = self
-            .api_key
-            .as_deref()
-            .ok_or_else(|| ModelError::new(ErrorClass::Auth, "OPENAI_API_KEY is not set"))?;
+    pub async fn complete(&self, req: &ModelRequest, model: &str) -> Result<Reply, ModelError> {
+        if self.api_key.is_none()
+            && let Some(var) = &self.key_var
+        {
+            return Err(ModelError::new(
+                ErrorClass::Auth,
+                format!("{var} is not set"),
+            ));
+        }
         let mut messages = Vec::new();
         if let Some(s) = &req.system {
             messages.push(json!({"role": "system", "content": s}));
         }
-        messages.push(json!({"role": "user", "content": req.user}));
+        for m in &req.messages {
+            let role = match m.role {
+                Role::User => "user",
+                Role::Assistant => "assistant",
+            };
+            messages.push(json!({"role": role, "content": m.content}));
+        }
         let mut body = json!({"model": model, "messages": messages});
         if let Some(t) = req.temperature {
             body["temperature"] = json!(t);
@@ -48,12 +65,15 @@ impl OpenAi {
         if let Some(m) = req.max_tokens {
             body["max_tokens"] = json!(m);
         }
-        let resp = self
+        let mut call = self
             .client
             .post(format!("{}/chat/completions", self.base_url))
-            .bearer_auth(key)
             .timeout(req.timeout)
-            .json(&body)
+            .json(&body);
+        if let Some(key) = &self.api_key {
+            call = call.bearer_auth(key);
+        }
+        let resp = call
             .send()
             .await
             .map_err(|e| http::classify_transport(&e))?;
@@ -79,22 +99,18 @@ impl OpenAi {
                 )
             })?
             .to_string();
-        let usage = Usage {
-            input_tokens: v
-                .pointer("/usage/prompt_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-            output_tokens: v
-                .pointer("/usage/completion_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-        };
-        Ok(ModelResponse {
+        Ok(Reply {
             text,
-            model: req.model.clone(),
-            provider: "openai".into(),
-            cost_usd: pricing::cost(model, usage.input_tokens, usage.output_tokens),
-            usage,
+            usage: Usage {
+                input_tokens: v
+                    .pointer("/usage/prompt_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0),
+                output_tokens: v
+                    .pointer("/usage/completion_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0),
+            },
         })
     }
 }

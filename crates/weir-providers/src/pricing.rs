@@ -1,5 +1,9 @@
 //! Built-in price table: USD per million input and output tokens.
 
+use std::collections::BTreeMap;
+
+use weir_core::settings::Price;
+
 /// `(model prefix, input $/Mtok, output $/Mtok)`; the longest matching prefix wins, so
 /// dated snapshots (`claude-haiku-4-5-20251001`) price like their family.
 const TABLE: &[(&str, f64, f64)] = &[
@@ -30,6 +34,31 @@ const TABLE: &[(&str, f64, f64)] = &[
     ("mock", 0.0, 0.0),
 ];
 
+/// The built-in table plus `weir.toml` `[pricing]` overrides.
+#[derive(Debug, Clone, Default)]
+pub struct Pricing {
+    overrides: BTreeMap<String, Price>,
+}
+
+impl Pricing {
+    pub fn new(overrides: BTreeMap<String, Price>) -> Self {
+        Self { overrides }
+    }
+
+    /// Cost of one call of `model` (as the workflow names it, possibly `provider:model`), or
+    /// `None` when neither the overrides nor the table price it.
+    pub fn cost(&self, model: &str, input_tokens: u64, output_tokens: u64) -> Option<f64> {
+        let bare = model.split_once(':').map_or(model, |(_, m)| m);
+        let (i, o) = self
+            .overrides
+            .get(model)
+            .or_else(|| self.overrides.get(bare))
+            .map(|p| (p.input_per_mtok, p.output_per_mtok))
+            .or_else(|| price(model))?;
+        Some((input_tokens as f64 * i + output_tokens as f64 * o) / 1_000_000.0)
+    }
+}
+
 /// Price per million tokens `(input, output)` for a model, if known.
 pub fn price(model: &str) -> Option<(f64, f64)> {
     let bare = model.split_once(':').map_or(model, |(_, m)| m);
@@ -59,5 +88,25 @@ mod tests {
             Some(15.0)
         );
         assert_eq!(cost("llama3.2", 10, 10), None);
+        let mut o = BTreeMap::new();
+        o.insert(
+            "ollama:llama3.2".to_string(),
+            Price {
+                input_per_mtok: 0.5,
+                output_per_mtok: 1.0,
+            },
+        );
+        o.insert(
+            "gpt-4o".to_string(),
+            Price {
+                input_per_mtok: 1.0,
+                output_per_mtok: 1.0,
+            },
+        );
+        let p = Pricing::new(o);
+        assert_eq!(p.cost("ollama:llama3.2", 2_000_000, 1_000_000), Some(2.0));
+        assert_eq!(p.cost("gpt-4o", 1_000_000, 0), Some(1.0));
+        assert_eq!(p.cost("claude-haiku-4-5", 1_000_000, 0), Some(1.0));
+        assert_eq!(p.cost("ollama:mistral", 1, 1), None);
     }
 }

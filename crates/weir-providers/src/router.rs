@@ -1,49 +1,33 @@
-//! Routes model names to providers.
+//! Routes model names to providers, and governs fallback.
+//!
+//! One `complete` call tries the primary model, then each `fallback_models` candidate, but
+//! only after a failure whose class the node approved (`fallback_error_classes`, default every
+//! class but `auth`), and only for candidates the workspace allows (`weir.toml` model and
+//! provider allowlists). A refused candidate is skipped and reported as a
+//! `model_fallback_blocked` event. There is no retry loop here: the engine's attempt policy
+//! is the one retry loop, so retries never multiply between layers.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
 
 use async_trait::async_trait;
+use serde_json::json;
+use weir_core::model::ModelCall;
+use weir_core::settings::Settings;
 use weir_core::{ErrorClass, ModelClient, ModelError, ModelRequest, ModelResponse};
 
 use crate::anthropic::Anthropic;
+use crate::http::Reply;
 use crate::mock::Mock;
 use crate::openai::OpenAi;
+use crate::pricing::Pricing;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Provider {
+#[derive(Clone, Copy)]
+enum Target<'a> {
     Mock,
     Anthropic,
     OpenAi,
-}
-
-/// Which provider serves `model`, and the model name to send it.
-fn route(model: &str) -> Result<(Provider, &str), String> {
-    if let Some((prefix, rest)) = model.split_once(':') {
-        let p = match prefix {
-            "anthropic" => Provider::Anthropic,
-            "openai" => Provider::OpenAi,
-            "mock" => Provider::Mock,
-            other => {
-                return Err(format!(
-                    "unknown provider `{other}` (known: anthropic, openai, mock)"
-                ));
-            }
-        };
-        if rest.is_empty() {
-            return Err("empty model name after the provider prefix".into());
-        }
-        return Ok((p, rest));
-    }
-    if model == "mock" {
-        Ok((Provider::Mock, model))
-    } else if model.starts_with("claude-") {
-        Ok((Provider::Anthropic, model))
-    } else if ["gpt-", "o1", "o3", "o4"]
-        .iter()
-        .any(|p| model.starts_with(p))
-    {
-        Ok((Provider::OpenAi, model))
-    } else {
-        Err("no provider serves this name".into())
-    }
+    Named(&'a OpenAi),
 }
 
 /// The model client the binary wires into the engine.
@@ -51,41 +35,215 @@ pub struct Router {
     mock: Mock,
     anthropic: Anthropic,
     openai: OpenAi,
+    named: BTreeMap<String, OpenAi>,
+    pricing: Pricing,
+    settings: Settings,
 }
 
 impl Router {
-    /// A router with an unscripted mock, for checks that only need routing.
-    pub fn offline() -> Self {
+    /// Providers from the environment (DESIGN §5) and `weir.toml` settings (DESIGN §7).
+    pub fn new(settings: Settings) -> Result<Self, String> {
+        Ok(Self::build(Mock::from_env()?, settings))
+    }
+
+    /// A router with an unscripted mock, for checks that only need routing and policy.
+    pub fn offline(settings: Settings) -> Self {
+        Self::build(Mock::default(), settings)
+    }
+
+    fn build(mock: Mock, settings: Settings) -> Self {
+        let named = settings
+            .providers
+            .named
+            .iter()
+            .map(|(name, p)| {
+                (
+                    name.clone(),
+                    OpenAi::new(&p.base_url, p.api_key_env.as_deref()),
+                )
+            })
+            .collect();
         Self {
-            mock: Mock::default(),
+            mock,
             anthropic: Anthropic::from_env(),
             openai: OpenAi::from_env(),
+            named,
+            pricing: Pricing::new(settings.pricing.clone()),
+            settings,
         }
     }
 
-    /// Reads provider settings from the environment (DESIGN §5).
-    pub fn from_env() -> Result<Self, String> {
-        Ok(Self {
-            mock: Mock::from_env()?,
-            anthropic: Anthropic::from_env(),
-            openai: OpenAi::from_env(),
-        })
+    /// Which provider serves `model`: its name, client and the model name to send.
+    fn route<'a>(&'a self, model: &'a str) -> Result<(&'a str, Target<'a>, &'a str), String> {
+        if let Some((prefix, rest)) = model.split_once(':') {
+            if rest.is_empty() {
+                return Err("empty model name after the provider prefix".into());
+            }
+            return match prefix {
+                "anthropic" => Ok(("anthropic", Target::Anthropic, rest)),
+                "openai" => Ok(("openai", Target::OpenAi, rest)),
+                "mock" => Ok(("mock", Target::Mock, rest)),
+                other => match self.named.get_key_value(other) {
+                    Some((name, client)) => Ok((name.as_str(), Target::Named(client), rest)),
+                    None => Err(format!(
+                        "unknown provider `{other}` (known: anthropic, openai, mock{}); add [providers.{other}] base_url to weir.toml",
+                        self.named
+                            .keys()
+                            .map(|k| format!(", {k}"))
+                            .collect::<String>()
+                    )),
+                },
+            };
+        }
+        if model == "mock" {
+            Ok(("mock", Target::Mock, model))
+        } else if model.starts_with("claude-") {
+            Ok(("anthropic", Target::Anthropic, model))
+        } else if ["gpt-", "o1", "o3", "o4"]
+            .iter()
+            .any(|p| model.starts_with(p))
+        {
+            Ok(("openai", Target::OpenAi, model))
+        } else {
+            Err("no provider serves this name".into())
+        }
+    }
+
+    async fn call(
+        &self,
+        target: Target<'_>,
+        req: &ModelRequest,
+        name: &str,
+    ) -> Result<Reply, ModelError> {
+        match target {
+            Target::Mock => self.mock.complete(req).await,
+            Target::Anthropic => self.anthropic.complete(req, name).await,
+            Target::OpenAi => self.openai.complete(req, name).await,
+            Target::Named(client) => client.complete(req, name).await,
+        }
     }
 }
 
 #[async_trait]
 impl ModelClient for Router {
     async fn complete(&self, req: ModelRequest) -> Result<ModelResponse, ModelError> {
-        let (provider, name) =
-            route(&req.model).map_err(|e| ModelError::new(ErrorClass::HttpError, e))?;
-        match provider {
-            Provider::Mock => self.mock.complete(&req).await,
-            Provider::Anthropic => self.anthropic.complete(&req, name).await,
-            Provider::OpenAi => self.openai.complete(&req, name).await,
+        let approved: Vec<ErrorClass> = req.fallback_error_classes.clone().unwrap_or_else(|| {
+            ErrorClass::ALL
+                .into_iter()
+                .filter(|c| *c != ErrorClass::Auth)
+                .collect()
+        });
+        let candidates: Vec<String> = std::iter::once(req.model.clone())
+            .chain(req.fallback_models.iter().cloned())
+            .collect();
+        let mut calls = Vec::new();
+        let mut events = Vec::new();
+        let mut last: Option<ModelError> = None;
+        for (i, model) in candidates.iter().enumerate() {
+            let (provider, target, name) = match self.route(model) {
+                Ok(r) => r,
+                Err(why) => {
+                    if i == 0 {
+                        let mut e = ModelError::new(
+                            ErrorClass::HttpError,
+                            format!("model `{model}`: {why}"),
+                        );
+                        e.retryable = false;
+                        last = Some(e);
+                        break;
+                    }
+                    events.push(
+                        json!({"type": "model_fallback_blocked", "model": model, "reason": why}),
+                    );
+                    continue;
+                }
+            };
+            if let Err(why) = self.settings.allows(model, provider) {
+                if i == 0 {
+                    let mut e =
+                        ModelError::new(ErrorClass::Auth, format!("workspace policy: {why}"));
+                    e.retryable = false;
+                    last = Some(e);
+                    break;
+                }
+                events.push(json!({
+                    "type": "model_fallback_blocked", "model": model, "provider": provider, "reason": why
+                }));
+                continue;
+            }
+            let started = Instant::now();
+            let result = self.call(target, &req, name).await;
+            let duration_ms = started.elapsed().as_millis() as u64;
+            match result {
+                Ok(reply) => {
+                    let cost = self.pricing.cost(
+                        model,
+                        reply.usage.input_tokens,
+                        reply.usage.output_tokens,
+                    );
+                    calls.push(ModelCall {
+                        model: model.clone(),
+                        provider: provider.to_string(),
+                        status: "succeeded".into(),
+                        error_class: None,
+                        error: None,
+                        input_tokens: reply.usage.input_tokens,
+                        output_tokens: reply.usage.output_tokens,
+                        cost_usd: cost,
+                        priced: cost.is_some(),
+                        duration_ms,
+                        reply: Some(reply.text.clone()),
+                    });
+                    return Ok(ModelResponse {
+                        text: reply.text,
+                        model: model.clone(),
+                        provider: provider.to_string(),
+                        usage: reply.usage,
+                        cost_usd: cost,
+                        fallback_used: i > 0,
+                        calls,
+                        events,
+                    });
+                }
+                Err(e) => {
+                    calls.push(ModelCall {
+                        model: model.clone(),
+                        provider: provider.to_string(),
+                        status: "failed".into(),
+                        error_class: Some(e.class),
+                        error: Some(e.message.clone()),
+                        input_tokens: 0,
+                        output_tokens: 0,
+                        cost_usd: Some(0.0),
+                        priced: true,
+                        duration_ms,
+                        reply: None,
+                    });
+                    let fail_over = approved.contains(&e.class);
+                    last = Some(e);
+                    if !fail_over {
+                        break;
+                    }
+                }
+            }
         }
+        let mut err = last.unwrap_or_else(|| {
+            ModelError::new(
+                ErrorClass::Auth,
+                "no candidate model is allowed by the workspace policy",
+            )
+        });
+        err.calls = calls;
+        err.events = events;
+        Err(err)
     }
 
     fn check_model(&self, model: &str) -> Result<(), String> {
-        route(model).map(|_| ())
+        self.route(model).map(|_| ())
+    }
+
+    fn check_policy(&self, model: &str) -> Result<(), String> {
+        let (provider, _, _) = self.route(model)?;
+        self.settings.allows(model, provider)
     }
 }

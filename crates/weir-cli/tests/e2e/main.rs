@@ -6,6 +6,7 @@ mod durability;
 mod enrichment;
 mod examples;
 mod gates;
+mod gateway;
 mod providers;
 mod scheduling;
 mod support;

@@ -1,14 +1,17 @@
-//! `agent`: one LLM call. The rendered `user_message` and `system_prompt` go to `model`; the
-//! reply text is written to state; the step output records `{text, model, provider,
-//! input_tokens, output_tokens}` and the priced cost.
+//! `agent`: one LLM call (spec 002 "Agent"). The rendered `user_message` and `system_prompt`
+//! go to `model`, failing over to `fallback_models` as governed by the model gateway. Without
+//! `response_schema` the reply text is written to state; with it the reply is parsed, checked
+//! and repaired by the structured-reply loop and the parsed value is written. The step output
+//! records `{text, model, provider, fallback_used, input_tokens, output_tokens}` (and
+//! `parsed`, `schema_valid`, `repair_attempts` with a schema); every call is priced.
 
-use serde_json::json;
-use weir_core::ErrorClass;
+use serde_json::{Value, json};
 use weir_core::ModelRequest;
 use weir_core::ir::AgentSpec;
-use weir_core::record::Tokens;
+use weir_core::model::Message;
 
-use super::{Failure, NodeCtx, Outcome, Route};
+use super::{Failure, NodeCtx, Outcome, Route, Spent};
+use crate::structured::{self, SchemaCheck, StructuredError};
 
 pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure> {
     let state = ctx.state.as_ref();
@@ -18,52 +21,100 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
         .map(|t| t.render(state))
         .transpose()
         .map_err(|e| Failure::fatal("template", format!("system_prompt: {}", e.message)))?;
-    let user = spec
+    let mut user = spec
         .user_message
         .render(state)
         .map_err(|e| Failure::fatal("template", format!("user_message: {}", e.message)))?;
+    if let Some(schema) = &spec.response_schema {
+        user.push_str(&format!(
+            "\n\nRespond with only a JSON value that matches this JSON Schema:\n{schema}"
+        ));
+    }
     let request = json!({"model": spec.model, "system": system, "user": user});
     let req = ModelRequest {
         model: spec.model.clone(),
         system,
-        user,
+        messages: vec![Message::user(user)],
         temperature: spec.temperature,
         max_tokens: spec.max_tokens,
         // A little past the attempt timeout, so the engine's own timeout decides.
         timeout: ctx.node.policy.timeout + std::time::Duration::from_secs(1),
+        fallback_models: spec.fallback_models.clone(),
+        fallback_error_classes: spec.fallback_error_classes.clone(),
+        response_schema: spec.response_schema.clone(),
     };
-    match ctx.services.models.complete(req).await {
-        Ok(r) => {
-            let mut output = json!({
-                "text": r.text,
-                "model": r.model,
-                "provider": r.provider,
-                "input_tokens": r.usage.input_tokens,
-                "output_tokens": r.usage.output_tokens,
-            });
-            if r.cost_usd.is_none() {
-                output["priced"] = json!(false);
+    let mut spent = Spent::default();
+    let models = ctx.services.models.as_ref();
+    let (response, parsed, repairs) = match &spec.response_schema {
+        None => match models.complete(req).await {
+            Ok(r) => {
+                spent.add(&r.calls, &r.events);
+                (r, None, 0)
             }
-            Ok(Outcome {
-                write: Some(json!(r.text)),
-                route: Route::All,
-                tokens: Tokens {
-                    input: r.usage.input_tokens,
-                    output: r.usage.output_tokens,
-                },
-                cost_usd: r.cost_usd.unwrap_or(0.0),
-                request: Some(request),
-                response: Some(r.text.clone()),
-                output,
-            })
+            Err(e) => {
+                spent.add(&e.calls, &e.events);
+                return Err(model_failure(e, request, spent));
+            }
+        },
+        Some(schema) => {
+            let check = SchemaCheck::new(schema).map_err(|e| Failure::fatal("schema", e))?;
+            match structured::ask(models, req, &check, spec.repair_attempts, &mut spent).await {
+                Ok(s) => (s.response, Some(s.parsed), s.repairs),
+                Err(StructuredError::Model(e)) => return Err(model_failure(e, request, spent)),
+                Err(StructuredError::Invalid { errors, repairs }) => {
+                    let list: String = errors.iter().map(|e| format!("\n  - {e}")).collect();
+                    let mut f = Failure::fatal(
+                        "schema",
+                        format!(
+                            "the reply did not match response_schema after {repairs} repair attempt{}:{list}",
+                            if repairs == 1 { "" } else { "s" }
+                        ),
+                    );
+                    f.request = Some(Box::new(request));
+                    f.spent = Some(Box::new(spent));
+                    return Err(f);
+                }
+            }
         }
-        Err(e) => Err(Failure {
-            message: e.message.clone(),
-            class: e.class.as_str().into(),
-            // A bad key or forbidden model does not fix itself on a retry.
-            retryable: e.class != ErrorClass::Auth,
-            retry_after: e.retry_after,
-            request: Some(Box::new(request)),
-        }),
+    };
+    let mut output = json!({
+        "text": response.text,
+        "model": response.model,
+        "provider": response.provider,
+        "fallback_used": response.fallback_used,
+        "input_tokens": spent.tokens.input,
+        "output_tokens": spent.tokens.output,
+    });
+    if !spent.unpriced.is_empty() {
+        output["priced"] = json!(false);
+        output["unpriced_models"] = json!(spent.unpriced);
+    }
+    let write = match parsed {
+        Some(p) => {
+            output["parsed"] = p.clone();
+            output["schema_valid"] = json!(true);
+            output["repair_attempts"] = json!(repairs);
+            p
+        }
+        None => Value::String(response.text.clone()),
+    };
+    Ok(Outcome {
+        write: Some(write),
+        route: Route::All,
+        request: Some(request),
+        response: Some(response.text.clone()),
+        output,
+        spent,
+    })
+}
+
+fn model_failure(e: weir_core::ModelError, request: Value, spent: Spent) -> Failure {
+    Failure {
+        message: e.message.clone(),
+        class: e.class.as_str().into(),
+        retryable: e.retryable,
+        retry_after: e.retry_after,
+        request: Some(Box::new(request)),
+        spent: Some(Box::new(spent)),
     }
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 use weir_core::ir::{EndStatus, Node, NodeKind};
+use weir_core::model::ModelCall;
 use weir_core::record::Tokens;
 
 use crate::Services;
@@ -53,6 +54,34 @@ impl Route {
     }
 }
 
+/// What model calls in one attempt used: every call (priced), tokens, governance events.
+#[derive(Debug, Clone, Default)]
+pub struct Spent {
+    pub cost_usd: f64,
+    pub tokens: Tokens,
+    /// One JSON record per model reached (see [`ModelCall`]).
+    pub calls: Vec<Value>,
+    pub events: Vec<Value>,
+    /// Models that answered but have no price.
+    pub unpriced: Vec<String>,
+}
+
+impl Spent {
+    pub fn add(&mut self, calls: &[ModelCall], events: &[Value]) {
+        for c in calls {
+            self.cost_usd += c.cost_usd.unwrap_or(0.0);
+            self.tokens.input += c.input_tokens;
+            self.tokens.output += c.output_tokens;
+            if !c.priced && !self.unpriced.contains(&c.model) {
+                self.unpriced.push(c.model.clone());
+            }
+            self.calls
+                .push(serde_json::to_value(c).unwrap_or(Value::Null));
+        }
+        self.events.extend(events.iter().cloned());
+    }
+}
+
 /// A successful attempt.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -61,10 +90,9 @@ pub struct Outcome {
     /// What to write to state under the output key (agent and tool nodes).
     pub write: Option<Value>,
     pub route: Route,
-    pub tokens: Tokens,
-    pub cost_usd: f64,
     pub request: Option<Value>,
     pub response: Option<String>,
+    pub spent: Spent,
 }
 
 impl Outcome {
@@ -73,10 +101,9 @@ impl Outcome {
             output,
             write: None,
             route,
-            tokens: Tokens::default(),
-            cost_usd: 0.0,
             request: None,
             response: None,
+            spent: Spent::default(),
         }
     }
 }
@@ -91,6 +118,8 @@ pub struct Failure {
     pub retry_after: Option<std::time::Duration>,
     /// Boxed: failures travel through `Result`s and should stay small.
     pub request: Option<Box<Value>>,
+    /// Model calls made before the failure (they are charged too).
+    pub spent: Option<Box<Spent>>,
 }
 
 impl Failure {
@@ -101,6 +130,7 @@ impl Failure {
             retryable: false,
             retry_after: None,
             request: None,
+            spent: None,
         }
     }
 }

@@ -37,6 +37,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &ToolSpec) -> Result<Outcome, Failure>
             retryable: e.retryable,
             retry_after: None,
             request: Some(Box::new(json!({"tool": spec.tool_name}))),
+            spent: None,
         }),
     }
 }

@@ -1,0 +1,207 @@
+//! Workspace settings: `weir.toml` (DESIGN §7). This module parses and checks them; the
+//! binary finds the file (`--config`, `WEIR_CONFIG`, or `./weir.toml`) and hands the
+//! parsed settings to the providers.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    #[serde(default)]
+    pub models: ModelSettings,
+    #[serde(default)]
+    pub providers: ProviderSection,
+    /// Per-model prices, overriding the built-in table. Keys are model names as workflows
+    /// write them (`ollama:llama3.2`, `gpt-4o`).
+    #[serde(default)]
+    pub pricing: BTreeMap<String, Price>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSettings {
+    /// Globs (`*`, `?`) of allowed model names; absent = every model.
+    pub allow: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ProviderSection {
+    /// Allowed provider names (`anthropic`, `openai`, `mock`, or a named provider); absent
+    /// = every provider.
+    pub allow: Option<Vec<String>>,
+    /// OpenAI-compatible providers by name: `[providers.ollama] base_url = "…"`.
+    #[serde(flatten)]
+    pub named: BTreeMap<String, NamedProvider>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedProvider {
+    /// Base URL of an OpenAI-compatible API; the client posts to `{base_url}/chat/completions`.
+    pub base_url: String,
+    /// Environment variable holding the API key, if the server needs one.
+    pub api_key_env: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+}
+
+const BUILT_IN_PROVIDERS: &[&str] = &["anthropic", "openai", "mock"];
+
+impl Settings {
+    /// Parses `weir.toml` text; the error names the problem and, where it can, the line.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let raw: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+        for key in raw.keys() {
+            match key.as_str() {
+                "models" | "providers" | "pricing" => {}
+                "mcp" | "tools" | "secrets" | "network" => {
+                    return Err(format!(
+                        "section [{key}] is not available in this version of weir; remove it"
+                    ));
+                }
+                other => {
+                    return Err(format!(
+                        "unknown section [{other}]; weir.toml has [models], [providers] and [pricing]"
+                    ));
+                }
+            }
+        }
+        let s: Settings = toml::from_str(text).map_err(|e| e.to_string())?;
+        for (name, p) in &s.providers.named {
+            if BUILT_IN_PROVIDERS.contains(&name.as_str()) {
+                return Err(format!(
+                    "[providers.{name}]: `{name}` is a built-in provider; configure it with its environment variables"
+                ));
+            }
+            if !(p.base_url.starts_with("http://") || p.base_url.starts_with("https://")) {
+                return Err(format!(
+                    "[providers.{name}] base_url must be an http(s) URL"
+                ));
+            }
+        }
+        for (model, p) in &s.pricing {
+            if !(p.input_per_mtok >= 0.0 && p.output_per_mtok >= 0.0) {
+                return Err(format!(
+                    "[pricing.\"{model}\"]: prices must be zero or more"
+                ));
+            }
+        }
+        Ok(s)
+    }
+
+    /// Whether the workspace allows `model` served by `provider`; `Err` says why not.
+    pub fn allows(&self, model: &str, provider: &str) -> Result<(), String> {
+        if let Some(globs) = &self.models.allow
+            && !globs.iter().any(|g| glob(g, model))
+        {
+            return Err(format!(
+                "model `{model}` is not in the workspace model allowlist ({})",
+                globs.join(", ")
+            ));
+        }
+        if let Some(allowed) = &self.providers.allow
+            && !allowed.iter().any(|p| p == provider)
+        {
+            return Err(format!(
+                "provider `{provider}` is not in the workspace provider allowlist ({})",
+                allowed.join(", ")
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Shell-style glob with `*` (any run) and `?` (one character).
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    let (mut star, mut mark) = (None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    while pi < p.len() && p[pi] == '*' {
+        pi += 1;
+    }
+    pi == p.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_example() {
+        let s = Settings::parse(
+            r#"
+[models]
+allow = ["claude-*", "gpt-4o"]
+
+[providers]
+allow = ["anthropic", "openai", "ollama"]
+
+[providers.ollama]
+base_url = "http://127.0.0.1:11434/v1"
+
+[pricing."ollama:llama3.2"]
+input_per_mtok = 0.0
+output_per_mtok = 0.0
+"#,
+        )
+        .unwrap();
+        assert!(s.allows("claude-haiku-4-5", "anthropic").is_ok());
+        assert!(s.allows("gpt-4o", "openai").is_ok());
+        assert!(s.allows("gpt-4o-mini", "openai").is_err());
+        assert!(s.allows("claude-haiku-4-5", "mock").is_err());
+        assert_eq!(
+            s.providers.named["ollama"].base_url,
+            "http://127.0.0.1:11434/v1"
+        );
+        assert_eq!(s.pricing["ollama:llama3.2"].input_per_mtok, 0.0);
+    }
+
+    #[test]
+    fn rejects_what_it_does_not_know() {
+        assert!(
+            Settings::parse("[modles]\nallow = []")
+                .unwrap_err()
+                .contains("unknown section")
+        );
+        assert!(Settings::parse("[models]\nalow = []").is_err());
+        assert!(
+            Settings::parse("[mcp.servers.x]\ncommand = \"x\"")
+                .unwrap_err()
+                .contains("not available")
+        );
+        assert!(Settings::parse("[providers.openai]\nbase_url = \"http://x\"").is_err());
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob("claude-*", "claude-haiku-4-5"));
+        assert!(glob("*", "anything"));
+        assert!(glob("gpt-4?", "gpt-4o"));
+        assert!(!glob("gpt-4o", "gpt-4o-mini"));
+        assert!(!glob("claude-*", "gpt-4o"));
+    }
+}
