@@ -40,6 +40,7 @@ pub async fn services(env: &Env) -> Result<Services> {
     Ok(Services {
         models: Arc::new(models(env)?),
         tools: Arc::new(weir_tools::Registry::new()),
+        scripts: Arc::new(weir_script::Bun::from_env()),
         store: Arc::new(store),
     })
 }

@@ -392,6 +392,52 @@ impl Template {
         })
     }
 
+    /// Parses a machine-dialect template: `{{ expr }}` placeholders (Jinja-style), every
+    /// other character literal. Statements (`{% … %}`) are not part of the language.
+    pub fn parse_jinja(source: &str) -> Result<Self, ExprError> {
+        let mut segments = Vec::new();
+        let mut rest = source;
+        let mut offset = 0;
+        while let Some(start) = rest.find("{{").or_else(|| rest.find("{%")) {
+            let open = rest.find("{{");
+            let stmt = rest.find("{%");
+            if let Some(st) = stmt
+                && open.is_none_or(|o| st < o)
+            {
+                return Err(ExprError::new(format!(
+                    "`{{%` at character {} : template statements are not supported; use a condition node, or write {{{{ '{{%' }}}} for the literal text",
+                    offset + st + 1
+                )));
+            }
+            let start = open.unwrap_or(start);
+            if start > 0 {
+                segments.push(Segment::Lit(rest[..start].to_string()));
+            }
+            let after = &rest[start + 2..];
+            let end = after.find("}}").ok_or_else(|| {
+                ExprError::new(format!(
+                    "unclosed `{{{{` at character {}",
+                    offset + start + 1
+                ))
+            })?;
+            let inner = after[..end].trim();
+            check(inner).map_err(|e| {
+                ExprError::new(format!("in placeholder `{{{{ {inner} }}}}`: {}", e.message))
+            })?;
+            segments.push(Segment::Expr(inner.to_string()));
+            let consumed = start + 2 + end + 2;
+            offset += consumed;
+            rest = &rest[consumed..];
+        }
+        if !rest.is_empty() {
+            segments.push(Segment::Lit(rest.to_string()));
+        }
+        Ok(Self {
+            source: source.to_string(),
+            segments,
+        })
+    }
+
     /// Renders against state: strings are inserted as-is, other values as JSON.
     pub fn render<S: Serialize>(&self, state: &S) -> Result<String, ExprError> {
         let mut out = String::new();
@@ -505,6 +551,12 @@ mod tests {
         let t = Template::parse("Lead: {lead.name} ({n}) {{literal}}").unwrap();
         assert_eq!(t.render(&s).unwrap(), "Lead: Ada (3) {literal}");
         assert!(Template::parse("oops {").is_err());
+        let j =
+            Template::parse_jinja("Diff: {{ diff.stdout }} and { braces } {{ n + 1 }}").unwrap();
+        let st = json!({"diff": {"stdout": "+1 line"}, "n": 1});
+        assert_eq!(j.render(&st).unwrap(), "Diff: +1 line and { braces } 2");
+        assert!(Template::parse_jinja("{{ unclosed").is_err());
+        assert!(Template::parse_jinja("{% if x %}y{% endif %}").is_err());
         assert!(Template::parse("{ 1 + }").is_err());
         assert_eq!(
             render_value(&json!({"a": "{lead}", "b": "x{n}"}), &s).unwrap(),

@@ -34,6 +34,19 @@ impl Dialect {
 /// Default ceiling on node executions per run (DESIGN §2).
 pub const DEFAULT_HOP_CEILING: u32 = 1000;
 
+/// Where node outputs live in run state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StateLayout {
+    /// Graph: the input's keys, plus each agent/tool result under its output key. A node
+    /// that already ran runs again only when a loop node re-arms it.
+    Flat,
+    /// Machine and pipeline: `{"input": {...}, "variables": {node_id: output}}`; templates
+    /// also see each variable by its node id (`{{ build.stdout }}`). Every transition runs
+    /// its target again, as in a state machine; the hop ceiling bounds cycles.
+    Variables,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Workflow {
     pub name: String,
@@ -41,6 +54,12 @@ pub struct Workflow {
     pub nodes: Vec<Node>,
     pub edges: Vec<Edge>,
     pub hop_ceiling: u32,
+    pub layout: StateLayout,
+    /// JSON Schema the run input must match (machine dialect `input:`).
+    pub input_schema: Option<Value>,
+    /// Explicit entry node (machine `start:`, pipeline's first step); `None` = every node
+    /// without an incoming edge (graph).
+    pub start: Option<String>,
 }
 
 impl Workflow {
@@ -56,8 +75,11 @@ impl Workflow {
         self.edges.iter().filter(move |e| e.target == id)
     }
 
-    /// Entry nodes: those with no incoming edge.
+    /// Entry nodes: the explicit start, else those with no incoming edge.
     pub fn entries(&self) -> Vec<&Node> {
+        if let Some(s) = &self.start {
+            return self.node(s).into_iter().collect();
+        }
         self.nodes
             .iter()
             .filter(|n| self.incoming(&n.id).next().is_none())
@@ -114,6 +136,18 @@ impl Node {
     pub fn is_branch(&self) -> bool {
         matches!(self.kind, NodeKind::Condition(_) | NodeKind::Loop(_))
     }
+
+    /// The route keys this node can return, when it branches on a fixed set.
+    pub fn routes(&self) -> Option<Vec<String>> {
+        let bools = || vec!["true".to_string(), "false".to_string()];
+        match &self.kind {
+            NodeKind::Condition(_) | NodeKind::Loop(_) => Some(bools()),
+            NodeKind::Judge(j) => Some(j.validator.routes()),
+            NodeKind::Script(s) => s.validator.as_ref().map(Validator::routes),
+            NodeKind::Consensus(c) => Some(c.mode.routes()),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -126,6 +160,9 @@ pub enum NodeKind {
     HumanGate(GateSpec),
     Merge,
     End(EndSpec),
+    Judge(JudgeSpec),
+    Consensus(ConsensusSpec),
+    Script(ScriptSpec),
 }
 
 impl NodeKind {
@@ -138,6 +175,9 @@ impl NodeKind {
             NodeKind::HumanGate(_) => "human_gate",
             NodeKind::Merge => "merge",
             NodeKind::End(_) => "end",
+            NodeKind::Judge(_) => "ai_judge",
+            NodeKind::Consensus(_) => "consensus",
+            NodeKind::Script(_) => "script",
         }
     }
 }
@@ -213,11 +253,92 @@ pub struct Edge {
 }
 
 impl Edge {
-    /// Whether this edge fires for a branch result `key` (case-insensitive for booleans).
+    /// Whether this edge fires for a route `key`: exact, and case-insensitive for
+    /// `true`/`false`; an edge without a selector always fires.
     pub fn matches(&self, key: &str) -> bool {
         match &self.selector {
             None => true,
-            Some(s) => s.eq_ignore_ascii_case(key),
+            Some(s) => {
+                s == key
+                    || (s.eq_ignore_ascii_case(key)
+                        && (key.eq_ignore_ascii_case("true") || key.eq_ignore_ascii_case("false")))
+            }
         }
     }
+}
+
+/// How a judge's or script's raw value becomes a route (spec 000 "Validators").
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Validator {
+    Boolean,
+    Enum { routes: Vec<String> },
+    Confidence { threshold: f64 },
+}
+
+impl Validator {
+    pub fn routes(&self) -> Vec<String> {
+        match self {
+            Validator::Enum { routes } => routes.clone(),
+            _ => vec!["true".into(), "false".into()],
+        }
+    }
+}
+
+/// `ai_judge`: one model call answering in a JSON envelope, routed by its validator.
+#[derive(Debug, Clone, Serialize)]
+pub struct JudgeSpec {
+    pub model: String,
+    pub system: Option<Template>,
+    pub prompt: Template,
+    pub validator: Validator,
+    /// Re-asks after a malformed or out-of-range reply (0–5, default 1).
+    pub max_retries: u32,
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ConsensusMode {
+    /// Gate: each agent approves with `result: true`.
+    Boolean,
+    /// Gate: each agent approves when its score meets the threshold.
+    Confidence { threshold: f64 },
+    /// Plurality vote over free answers (optionally restricted to `choices`).
+    Answer { choices: Option<Vec<String>> },
+    /// Every agent answers; an aggregation pass picks the most consistent answer.
+    MostConsistent,
+}
+
+impl ConsensusMode {
+    pub fn routes(&self) -> Vec<String> {
+        match self {
+            ConsensusMode::Boolean | ConsensusMode::Confidence { .. } => {
+                vec!["approved".into(), "rejected".into()]
+            }
+            _ => vec!["decided".into(), "undecided".into()],
+        }
+    }
+}
+
+/// `consensus`: `agent_count` parallel model calls and a vote.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConsensusSpec {
+    pub model: String,
+    pub system: Option<Template>,
+    pub prompt: Template,
+    pub agent_count: u32,
+    pub quorum: u32,
+    pub mode: ConsensusMode,
+    /// Per-agent re-asks (0–3, default 1).
+    pub max_retries: u32,
+    pub temperature: Option<f64>,
+}
+
+/// `script`: JavaScript/TypeScript run under bun; the module's `export default` is the value.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScriptSpec {
+    pub source: String,
+    pub validator: Option<Validator>,
 }

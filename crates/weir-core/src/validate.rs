@@ -52,13 +52,13 @@ pub fn structure(wf: &Workflow) -> Vec<Diagnostic> {
         let Some(src) = wf.node(&e.source) else {
             continue;
         };
-        if src.is_branch() {
+        if let Some(routes) = src.routes() {
             match &e.selector {
                 None => out.push(
                     Diagnostic::warning(
                         "W101",
                         format!(
-                            "edge `{}` leaves {} node `{}` without a selector, so it fires on both results",
+                            "edge `{}` leaves {} node `{}` without a selector, so it fires on every result",
                             e.id,
                             src.type_name(),
                             src.id
@@ -66,24 +66,22 @@ pub fn structure(wf: &Workflow) -> Vec<Diagnostic> {
                     )
                     .node(&src.id)
                     .at(e.span)
-                    .hint("set \"condition_value\": \"true\" or \"false\" on the edge"),
+                    .hint(format!("set \"condition_value\" to one of: {}", routes.join(", "))),
                 ),
-                Some(s) if !s.eq_ignore_ascii_case("true") && !s.eq_ignore_ascii_case("false") => {
-                    out.push(
-                        Diagnostic::error(
-                            "E014",
-                            format!(
-                                "edge `{}` out of {} node `{}` selects `{s}`, which it never returns",
-                                e.id,
-                                src.type_name(),
-                                src.id
-                            ),
-                        )
-                        .node(&src.id)
-                        .at(e.span)
-                        .hint("branch nodes return \"true\" or \"false\""),
+                Some(s) if !routes.iter().any(|r| e.matches(r)) => out.push(
+                    Diagnostic::error(
+                        "E014",
+                        format!(
+                            "edge `{}` out of {} node `{}` selects `{s}`, which it never returns",
+                            e.id,
+                            src.type_name(),
+                            src.id
+                        ),
                     )
-                }
+                    .node(&src.id)
+                    .at(e.span)
+                    .hint(format!("this node returns one of: {}", routes.join(", "))),
+                ),
                 Some(_) => {}
             }
         }
@@ -121,7 +119,7 @@ pub fn structure(wf: &Workflow) -> Vec<Diagnostic> {
         if let Some(b) = wf
             .nodes
             .iter()
-            .find(|b| b.is_branch() && preds.contains(b.id.as_str()))
+            .find(|b| b.routes().is_some() && preds.contains(b.id.as_str()))
             && wf.incoming(&n.id).count() > 1
         {
             out.push(
@@ -173,11 +171,14 @@ pub fn capabilities(
                         )),
                 );
             }
-            NodeKind::Agent(a) => {
-                for (i, model) in std::iter::once(&a.model)
-                    .chain(&a.fallback_models)
-                    .enumerate()
-                {
+            NodeKind::Agent(_) | NodeKind::Judge(_) | NodeKind::Consensus(_) => {
+                let (primary, fallbacks): (&String, &[String]) = match &n.kind {
+                    NodeKind::Agent(a) => (&a.model, &a.fallback_models),
+                    NodeKind::Judge(j) => (&j.model, &[]),
+                    NodeKind::Consensus(c) => (&c.model, &[]),
+                    _ => continue,
+                };
+                for (i, model) in std::iter::once(primary).chain(fallbacks).enumerate() {
                     let role = if i == 0 { "model" } else { "fallback model" };
                     if let Err(why) = models.check_model(model) {
                         out.push(

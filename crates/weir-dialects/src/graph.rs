@@ -7,16 +7,17 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use weir_core::Diagnostic;
 use weir_core::ErrorClass;
 use weir_core::expr::{self, Template};
 use weir_core::ir::{
     AgentSpec, AttemptPolicy, ConditionSpec, DEFAULT_HOP_CEILING, DEFAULT_REPAIR_ATTEMPTS, Dialect,
-    Edge, EndSpec, EndStatus, GateSpec, LoopSpec, Node, NodeKind, ToolSpec, Workflow,
+    Edge, EndSpec, EndStatus, GateSpec, LoopSpec, Node, NodeKind, StateLayout, ToolSpec, Workflow,
 };
 use weir_core::schema::Schema;
 use weir_core::validate::suggest;
-use weir_core::{Diagnostic, Span};
 
+use crate::fields::Cx;
 use crate::tree::{self, Kind};
 
 const NODE_TYPES: &[&str] = &[
@@ -37,158 +38,6 @@ const TOP_KEYS: &[&str] = &[
     "edges",
     "hop_ceiling",
 ];
-
-struct Cx {
-    diags: Vec<Diagnostic>,
-}
-
-impl Cx {
-    fn err(&mut self, code: &str, node: Option<&str>, span: Option<Span>, msg: String, hint: &str) {
-        let mut d = Diagnostic::error(code, msg).at(span).hint(hint);
-        if let Some(n) = node {
-            d = d.node(n);
-        }
-        self.diags.push(d);
-    }
-
-    /// A string field; `None` (with a diagnostic) when present but not a string.
-    fn string(&mut self, node: &str, cfg: &tree::Node, key: &str) -> Option<String> {
-        let v = cfg.get(key)?;
-        match &v.kind {
-            Kind::Str(s) => Some(s.clone()),
-            Kind::Null => None,
-            _ => {
-                self.err(
-                    "E011",
-                    Some(node),
-                    v.span,
-                    format!("`{key}` must be a string, found {}", v.type_name()),
-                    "quote the value",
-                );
-                None
-            }
-        }
-    }
-
-    /// A list of strings.
-    fn strings(&mut self, node: &str, cfg: &tree::Node, key: &str) -> Option<Vec<String>> {
-        let v = cfg.get(key)?;
-        let items: Option<Vec<String>> = match &v.kind {
-            Kind::Seq(items) => items
-                .iter()
-                .map(|i| i.as_str().map(str::to_string))
-                .collect(),
-            _ => None,
-        };
-        if items.is_none() {
-            self.err(
-                "E011",
-                Some(node),
-                v.span,
-                format!("`{key}` must be a list of strings, found {}", v.type_name()),
-                "write a list such as [\"a\", \"b\"]",
-            );
-        }
-        items
-    }
-
-    fn template(&mut self, node: &str, cfg: &tree::Node, key: &str) -> Option<Template> {
-        let s = self.string(node, cfg, key)?;
-        match Template::parse(&s) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                self.err(
-                    "E010",
-                    Some(node),
-                    cfg.get(key).and_then(|v| v.span),
-                    format!("invalid template in `{key}`: {}", e.message),
-                    "placeholders are {key} or {key.path}; write {{ and }} for literal braces",
-                );
-                None
-            }
-        }
-    }
-
-    fn number(&mut self, node: &str, cfg: &tree::Node, key: &str, lo: f64, hi: f64) -> Option<f64> {
-        let v = cfg.get(key)?;
-        let n = match &v.kind {
-            Kind::Num(n) => n.as_f64(),
-            Kind::Null => return None,
-            _ => None,
-        };
-        match n {
-            Some(x) if x >= lo && x <= hi => Some(x),
-            Some(x) => {
-                self.err(
-                    "E007",
-                    Some(node),
-                    v.span,
-                    format!("`{key}` is {x}, outside the allowed range {lo}..={hi}"),
-                    "use a value inside the range",
-                );
-                None
-            }
-            None => {
-                self.err(
-                    "E011",
-                    Some(node),
-                    v.span,
-                    format!("`{key}` must be a number, found {}", v.type_name()),
-                    "write a plain number",
-                );
-                None
-            }
-        }
-    }
-
-    fn integer(
-        &mut self,
-        node: &str,
-        cfg: &tree::Node,
-        key: &str,
-        lo: u64,
-        hi: u64,
-    ) -> Option<u64> {
-        let x = self.number(node, cfg, key, lo as f64, hi as f64)?;
-        if x.fract() != 0.0 {
-            self.err(
-                "E011",
-                Some(node),
-                cfg.get(key).and_then(|v| v.span),
-                format!("`{key}` must be a whole number, found {x}"),
-                "write an integer",
-            );
-            return None;
-        }
-        Some(x as u64)
-    }
-
-    fn expression(&mut self, node: &str, cfg: &tree::Node, span: Option<Span>) -> Option<String> {
-        let Some(src) = self.string(node, cfg, "expression") else {
-            if cfg.get("expression").is_none() {
-                self.err(
-                    "E008",
-                    Some(node),
-                    span,
-                    "missing required config `expression`".into(),
-                    "add \"expression\": \"...\" (a Python-style expression over state)",
-                );
-            }
-            return None;
-        };
-        if let Err(e) = expr::check(&src) {
-            self.err(
-                "E006",
-                Some(node),
-                cfg.get("expression").and_then(|v| v.span),
-                format!("invalid expression `{src}`: {}", e.message),
-                "see docs/expressions.md for the expression language",
-            );
-            return None;
-        }
-        Some(src)
-    }
-}
 
 /// Lowers a parsed graph document. Returns the workflow (when no error prevents building
 /// it) and the diagnostics found while lowering.
@@ -294,6 +143,9 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
         nodes,
         edges,
         hop_ceiling,
+        layout: StateLayout::Flat,
+        input_schema: None,
+        start: None,
     };
     for d in weir_core::validate::structure(&wf) {
         let lowered = |id: &str| wf.nodes.iter().any(|n| n.id == id);
@@ -318,6 +170,9 @@ fn empty_workflow(name: &str) -> Workflow {
         nodes: Vec::new(),
         edges: Vec::new(),
         hop_ceiling: DEFAULT_HOP_CEILING,
+        layout: StateLayout::Flat,
+        input_schema: None,
+        start: None,
     }
 }
 

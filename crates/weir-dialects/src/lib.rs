@@ -2,7 +2,9 @@
 //! to the shared IR and reports every problem it finds as a [`Diagnostic`]; [`load`] picks the
 //! dialect from an explicit `dialect:` key or the document's shape.
 
+mod fields;
 pub mod graph;
+pub mod machine;
 pub mod tree;
 
 use weir_core::{Diagnostic, Workflow};
@@ -72,7 +74,14 @@ fn load_tree(doc: &tree::Node, stem: &str) -> Loaded {
                 diagnostics: diags,
             }
         }
-        Some(other @ ("machine" | "pipeline")) => Loaded {
+        Some("machine") => {
+            let (wf, diags) = machine::lower(doc, stem);
+            Loaded {
+                workflow: Some(wf),
+                diagnostics: diags,
+            }
+        }
+        Some(other @ "pipeline") => Loaded {
             workflow: None,
             diagnostics: vec![
                 Diagnostic::error(

@@ -12,13 +12,14 @@ pub mod nodes;
 mod owner;
 mod scheduler;
 pub mod structured;
+pub mod validators;
 
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use weir_core::record::{PendingGate, RunRecord, RunStatus, Snapshot, StepRecord, StepStatus};
 use weir_core::store::{NewRun, RunUpdate, StoreError};
-use weir_core::{ModelClient, RunStore, ToolRunner, Workflow};
+use weir_core::{ModelClient, RunStore, ScriptRunner, ToolRunner, Workflow};
 
 pub use nodes::tool::idempotency_key;
 
@@ -27,6 +28,7 @@ pub use nodes::tool::idempotency_key;
 pub struct Services {
     pub models: Arc<dyn ModelClient>,
     pub tools: Arc<dyn ToolRunner>,
+    pub scripts: Arc<dyn ScriptRunner>,
     pub store: Arc<dyn RunStore>,
 }
 
@@ -92,10 +94,29 @@ impl Engine {
         source: Source,
         input: Value,
     ) -> Result<RunRecord, Error> {
+        if let Some(schema) = &wf.input_schema {
+            let errors = weir_core::schema::Schema::compile(schema)
+                .map_err(Error::State)?
+                .errors(&input);
+            if !errors.is_empty() {
+                return Err(Error::State(format!(
+                    "the input does not match the workflow's input schema:\n  - {}",
+                    errors.join("\n  - ")
+                )));
+            }
+        }
         let run_id = uuid::Uuid::new_v4().to_string();
         let mut state = Map::new();
-        if let Value::Object(m) = &input {
-            state.extend(m.clone());
+        match wf.layout {
+            weir_core::ir::StateLayout::Flat => {
+                if let Value::Object(m) = &input {
+                    state.extend(m.clone());
+                }
+            }
+            weir_core::ir::StateLayout::Variables => {
+                state.insert("input".into(), input.clone());
+                state.insert("variables".into(), Value::Object(Map::new()));
+            }
         }
         let snapshot = Snapshot {
             state,

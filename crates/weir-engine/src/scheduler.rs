@@ -17,7 +17,7 @@ use std::time::Instant;
 use serde_json::Value;
 use tokio::task::JoinSet;
 use weir_core::Workflow;
-use weir_core::ir::{EndStatus, NodeKind};
+use weir_core::ir::{EndStatus, NodeKind, StateLayout};
 use weir_core::record::{
     PendingGate, RunError, RunRecord, RunStatus, Snapshot, StepRecord, StepStatus, Tokens,
 };
@@ -150,7 +150,8 @@ impl<'e> Run<'e> {
             let visit = self.snapshot.visits.get(&node_id).copied().unwrap_or(0) + 1;
             let seq = self.snapshot.next_seq;
             self.snapshot.next_seq += 1;
-            let state = Arc::new(self.snapshot.state.clone());
+            let public = Arc::new(self.snapshot.state.clone());
+            let state = Arc::new(view(self.wf.layout, &public));
             let step = StepRecord {
                 seq,
                 node_id: node_id.clone(),
@@ -158,10 +159,13 @@ impl<'e> Run<'e> {
                 visit,
                 status: StepStatus::Running,
                 route: None,
-                input: if matches!(node.kind, NodeKind::Agent(_)) {
+                input: if matches!(
+                    node.kind,
+                    NodeKind::Agent(_) | NodeKind::Judge(_) | NodeKind::Consensus(_)
+                ) {
                     Value::Null
                 } else {
-                    Value::Object(state.as_ref().clone())
+                    Value::Object(public.as_ref().clone())
                 },
                 output: Value::Null,
                 error: None,
@@ -183,6 +187,8 @@ impl<'e> Run<'e> {
                 run_id: self.run_id.clone(),
                 node,
                 state,
+                public,
+                layout: self.wf.layout,
                 visit,
                 loop_count,
                 services: self.engine.services.clone(),
@@ -246,10 +252,7 @@ impl<'e> Run<'e> {
                 step.status = StepStatus::Succeeded;
                 step.route = outcome.route.label();
                 step.output = outcome.output.clone();
-                if let Some(v) = outcome.write {
-                    let key = node.output_key.clone().unwrap_or_else(|| node.id.clone());
-                    self.snapshot.state.insert(key, v);
-                }
+                self.write(&node, &outcome);
                 match &outcome.route {
                     Route::End(status) => {
                         if !outcome.output.is_null() {
@@ -286,6 +289,36 @@ impl<'e> Run<'e> {
             .await?;
         self.engine.observer.step_finished(&step);
         Ok(())
+    }
+
+    /// Writes a node's result into state: under its output key (graph), or as
+    /// `variables.<id>` (machine and pipeline, where every node's output is its variable).
+    fn write(&mut self, node: &weir_core::Node, outcome: &crate::nodes::Outcome) {
+        match self.wf.layout {
+            StateLayout::Flat => {
+                if let Some(v) = &outcome.write {
+                    let key = node.output_key.clone().unwrap_or_else(|| node.id.clone());
+                    self.snapshot.state.insert(key, v.clone());
+                }
+            }
+            StateLayout::Variables => {
+                if matches!(node.kind, NodeKind::End(_) | NodeKind::HumanGate(_)) {
+                    return;
+                }
+                let value = outcome
+                    .write
+                    .clone()
+                    .unwrap_or_else(|| outcome.output.clone());
+                let vars = self
+                    .snapshot
+                    .state
+                    .entry("variables")
+                    .or_insert_with(|| Value::Object(Default::default()));
+                if let Value::Object(m) = vars {
+                    m.insert(node.id.clone(), value);
+                }
+            }
+        }
     }
 
     /// Loop bookkeeping: on continue keep the counter and re-arm the body; on exit clear it.
@@ -326,6 +359,8 @@ impl<'e> Run<'e> {
 
     fn fire(&mut self, node_id: &str, route: &Route) {
         let wf = self.wf.clone();
+        // In the state-machine layouts every transition runs its target again.
+        let revisit = wf.layout == StateLayout::Variables;
         for e in wf.outgoing(node_id) {
             let fires = match route {
                 Route::All => true,
@@ -344,7 +379,7 @@ impl<'e> Run<'e> {
                     .entry(target.id.clone())
                     .or_default()
                     .insert(e.id.clone());
-            } else if !self.snapshot.completed.contains(&target.id)
+            } else if (revisit || !self.snapshot.completed.contains(&target.id))
                 && !self.snapshot.pending.contains(&target.id)
             {
                 self.snapshot.pending.push(target.id.clone());
@@ -504,4 +539,24 @@ impl<'e> Run<'e> {
             .await?;
         Ok(store.get_record(&self.run_id).await?)
     }
+}
+
+/// What templates and expressions see: public state, plus in the `Variables` layout each
+/// variable under its node id (`{{ build.stdout }}` as well as `{{ variables.build.stdout }}`),
+/// never shadowing `input` or `variables`.
+pub fn view(
+    layout: StateLayout,
+    state: &serde_json::Map<String, Value>,
+) -> serde_json::Map<String, Value> {
+    let mut out = state.clone();
+    if layout == StateLayout::Variables
+        && let Some(Value::Object(vars)) = state.get("variables")
+    {
+        for (k, v) in vars {
+            if !out.contains_key(k) {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    out
 }

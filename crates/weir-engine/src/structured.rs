@@ -14,8 +14,15 @@ use crate::nodes::Spent;
 pub trait ReplyCheck: Send + Sync {
     /// The parsed value, or every problem with the reply.
     fn check(&self, text: &str) -> Result<Value, Vec<String>>;
-    /// The message that asks the model to fix its reply.
+    /// The message that asks the model to fix its reply, sent after the bad reply in the
+    /// same conversation.
     fn repair_prompt(&self, errors: &[String]) -> String;
+
+    /// A single fresh prompt for the retry instead of a continued conversation: `Some` for
+    /// checks whose retry must restate the original prompt, the bad response and the error.
+    fn retry_prompt(&self, _original: &str, _bad: &str, _errors: &[String]) -> Option<String> {
+        None
+    }
 }
 
 /// Checks replies against a JSON Schema.
@@ -77,6 +84,7 @@ pub async fn ask(
     spent: &mut Spent,
 ) -> Result<Structured, StructuredError> {
     let mut repairs = 0;
+    let original = req.last_user().to_string();
     loop {
         let response = match models.complete(req.clone()).await {
             Ok(r) => r,
@@ -102,9 +110,14 @@ pub async fn ask(
                 if repairs >= max_repairs {
                     return Err(StructuredError::Invalid { errors, repairs });
                 }
-                req.messages.push(Message::assistant(response.text.clone()));
-                req.messages
-                    .push(Message::user(check.repair_prompt(&errors)));
+                match check.retry_prompt(&original, &response.text, &errors) {
+                    Some(prompt) => req.messages = vec![Message::user(prompt)],
+                    None => {
+                        req.messages.push(Message::assistant(response.text.clone()));
+                        req.messages
+                            .push(Message::user(check.repair_prompt(&errors)));
+                    }
+                }
                 repairs += 1;
             }
         }

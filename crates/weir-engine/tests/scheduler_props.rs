@@ -15,6 +15,7 @@ use weir_core::ir::{
 };
 use weir_core::model::Usage;
 use weir_core::record::{RunRecord, RunStatus, RunSummary, Snapshot, StepRecord};
+use weir_core::script::{ScriptCall, ScriptError, ScriptResult, ScriptRunner};
 use weir_core::store::{NewRun, RunStore, RunUpdate, StoreError, StoredRun};
 use weir_core::{
     ModelClient, ModelError, ModelRequest, ModelResponse, ToolCall, ToolError, ToolRunner,
@@ -57,6 +58,15 @@ impl ToolRunner for NoTools {
     }
     async fn call(&self, _: ToolCall) -> Result<Value, ToolError> {
         Err(ToolError::fatal("no tools"))
+    }
+}
+
+struct NoScripts;
+
+#[async_trait]
+impl ScriptRunner for NoScripts {
+    async fn run(&self, _: ScriptCall) -> Result<ScriptResult, ScriptError> {
+        Err(ScriptError::Runtime("no scripts".into()))
     }
 }
 
@@ -208,6 +218,9 @@ fn random_graph(rng: &mut Rng) -> Workflow {
         nodes,
         edges,
         hop_ceiling: 1000,
+        layout: weir_core::ir::StateLayout::Flat,
+        input_schema: None,
+        start: None,
     }
 }
 
@@ -253,6 +266,7 @@ fn random_graphs_run_exactly_the_routed_nodes() {
             Services {
                 models: Arc::new(FakeModel),
                 tools: Arc::new(NoTools),
+                scripts: Arc::new(NoScripts),
                 store: store.clone(),
             },
             Arc::new(Quiet),

@@ -7,10 +7,10 @@
 
 use serde_json::{Value, json};
 use weir_core::ModelRequest;
-use weir_core::ir::AgentSpec;
+use weir_core::ir::{AgentSpec, StateLayout};
 use weir_core::model::Message;
 
-use super::{Failure, NodeCtx, Outcome, Route, Spent};
+use super::{Failure, NodeCtx, Outcome, Route, Spent, model_failure};
 use crate::structured::{self, SchemaCheck, StructuredError};
 
 pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure> {
@@ -37,8 +37,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
         messages: vec![Message::user(user)],
         temperature: spec.temperature,
         max_tokens: spec.max_tokens,
-        // A little past the attempt timeout, so the engine's own timeout decides.
-        timeout: ctx.node.policy.timeout + std::time::Duration::from_secs(1),
+        timeout: ctx.call_timeout(),
         fallback_models: spec.fallback_models.clone(),
         fallback_error_classes: spec.fallback_error_classes.clone(),
         response_schema: spec.response_schema.clone(),
@@ -62,17 +61,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
                 Ok(s) => (s.response, Some(s.parsed), s.repairs),
                 Err(StructuredError::Model(e)) => return Err(model_failure(e, request, spent)),
                 Err(StructuredError::Invalid { errors, repairs }) => {
-                    let list: String = errors.iter().map(|e| format!("\n  - {e}")).collect();
-                    let mut f = Failure::fatal(
-                        "schema",
-                        format!(
-                            "the reply did not match response_schema after {repairs} repair attempt{}:{list}",
-                            if repairs == 1 { "" } else { "s" }
-                        ),
-                    );
-                    f.request = Some(Box::new(request));
-                    f.spent = Some(Box::new(spent));
-                    return Err(f);
+                    return Err(super::invalid_reply(errors, repairs, true, request, spent));
                 }
             }
         }
@@ -98,6 +87,15 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
         }
         None => Value::String(response.text.clone()),
     };
+    // In the machine and pipeline layouts the whole output is the variable, and agents'
+    // replies are read as `variables.<id>.response`.
+    let write = match ctx.layout {
+        StateLayout::Flat => write,
+        StateLayout::Variables => {
+            output["response"] = json!(response.text);
+            output.clone()
+        }
+    };
     Ok(Outcome {
         write: Some(write),
         route: Route::All,
@@ -106,15 +104,4 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
         output,
         spent,
     })
-}
-
-fn model_failure(e: weir_core::ModelError, request: Value, spent: Spent) -> Failure {
-    Failure {
-        message: e.message.clone(),
-        class: e.class.as_str().into(),
-        retryable: e.retryable,
-        retry_after: e.retry_after,
-        request: Some(Box::new(request)),
-        spent: Some(Box::new(spent)),
-    }
 }

@@ -2,16 +2,19 @@
 
 mod agent;
 mod condition;
+mod consensus;
 mod end;
 mod human_gate;
+mod judge;
 mod loop_node;
 mod merge;
+mod script;
 pub mod tool;
 
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use weir_core::ir::{EndStatus, Node, NodeKind};
+use weir_core::ir::{EndStatus, Node, NodeKind, StateLayout};
 use weir_core::model::ModelCall;
 use weir_core::record::Tokens;
 
@@ -21,8 +24,12 @@ use crate::Services;
 pub struct NodeCtx {
     pub run_id: String,
     pub node: Node,
-    /// Public state at the start of the step.
+    /// What templates and expressions see at the start of the step: public state, and in the
+    /// `Variables` layout each variable under its node id as well.
     pub state: Arc<Map<String, Value>>,
+    /// Public state itself (what scripts get as `globalThis.weir`).
+    pub public: Arc<Map<String, Value>>,
+    pub layout: StateLayout,
     /// 1-based: how many times this node has run in this run, this time included.
     pub visit: u32,
     /// For loop nodes: the value of `__loop_<id>` for this visit.
@@ -67,6 +74,19 @@ pub struct Spent {
 }
 
 impl Spent {
+    pub fn merge(&mut self, other: Spent) {
+        self.cost_usd += other.cost_usd;
+        self.tokens.input += other.tokens.input;
+        self.tokens.output += other.tokens.output;
+        self.calls.extend(other.calls);
+        self.events.extend(other.events);
+        for m in other.unpriced {
+            if !self.unpriced.contains(&m) {
+                self.unpriced.push(m);
+            }
+        }
+    }
+
     pub fn add(&mut self, calls: &[ModelCall], events: &[Value]) {
         for c in calls {
             self.cost_usd += c.cost_usd.unwrap_or(0.0);
@@ -145,5 +165,70 @@ pub async fn execute(ctx: &NodeCtx) -> Result<Outcome, Failure> {
         NodeKind::HumanGate(spec) => human_gate::execute(ctx, spec),
         NodeKind::Merge => merge::execute(),
         NodeKind::End(spec) => end::execute(ctx, spec),
+        NodeKind::Judge(spec) => judge::execute(ctx, spec).await,
+        NodeKind::Consensus(spec) => consensus::execute(ctx, spec).await,
+        NodeKind::Script(spec) => script::execute(ctx, spec).await,
     }
+}
+
+impl NodeCtx {
+    /// The HTTP timeout of one model call: a little past the attempt timeout, so the
+    /// engine's own timeout decides.
+    pub fn call_timeout(&self) -> std::time::Duration {
+        self.node.policy.timeout + std::time::Duration::from_secs(1)
+    }
+}
+
+/// Renders a template against the node's view of state, naming the field on failure.
+pub fn render(
+    ctx: &NodeCtx,
+    t: &weir_core::expr::Template,
+    field: &str,
+) -> Result<String, Failure> {
+    t.render(ctx.state.as_ref())
+        .map_err(|e| Failure::fatal("template", format!("{field}: {}", e.message)))
+}
+
+/// A model that could not be reached, with what was spent reaching for it.
+pub fn model_failure(e: weir_core::ModelError, request: Value, spent: Spent) -> Failure {
+    Failure {
+        message: e.message.clone(),
+        class: e.class.as_str().into(),
+        retryable: e.retryable,
+        retry_after: e.retry_after,
+        request: Some(Box::new(request)),
+        spent: Some(Box::new(spent)),
+    }
+}
+
+/// A reply still invalid after the last re-ask. Not retried by `retry_count`: the re-ask
+/// loop already was the retry. `schema` says whether a `response_schema` (repair attempts)
+/// or a validator envelope (`maxRetries`) was being checked.
+pub fn invalid_reply(
+    errors: Vec<String>,
+    repairs: u32,
+    schema: bool,
+    request: Value,
+    spent: Spent,
+) -> Failure {
+    let list: String = errors.iter().map(|e| format!("\n  - {e}")).collect();
+    let (what, noun) = if schema {
+        (
+            "the reply did not match response_schema",
+            if repairs == 1 {
+                "repair attempt"
+            } else {
+                "repair attempts"
+            },
+        )
+    } else {
+        (
+            "the reply did not match the validator's format",
+            if repairs == 1 { "retry" } else { "retries" },
+        )
+    };
+    let mut f = Failure::fatal("schema", format!("{what} after {repairs} {noun}:{list}"));
+    f.request = Some(Box::new(request));
+    f.spent = Some(Box::new(spent));
+    f
 }

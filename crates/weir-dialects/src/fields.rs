@@ -1,0 +1,203 @@
+//! Field readers shared by the dialect loaders: each reads one key, checks its type and
+//! range, and records a diagnostic at the key's position when it is wrong.
+
+use weir_core::expr::{self, Template};
+use weir_core::{Diagnostic, Span};
+
+use crate::tree::{self, Kind};
+
+pub(crate) struct Cx {
+    pub(crate) diags: Vec<Diagnostic>,
+}
+
+impl Cx {
+    pub(crate) fn err(
+        &mut self,
+        code: &str,
+        node: Option<&str>,
+        span: Option<Span>,
+        msg: String,
+        hint: &str,
+    ) {
+        let mut d = Diagnostic::error(code, msg).at(span).hint(hint);
+        if let Some(n) = node {
+            d = d.node(n);
+        }
+        self.diags.push(d);
+    }
+
+    /// A string field; `None` (with a diagnostic) when present but not a string.
+    pub(crate) fn string(&mut self, node: &str, cfg: &tree::Node, key: &str) -> Option<String> {
+        let v = cfg.get(key)?;
+        match &v.kind {
+            Kind::Str(s) => Some(s.clone()),
+            Kind::Null => None,
+            _ => {
+                self.err(
+                    "E011",
+                    Some(node),
+                    v.span,
+                    format!("`{key}` must be a string, found {}", v.type_name()),
+                    "quote the value",
+                );
+                None
+            }
+        }
+    }
+
+    /// A list of strings.
+    pub(crate) fn strings(
+        &mut self,
+        node: &str,
+        cfg: &tree::Node,
+        key: &str,
+    ) -> Option<Vec<String>> {
+        let v = cfg.get(key)?;
+        let items: Option<Vec<String>> = match &v.kind {
+            Kind::Seq(items) => items
+                .iter()
+                .map(|i| i.as_str().map(str::to_string))
+                .collect(),
+            _ => None,
+        };
+        if items.is_none() {
+            self.err(
+                "E011",
+                Some(node),
+                v.span,
+                format!("`{key}` must be a list of strings, found {}", v.type_name()),
+                "write a list such as [\"a\", \"b\"]",
+            );
+        }
+        items
+    }
+
+    pub(crate) fn template(&mut self, node: &str, cfg: &tree::Node, key: &str) -> Option<Template> {
+        self.template_in(node, cfg, key, false)
+    }
+
+    /// A `{{ expr }}` (machine dialect) or `{expr}` (graph dialect) template.
+    pub(crate) fn template_in(
+        &mut self,
+        node: &str,
+        cfg: &tree::Node,
+        key: &str,
+        jinja: bool,
+    ) -> Option<Template> {
+        let s = self.string(node, cfg, key)?;
+        let parsed = if jinja {
+            Template::parse_jinja(&s)
+        } else {
+            Template::parse(&s)
+        };
+        match parsed {
+            Ok(t) => Some(t),
+            Err(e) => {
+                self.err(
+                    "E010",
+                    Some(node),
+                    cfg.get(key).and_then(|v| v.span),
+                    format!("invalid template in `{key}`: {}", e.message),
+                    if jinja {
+                        "placeholders are {{ expr }}, e.g. {{ build.stdout }} or {{ input.diff }}"
+                    } else {
+                        "placeholders are {key} or {key.path}; write {{ and }} for literal braces"
+                    },
+                );
+                None
+            }
+        }
+    }
+
+    pub(crate) fn number(
+        &mut self,
+        node: &str,
+        cfg: &tree::Node,
+        key: &str,
+        lo: f64,
+        hi: f64,
+    ) -> Option<f64> {
+        let v = cfg.get(key)?;
+        let n = match &v.kind {
+            Kind::Num(n) => n.as_f64(),
+            Kind::Null => return None,
+            _ => None,
+        };
+        match n {
+            Some(x) if x >= lo && x <= hi => Some(x),
+            Some(x) => {
+                self.err(
+                    "E007",
+                    Some(node),
+                    v.span,
+                    format!("`{key}` is {x}, outside the allowed range {lo}..={hi}"),
+                    "use a value inside the range",
+                );
+                None
+            }
+            None => {
+                self.err(
+                    "E011",
+                    Some(node),
+                    v.span,
+                    format!("`{key}` must be a number, found {}", v.type_name()),
+                    "write a plain number",
+                );
+                None
+            }
+        }
+    }
+
+    pub(crate) fn integer(
+        &mut self,
+        node: &str,
+        cfg: &tree::Node,
+        key: &str,
+        lo: u64,
+        hi: u64,
+    ) -> Option<u64> {
+        let x = self.number(node, cfg, key, lo as f64, hi as f64)?;
+        if x.fract() != 0.0 {
+            self.err(
+                "E011",
+                Some(node),
+                cfg.get(key).and_then(|v| v.span),
+                format!("`{key}` must be a whole number, found {x}"),
+                "write an integer",
+            );
+            return None;
+        }
+        Some(x as u64)
+    }
+
+    pub(crate) fn expression(
+        &mut self,
+        node: &str,
+        cfg: &tree::Node,
+        span: Option<Span>,
+    ) -> Option<String> {
+        let Some(src) = self.string(node, cfg, "expression") else {
+            if cfg.get("expression").is_none() {
+                self.err(
+                    "E008",
+                    Some(node),
+                    span,
+                    "missing required config `expression`".into(),
+                    "add \"expression\": \"...\" (a Python-style expression over state)",
+                );
+            }
+            return None;
+        };
+        if let Err(e) = expr::check(&src) {
+            self.err(
+                "E006",
+                Some(node),
+                cfg.get("expression").and_then(|v| v.span),
+                format!("invalid expression `{src}`: {}", e.message),
+                "see docs/expressions.md for the expression language",
+            );
+            return None;
+        }
+        Some(src)
+    }
+}

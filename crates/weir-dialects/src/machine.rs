@@ -1,0 +1,776 @@
+//! The `machine` dialect (spec 000): a YAML map of node id → node, with `on:` transition maps
+//! on branching nodes and `next:` on the others. Lowered to IR edges: `on: {key: target}`
+//! becomes an edge selecting `key`, `next: target` an unconditional edge. Node outputs live in
+//! `variables.<id>`; templates are `{{ expr }}`.
+//!
+//! The loader rejects what the spec rejects: an `on:` map missing a key its validator can
+//! return or naming one it cannot, empty enum `routes`, a `threshold` outside 0–100,
+//! `maxRetries` out of range, `enum` on consensus, transitions to unknown nodes, and an
+//! `ai_agent` (or any node that cannot branch) with `on:`.
+
+use std::time::Duration;
+
+use weir_core::Diagnostic;
+use weir_core::ir::{
+    AgentSpec, AttemptPolicy, ConditionSpec, ConsensusMode, ConsensusSpec, DEFAULT_HOP_CEILING,
+    Dialect, Edge, EndSpec, EndStatus, GateSpec, JudgeSpec, Node, NodeKind, ScriptSpec,
+    StateLayout, Validator, Workflow,
+};
+use weir_core::schema::Schema;
+use weir_core::validate::suggest;
+
+use crate::fields::Cx;
+use crate::tree;
+
+const TYPES: &[&str] = &[
+    "script",
+    "ai_judge",
+    "ai_agent",
+    "consensus",
+    "condition",
+    "human_gate",
+    "end",
+];
+const TOP_KEYS: &[&str] = &[
+    "dialect",
+    "name",
+    "description",
+    "start",
+    "input",
+    "nodes",
+    "hopCeiling",
+    "hop_ceiling",
+];
+const COMMON: &[&str] = &[
+    "type",
+    "label",
+    "description",
+    "timeout_seconds",
+    "retry_count",
+    "next",
+    "on",
+];
+
+/// Lowers a parsed machine document.
+pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>) {
+    let mut cx = Cx { diags: Vec::new() };
+    for (k, v) in doc.as_map().unwrap_or_default() {
+        if !TOP_KEYS.contains(&k.as_str()) {
+            cx.err(
+                "E009",
+                None,
+                v.span,
+                format!(
+                    "unknown top-level key `{k}`{}",
+                    suggest(k, TOP_KEYS.iter().copied())
+                ),
+                "a machine document has name, description, start, input, hopCeiling and nodes",
+            );
+        }
+    }
+    let name = doc
+        .get("name")
+        .and_then(|n| n.as_str())
+        .unwrap_or(default_name)
+        .to_string();
+    let hop_key = if doc.get("hopCeiling").is_some() {
+        "hopCeiling"
+    } else {
+        "hop_ceiling"
+    };
+    let hop_ceiling = cx
+        .integer("", doc, hop_key, 1, 1_000_000)
+        .map_or(DEFAULT_HOP_CEILING, |x| x as u32);
+    let input_schema = doc.get("input").and_then(|v| {
+        let schema = v.to_json();
+        match Schema::compile(&schema) {
+            Ok(_) => Some(schema),
+            Err(e) => {
+                cx.err(
+                    "E017",
+                    None,
+                    v.span,
+                    format!("invalid input schema: {e}"),
+                    "give a JSON Schema object for the run input",
+                );
+                None
+            }
+        }
+    });
+    let Some(entries) = doc.get("nodes").and_then(|n| n.as_map()) else {
+        cx.err(
+            "E001",
+            None,
+            doc.span,
+            "`nodes` must be a map of node id → node".into(),
+            "see docs/machine.md",
+        );
+        return (
+            workflow(name, Vec::new(), Vec::new(), hop_ceiling, None, None),
+            cx.diags,
+        );
+    };
+    let ids: Vec<&str> = entries.iter().map(|(k, _)| k.as_str()).collect();
+    let mut nodes = Vec::new();
+    let mut edges = Vec::new();
+    for (id, body) in entries {
+        if let Some((node, out)) = lower_node(&mut cx, id, body, &ids) {
+            nodes.push(node);
+            edges.extend(out);
+        }
+    }
+    let start = match doc.get("start") {
+        Some(s) => match s.as_str() {
+            Some(id) if ids.contains(&id) => Some(id.to_string()),
+            Some(id) => {
+                cx.err(
+                    "E003",
+                    Some(id),
+                    s.span,
+                    format!(
+                        "start node `{id}` does not exist{}",
+                        suggest(id, ids.iter().copied())
+                    ),
+                    "name one of the nodes under `nodes:`",
+                );
+                None
+            }
+            None => None,
+        },
+        None => ids.first().map(|s| s.to_string()),
+    };
+    let wf = workflow(name, nodes, edges, hop_ceiling, input_schema, start);
+    let had_errors = cx.diags.iter().any(Diagnostic::is_error);
+    for d in weir_core::validate::structure(&wf) {
+        // Transitions to unknown nodes were reported at the `on:`/`next:` key already.
+        if d.code == "E003" || (had_errors && d.code.starts_with('W')) {
+            continue;
+        }
+        cx.diags.push(d);
+    }
+    (wf, cx.diags)
+}
+
+fn workflow(
+    name: String,
+    nodes: Vec<Node>,
+    edges: Vec<Edge>,
+    hop_ceiling: u32,
+    input_schema: Option<serde_json::Value>,
+    start: Option<String>,
+) -> Workflow {
+    Workflow {
+        name,
+        dialect: Dialect::Machine,
+        nodes,
+        edges,
+        hop_ceiling,
+        layout: StateLayout::Variables,
+        input_schema,
+        start,
+    }
+}
+
+fn lower_node(cx: &mut Cx, id: &str, body: &tree::Node, ids: &[&str]) -> Option<(Node, Vec<Edge>)> {
+    let span = body.span;
+    if body.as_map().is_none() {
+        cx.err(
+            "E001",
+            Some(id),
+            span,
+            format!("node `{id}` must be a map, found {}", body.type_name()),
+            "give the node a `type` and its fields",
+        );
+        return None;
+    }
+    let Some(ty) = cx.string(id, body, "type") else {
+        cx.err(
+            "E008",
+            Some(id),
+            span,
+            "node without a `type`".into(),
+            "set type to script, ai_judge, ai_agent, consensus, condition, human_gate or end",
+        );
+        return None;
+    };
+    if !TYPES.contains(&ty.as_str()) {
+        cx.err(
+            "E004",
+            Some(id),
+            body.get("type").and_then(|t| t.span),
+            format!("unknown node type `{ty}`{}", suggest(&ty, TYPES.iter().copied())),
+            "machine node types are script, ai_judge, ai_agent, consensus, condition, human_gate and end",
+        );
+        return None;
+    }
+    let specific: &[&str] = match ty.as_str() {
+        "ai_agent" => &[
+            "model",
+            "prompt",
+            "system",
+            "temperature",
+            "max_tokens",
+            "maxRetries",
+            "response_schema",
+        ],
+        "ai_judge" => &[
+            "model",
+            "prompt",
+            "system",
+            "temperature",
+            "max_tokens",
+            "maxRetries",
+            "validator",
+        ],
+        "consensus" => &[
+            "model",
+            "prompt",
+            "system",
+            "temperature",
+            "maxRetries",
+            "validator",
+            "agentCount",
+            "quorum",
+        ],
+        "script" => &["script", "runtime", "validator"],
+        "condition" => &["expression"],
+        "human_gate" => &["prompt"],
+        "end" => &["status", "output"],
+        _ => &[],
+    };
+    for (k, v) in body.as_map().unwrap_or_default() {
+        if !COMMON.contains(&k.as_str()) && !specific.contains(&k.as_str()) {
+            let all: Vec<&str> = COMMON.iter().chain(specific).copied().collect();
+            cx.err(
+                "E009",
+                Some(id),
+                v.span,
+                format!(
+                    "unknown key `{k}` for {ty} nodes{}",
+                    suggest(k, all.iter().copied())
+                ),
+                &format!("{ty} nodes accept: {}", all.join(", ")),
+            );
+        }
+    }
+    let label = cx.string(id, body, "label");
+    let timeout = cx.number(id, body, "timeout_seconds", 0.001, 86_400.0);
+    let retry_count = cx.integer(id, body, "retry_count", 0, 10);
+    let policy = AttemptPolicy {
+        timeout: timeout
+            .map(Duration::from_secs_f64)
+            .unwrap_or(weir_core::ir::DEFAULT_TIMEOUT),
+        retry_count: retry_count.unwrap_or(0) as u32,
+    };
+    let require = |cx: &mut Cx, key: &str, hint: &str| {
+        if body.get(key).is_none() {
+            cx.err(
+                "E008",
+                Some(id),
+                span,
+                format!("missing required key `{key}`"),
+                hint,
+            );
+        }
+    };
+    let max_retries = |cx: &mut Cx, hi: u64| {
+        cx.integer(id, body, "maxRetries", 0, hi)
+            .map_or(1, |x| x as u32)
+    };
+    let kind = match ty.as_str() {
+        "ai_agent" => {
+            require(cx, "model", "set `model`, e.g. claude-sonnet-4-5 or mock");
+            require(
+                cx,
+                "prompt",
+                "set `prompt`, a template such as \"Summarise {{ input.text }}\"",
+            );
+            let model = cx.string(id, body, "model");
+            let prompt = cx.template_in(id, body, "prompt", true);
+            let system = cx.template_in(id, body, "system", true);
+            let response_schema = body.get("response_schema").and_then(|v| {
+                let schema = v.to_json();
+                match Schema::compile(&schema) {
+                    Ok(_) => Some(schema),
+                    Err(e) => {
+                        cx.err(
+                            "E017",
+                            Some(id),
+                            v.span,
+                            format!("invalid response_schema: {e}"),
+                            "give a JSON Schema object",
+                        );
+                        None
+                    }
+                }
+            });
+            NodeKind::Agent(AgentSpec {
+                model: model?,
+                system_prompt: system,
+                user_message: prompt?,
+                temperature: cx.number(id, body, "temperature", 0.0, 2.0),
+                max_tokens: cx
+                    .integer(id, body, "max_tokens", 1, 1_000_000)
+                    .map(|x| x as u32),
+                response_schema,
+                repair_attempts: max_retries(cx, 5),
+                fallback_models: Vec::new(),
+                fallback_error_classes: None,
+            })
+        }
+        "ai_judge" => {
+            require(cx, "model", "set `model`, e.g. claude-sonnet-4-5 or mock");
+            require(cx, "prompt", "set `prompt`");
+            require(
+                cx,
+                "validator",
+                "add `validator: {kind: boolean}` (or enum with routes, or confidence with threshold)",
+            );
+            let model = cx.string(id, body, "model");
+            let prompt = cx.template_in(id, body, "prompt", true);
+            let system = cx.template_in(id, body, "system", true);
+            let validator = validator(cx, id, body.get("validator")?, false)?;
+            NodeKind::Judge(JudgeSpec {
+                model: model?,
+                system,
+                prompt: prompt?,
+                max_retries: max_retries(cx, 5),
+                temperature: cx.number(id, body, "temperature", 0.0, 2.0),
+                max_tokens: cx
+                    .integer(id, body, "max_tokens", 1, 1_000_000)
+                    .map(|x| x as u32),
+                validator: match validator {
+                    Either::Validator(v) => v,
+                    Either::Consensus(_) => return None,
+                },
+            })
+        }
+        "consensus" => {
+            require(cx, "model", "set `model`");
+            require(cx, "prompt", "set `prompt`");
+            require(
+                cx,
+                "validator",
+                "add `validator: {kind: boolean}` (or confidence, answer, most_consistent)",
+            );
+            let model = cx.string(id, body, "model");
+            let prompt = cx.template_in(id, body, "prompt", true);
+            let system = cx.template_in(id, body, "system", true);
+            let agent_count = cx
+                .integer(id, body, "agentCount", 1, 20)
+                .map_or(3, |x| x as u32);
+            let quorum = cx
+                .integer(id, body, "quorum", 1, 20)
+                .map_or(agent_count / 2 + 1, |x| x as u32);
+            if quorum > agent_count {
+                cx.err(
+                    "E007",
+                    Some(id),
+                    body.get("quorum").and_then(|q| q.span),
+                    format!("quorum {quorum} is more than agentCount {agent_count}"),
+                    "quorum is how many of the agents must agree: 1..=agentCount",
+                );
+            }
+            let mode = validator(cx, id, body.get("validator")?, true)?;
+            NodeKind::Consensus(ConsensusSpec {
+                model: model?,
+                system,
+                prompt: prompt?,
+                agent_count,
+                quorum,
+                max_retries: max_retries(cx, 3),
+                temperature: cx.number(id, body, "temperature", 0.0, 2.0),
+                mode: match mode {
+                    Either::Consensus(m) => m,
+                    Either::Validator(_) => return None,
+                },
+            })
+        }
+        "script" => {
+            require(
+                cx,
+                "script",
+                "add `script: |` with JavaScript or TypeScript ending in `export default …`",
+            );
+            if let Some(rt) = body.get("runtime")
+                && rt.as_str() != Some("bun")
+            {
+                cx.err(
+                    "E007",
+                    Some(id),
+                    rt.span,
+                    "the only script runtime is `bun`".into(),
+                    "remove `runtime` or set it to bun",
+                );
+            }
+            let source = cx.string(id, body, "script");
+            let validator = match body.get("validator") {
+                Some(v) => match validator(cx, id, v, false)? {
+                    Either::Validator(v) => Some(v),
+                    Either::Consensus(_) => return None,
+                },
+                None => None,
+            };
+            NodeKind::Script(ScriptSpec {
+                source: source?,
+                validator,
+            })
+        }
+        "condition" => NodeKind::Condition(ConditionSpec {
+            expression: cx.expression(id, body, span)?,
+        }),
+        "human_gate" => NodeKind::HumanGate(GateSpec {
+            prompt: match body.get("prompt") {
+                Some(_) => cx.template_in(id, body, "prompt", true)?,
+                None => weir_core::expr::Template::parse("Approve to continue.")
+                    .expect("constant template parses"),
+            },
+        }),
+        "end" => {
+            let status = match cx.string(id, body, "status").as_deref() {
+                None | Some("succeeded") => EndStatus::Succeeded,
+                Some("failed") => EndStatus::Failed,
+                Some("aborted") => EndStatus::Aborted,
+                Some(other) => {
+                    cx.err(
+                        "E007",
+                        Some(id),
+                        body.get("status").and_then(|v| v.span),
+                        format!("end status `{other}` is not one of succeeded, failed, aborted"),
+                        "use succeeded, failed or aborted",
+                    );
+                    EndStatus::Succeeded
+                }
+            };
+            let output = body.get("output").map(|o| jinja_value(o.to_json()));
+            NodeKind::End(EndSpec { status, output })
+        }
+        _ => return None,
+    };
+    let node = Node {
+        id: id.to_string(),
+        label,
+        kind,
+        policy,
+        output_key: None,
+        span,
+    };
+    let edges = transitions(cx, &node, body, ids);
+    Some((node, edges))
+}
+
+enum Either {
+    Validator(Validator),
+    Consensus(ConsensusMode),
+}
+
+fn validator(cx: &mut Cx, id: &str, v: &tree::Node, consensus: bool) -> Option<Either> {
+    if v.as_map().is_none() {
+        cx.err(
+            "E011",
+            Some(id),
+            v.span,
+            format!("`validator` must be a map, found {}", v.type_name()),
+            "write validator: {kind: boolean}",
+        );
+        return None;
+    }
+    let kinds: &[&str] = if consensus {
+        &["boolean", "confidence", "answer", "most_consistent"]
+    } else {
+        &["boolean", "enum", "confidence"]
+    };
+    for (k, val) in v.as_map().unwrap_or_default() {
+        if !["kind", "routes", "threshold", "choices"].contains(&k.as_str()) {
+            cx.err("E009", Some(id), val.span, format!("unknown validator key `{k}`"), "a validator has kind, and routes (enum), threshold (confidence) or choices (answer)");
+        }
+    }
+    let Some(kind) = cx.string(id, v, "kind") else {
+        cx.err(
+            "E008",
+            Some(id),
+            v.span,
+            "validator without a `kind`".into(),
+            &format!("kind is one of: {}", kinds.join(", ")),
+        );
+        return None;
+    };
+    let kind_span = v.get("kind").and_then(|k| k.span);
+    if consensus && kind == "enum" {
+        cx.err(
+            "E023",
+            Some(id),
+            kind_span,
+            "consensus does not support the enum validator".into(),
+            "there is no per-agent approval rule for an arbitrary route; use answer (with choices) or put an ai_judge with enum after the vote",
+        );
+        return None;
+    }
+    if !kinds.contains(&kind.as_str()) {
+        cx.err(
+            "E007",
+            Some(id),
+            kind_span,
+            format!(
+                "unknown validator kind `{kind}`{}",
+                suggest(&kind, kinds.iter().copied())
+            ),
+            &format!("kind is one of: {}", kinds.join(", ")),
+        );
+        return None;
+    }
+    let threshold = |cx: &mut Cx| {
+        if v.get("threshold").is_none() {
+            cx.err(
+                "E008",
+                Some(id),
+                v.span,
+                "the confidence validator needs a `threshold`".into(),
+                "add threshold: 0-100",
+            );
+            return None;
+        }
+        cx.number(id, v, "threshold", 0.0, 100.0)
+    };
+    let misplaced = |cx: &mut Cx, key: &str, allowed: bool| {
+        if !allowed && let Some(x) = v.get(key) {
+            cx.err(
+                "E009",
+                Some(id),
+                x.span,
+                format!("`{key}` does not apply to the {kind} validator"),
+                "remove it",
+            );
+        }
+    };
+    misplaced(cx, "routes", kind == "enum");
+    misplaced(cx, "threshold", kind == "confidence");
+    misplaced(cx, "choices", kind == "answer");
+    Some(match kind.as_str() {
+        "boolean" if consensus => Either::Consensus(ConsensusMode::Boolean),
+        "boolean" => Either::Validator(Validator::Boolean),
+        "confidence" => {
+            let t = threshold(cx)?;
+            if consensus {
+                Either::Consensus(ConsensusMode::Confidence { threshold: t })
+            } else {
+                Either::Validator(Validator::Confidence { threshold: t })
+            }
+        }
+        "enum" => {
+            let Some(routes) = cx.strings(id, v, "routes") else {
+                if v.get("routes").is_none() {
+                    cx.err(
+                        "E008",
+                        Some(id),
+                        v.span,
+                        "the enum validator needs `routes`".into(),
+                        "add routes: [low, medium, high]",
+                    );
+                }
+                return None;
+            };
+            if routes.is_empty() {
+                cx.err(
+                    "E022",
+                    Some(id),
+                    v.get("routes").and_then(|r| r.span),
+                    "enum `routes` is empty, so the workflow could never leave this node".into(),
+                    "list the route names, e.g. routes: [low, medium, high]",
+                );
+                return None;
+            }
+            Either::Validator(Validator::Enum { routes })
+        }
+        "answer" => {
+            let choices = cx.strings(id, v, "choices");
+            if choices.as_ref().is_some_and(Vec::is_empty) {
+                cx.err(
+                    "E022",
+                    Some(id),
+                    v.get("choices").and_then(|r| r.span),
+                    "`choices` is empty".into(),
+                    "list the allowed answers or remove choices",
+                );
+                return None;
+            }
+            Either::Consensus(ConsensusMode::Answer { choices })
+        }
+        _ => Either::Consensus(ConsensusMode::MostConsistent),
+    })
+}
+
+/// `on:` and `next:` as edges, checked against the node's routes.
+fn transitions(cx: &mut Cx, node: &Node, body: &tree::Node, ids: &[&str]) -> Vec<Edge> {
+    let id = node.id.as_str();
+    let mut edges = Vec::new();
+    let target = |cx: &mut Cx, t: &tree::Node, what: &str| -> Option<String> {
+        match t.as_str() {
+            Some(name) if ids.contains(&name) => Some(name.to_string()),
+            Some(name) => {
+                cx.err(
+                    "E003",
+                    Some(id),
+                    t.span,
+                    format!(
+                        "{what} goes to `{name}`, which is not a node{}",
+                        suggest(name, ids.iter().copied())
+                    ),
+                    "transition to one of the nodes under `nodes:`",
+                );
+                None
+            }
+            None => {
+                cx.err(
+                    "E011",
+                    Some(id),
+                    t.span,
+                    format!("{what} must name a node"),
+                    "write the target node id",
+                );
+                None
+            }
+        }
+    };
+    let routes = node.routes();
+    let (on, next) = (body.get("on"), body.get("next"));
+    if let (Some(on), Some(_)) = (on, next) {
+        cx.err(
+            "E024",
+            Some(id),
+            on.span,
+            "a node has either `on:` or `next:`, not both".into(),
+            "branching nodes use on:, the others next:",
+        );
+    }
+    match (&routes, on) {
+        (None, Some(on)) => {
+            let why = match node.kind {
+                NodeKind::Agent(_) => "ai_agent nodes cannot branch".to_string(),
+                NodeKind::Script(_) => "a script without a validator cannot branch".to_string(),
+                _ => format!("{} nodes cannot branch", node.type_name()),
+            };
+            cx.err(
+                "E024",
+                Some(id),
+                on.span,
+                format!("{why}; use `next:`"),
+                "add a validator (script) or follow with an ai_judge or condition node",
+            );
+        }
+        (Some(routes), None) if next.is_some() => {
+            cx.err(
+                "E020",
+                Some(id),
+                next.and_then(|n| n.span),
+                format!(
+                    "{} nodes branch: declare `on:` with keys {}",
+                    node.type_name(),
+                    routes.join(", ")
+                ),
+                "replace next: with an on: map",
+            );
+        }
+        (Some(routes), None) => {
+            cx.err(
+                "E020",
+                Some(id),
+                node.span,
+                format!("missing `on:` map with keys {}", routes.join(", ")),
+                "every route the validator can return needs a transition",
+            );
+        }
+        (Some(routes), Some(on)) => match on.as_map() {
+            None => cx.err(
+                "E011",
+                Some(id),
+                on.span,
+                "`on:` must be a map of route → node".into(),
+                "e.g. on: {'true': deploy, 'false': abort}",
+            ),
+            Some(map) => {
+                for r in routes {
+                    if !map.iter().any(|(k, _)| k == r) {
+                        cx.err(
+                            "E020",
+                            Some(id),
+                            on.span,
+                            format!("`on:` has no key `{r}`"),
+                            &format!("declare every route: {}", routes.join(", ")),
+                        );
+                    }
+                }
+                for (k, t) in map {
+                    if !routes.contains(k) {
+                        let hint = if matches!(node.kind, NodeKind::Consensus(_))
+                            && (k == "true" || k == "false")
+                        {
+                            format!(
+                                "consensus routes are {}, never 'true'/'false'",
+                                routes.join(", ")
+                            )
+                        } else {
+                            format!("this node returns one of: {}", routes.join(", "))
+                        };
+                        cx.err(
+                            "E021",
+                            Some(id),
+                            t.span,
+                            format!("`on:` key `{k}` is not a route of this node"),
+                            &hint,
+                        );
+                        continue;
+                    }
+                    if let Some(to) = target(cx, t, &format!("on.{k}")) {
+                        edges.push(Edge {
+                            id: format!("{id}.on.{k}"),
+                            source: id.to_string(),
+                            target: to,
+                            selector: Some(k.clone()),
+                            span: t.span,
+                        });
+                    }
+                }
+            }
+        },
+        (None, None) => {}
+    }
+    if routes.is_none()
+        && let Some(n) = next
+        && let Some(to) = target(cx, n, "next")
+    {
+        edges.push(Edge {
+            id: format!("{id}.next"),
+            source: id.to_string(),
+            target: to,
+            selector: None,
+            span: n.span,
+        });
+    }
+    edges
+}
+
+/// End-node outputs in the machine dialect use `{{ }}` placeholders; convert them to the
+/// shared `{expr}` form so one renderer serves both.
+fn jinja_value(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => match weir_core::expr::Template::parse_jinja(&s) {
+            Ok(t) => Value::String(
+                t.segments
+                    .iter()
+                    .map(|seg| match seg {
+                        weir_core::expr::Segment::Lit(l) => l.replace('{', "{{").replace('}', "}}"),
+                        weir_core::expr::Segment::Expr(e) => format!("{{{e}}}"),
+                    })
+                    .collect(),
+            ),
+            Err(_) => Value::String(s),
+        },
+        Value::Array(a) => Value::Array(a.into_iter().map(jinja_value).collect()),
+        Value::Object(m) => {
+            Value::Object(m.into_iter().map(|(k, v)| (k, jinja_value(v))).collect())
+        }
+        other => other,
+    }
+}

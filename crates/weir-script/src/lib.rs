@@ -1,0 +1,201 @@
+//! weir-script: runs `script` nodes under bun, behind [`weir_core::ScriptRunner`].
+//!
+//! Each run gets a fresh temporary directory holding the node's source (`main.ts`), the run's
+//! public state (`state.json`, exposed as `globalThis.weir`) and a small runner that imports
+//! the module, awaits its `export default`, and writes the value, reduced the ways the
+//! validators need it, to a result file. stdout and stderr are captured (1 MiB each). bun runs
+//! in its own process group, so a timeout kills the whole tree (shell commands included). A
+//! throw, or a shell command that fails without `.nothrow()`, exits non-zero: a failure, not a
+//! value. Values of environment variables that look like secrets are redacted from the
+//! captured output.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use tokio::io::AsyncReadExt;
+use weir_core::script::{ScriptCall, ScriptError, ScriptResult, ScriptRunner, ScriptValue};
+
+const RUNNER: &str = r#"const dir = import.meta.dir;
+(globalThis as any).weir = await Bun.file(`${dir}/state.json`).json();
+let value: unknown;
+try {
+  const mod = await import(`${dir}/main.ts`);
+  value = await mod.default;
+} catch (e) {
+  console.error(e instanceof Error ? (e.stack ?? e.message) : String(e));
+  process.exit(1);
+}
+let json: unknown = null;
+try {
+  json = value === undefined ? null : JSON.parse(JSON.stringify(value) ?? "null");
+} catch {
+  json = null;
+}
+let score: number | null = null;
+if (typeof value === "number") score = value;
+else if (value !== null && typeof value === "object" && typeof (value as any).score === "number") score = (value as any).score;
+await Bun.write(`${dir}/result.json`, JSON.stringify({ json, js_type: typeof value, truthy: !!value, string: String(value), score }));
+"#;
+
+const MAX_OUTPUT: usize = 1 << 20;
+
+/// Runs scripts with the `bun` found as `$WEIR_BUN`, else on `PATH`.
+pub struct Bun {
+    program: PathBuf,
+}
+
+impl Bun {
+    pub fn from_env() -> Self {
+        Self {
+            program: std::env::var_os("WEIR_BUN")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("bun")),
+        }
+    }
+}
+
+impl Default for Bun {
+    fn default() -> Self {
+        Self::from_env()
+    }
+}
+
+fn runtime(e: impl std::fmt::Display) -> ScriptError {
+    ScriptError::Runtime(e.to_string())
+}
+
+async fn read_capped<R: tokio::io::AsyncRead + Unpin>(mut r: R) -> String {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        match r.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if buf.len() < MAX_OUTPUT {
+                    let take = n.min(MAX_OUTPUT - buf.len());
+                    buf.extend_from_slice(&chunk[..take]);
+                }
+            }
+        }
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// Environment values that look like secrets, longest first.
+fn secret_values() -> Vec<String> {
+    let mut v: Vec<String> = std::env::vars()
+        .filter(|(k, val)| {
+            let k = k.to_ascii_uppercase();
+            val.len() >= 8
+                && ["KEY", "TOKEN", "SECRET", "PASSWORD", "WEBHOOK"]
+                    .iter()
+                    .any(|s| k.contains(s))
+        })
+        .map(|(_, v)| v)
+        .collect();
+    v.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    v
+}
+
+fn redact(mut text: String, secrets: &[String]) -> String {
+    for s in secrets {
+        if text.contains(s.as_str()) {
+            text = text.replace(s.as_str(), "[redacted]");
+        }
+    }
+    text
+}
+
+#[async_trait]
+impl ScriptRunner for Bun {
+    async fn run(&self, call: ScriptCall) -> Result<ScriptResult, ScriptError> {
+        let dir = tempfile::Builder::new()
+            .prefix("weir-script-")
+            .tempdir()
+            .map_err(runtime)?;
+        std::fs::write(dir.path().join("main.ts"), &call.source).map_err(runtime)?;
+        std::fs::write(dir.path().join("runner.ts"), RUNNER).map_err(runtime)?;
+        std::fs::write(
+            dir.path().join("state.json"),
+            serde_json::to_vec(&call.state).map_err(runtime)?,
+        )
+        .map_err(runtime)?;
+        let started = Instant::now();
+        let mut child = tokio::process::Command::new(&self.program)
+            .arg("run")
+            .arg("--no-install")
+            .arg(dir.path().join("runner.ts"))
+            .current_dir(std::env::current_dir().unwrap_or_else(|_| dir.path().to_path_buf()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
+                ScriptError::Runtime(format!(
+                    "cannot start bun ({}): {e}; install it with `npm install -g bun` or set WEIR_BUN",
+                    self.program.display()
+                ))
+            })?;
+        let pid = child.id();
+        let stdout = tokio::spawn(read_capped(child.stdout.take().expect("stdout is piped")));
+        let stderr = tokio::spawn(read_capped(child.stderr.take().expect("stderr is piped")));
+        let status = match tokio::time::timeout(call.timeout, child.wait()).await {
+            Ok(s) => s.map_err(runtime)?,
+            Err(_) => {
+                kill_tree(pid);
+                let _ = child.wait().await;
+                return Err(ScriptError::Timeout(call.timeout));
+            }
+        };
+        // Children the script left behind must not outlive the node.
+        kill_tree(pid);
+        let secrets = secret_values();
+        let stdout = redact(stdout.await.unwrap_or_default(), &secrets);
+        let stderr = redact(stderr.await.unwrap_or_default(), &secrets);
+        let exit_code = status.code().unwrap_or(-1);
+        if !status.success() {
+            let message = stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("the script exited with an error")
+                .trim()
+                .to_string();
+            let message = stderr
+                .lines()
+                .find(|l| l.contains("error") || l.contains("Error"))
+                .map(|l| l.trim().to_string())
+                .unwrap_or(message);
+            return Err(ScriptError::Failed {
+                exit_code,
+                message,
+                stdout,
+                stderr,
+            });
+        }
+        let raw = std::fs::read(dir.path().join("result.json")).map_err(|e| {
+            ScriptError::Runtime(format!("the script finished without a result: {e}"))
+        })?;
+        let value: ScriptValue = serde_json::from_slice(&raw).map_err(runtime)?;
+        Ok(ScriptResult {
+            stdout,
+            stderr,
+            exit_code,
+            value,
+            duration_ms: started.elapsed().as_millis() as u64,
+        })
+    }
+}
+
+fn kill_tree(pid: Option<u32>) {
+    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
