@@ -55,7 +55,8 @@ pub async fn run(env: &Env, file: &str, input: Option<&str>, as_json: bool) -> R
             },
             input,
         )
-        .await?;
+        .await
+        .map_err(state_is_usage)?;
     output::finish(&record, as_json)
 }
 

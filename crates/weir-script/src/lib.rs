@@ -141,6 +141,9 @@ impl ScriptRunner for Bun {
                 ))
             })?;
         let pid = child.id();
+        // If the node is cancelled (attempt timeout, a failing sibling), the future is
+        // dropped: the guard still kills the whole process group.
+        let _group = GroupGuard(pid);
         let stdout = tokio::spawn(read_capped(child.stdout.take().expect("stdout is piped")));
         let stderr = tokio::spawn(read_capped(child.stderr.take().expect("stderr is piped")));
         let status = match tokio::time::timeout(call.timeout, child.wait()).await {
@@ -188,6 +191,15 @@ impl ScriptRunner for Bun {
             value,
             duration_ms: started.elapsed().as_millis() as u64,
         })
+    }
+}
+
+/// Kills a process group when dropped.
+struct GroupGuard(Option<u32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        kill_tree(self.0);
     }
 }
 

@@ -11,7 +11,7 @@ fn every_example_validates_and_runs_on_the_mock_model() {
     fake.always("/hook", Reply::text(200, "ok"));
     let w = Weir::new().env("SLACK_WEBHOOK_URL", &format!("{}/hook", fake.url));
     let mut ran_any = 0;
-    for dir in ["examples/graph"] {
+    for dir in ["examples/graph", "examples/machine"] {
         let mut files: Vec<_> = std::fs::read_dir(repo_root().join(dir))
             .unwrap()
             .map(|e| e.unwrap().path())

@@ -7,6 +7,7 @@ mod enrichment;
 mod examples;
 mod gates;
 mod gateway;
+mod machine;
 mod providers;
 mod scheduling;
 mod support;
