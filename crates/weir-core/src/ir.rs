@@ -145,6 +145,7 @@ impl Node {
             NodeKind::Judge(j) => Some(j.validator.routes()),
             NodeKind::Script(s) => s.validator.as_ref().map(Validator::routes),
             NodeKind::Consensus(c) => Some(c.mode.routes()),
+            NodeKind::Step(s) => Some(s.routes()),
             _ => None,
         }
     }
@@ -163,6 +164,7 @@ pub enum NodeKind {
     Judge(JudgeSpec),
     Consensus(ConsensusSpec),
     Script(ScriptSpec),
+    Step(StepSpec),
 }
 
 impl NodeKind {
@@ -178,6 +180,7 @@ impl NodeKind {
             NodeKind::Judge(_) => "ai_judge",
             NodeKind::Consensus(_) => "consensus",
             NodeKind::Script(_) => "script",
+            NodeKind::Step(_) => "step",
         }
     }
 }
@@ -341,4 +344,92 @@ pub struct ConsensusSpec {
 pub struct ScriptSpec {
     pub source: String,
     pub validator: Option<Validator>,
+}
+
+/// A pipeline step (spec 001): `nodes` parallel LLM calls whose user message is built from
+/// `fields`, and an optional gate that prunes outputs and picks what happens next.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepSpec {
+    pub model: String,
+    pub system_prompt: Option<String>,
+    pub nodes: u32,
+    pub fields: Vec<Field>,
+    pub gate: Option<Gate>,
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<u32>,
+}
+
+impl StepSpec {
+    /// Route keys: `continue` and `jump:<step>` for every jump the gate can take (`abort`
+    /// ends the run instead of routing).
+    pub fn routes(&self) -> Vec<String> {
+        let mut out = vec!["continue".to_string()];
+        if let Some(g) = &self.gate {
+            for a in [&g.then, &g.otherwise] {
+                if let GateAction::Jump(s) = a {
+                    let k = format!("jump:{s}");
+                    if !out.contains(&k) {
+                        out.push(k);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Field {
+    pub name: String,
+    pub source: FieldSource,
+    /// Used when the source has nothing visible.
+    pub fallback: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoopRef {
+    Current,
+    Previous,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FieldSource {
+    /// An expression over state, e.g. `input.context`.
+    Text { from: String },
+    /// The i-th visible output of a step (node i reads output i, cycling).
+    Ingest { step: String, loop_ref: LoopRef },
+    /// Every visible output of a step.
+    MultiIngest { step: String, loop_ref: LoopRef },
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Gate {
+    pub condition: GateCondition,
+    pub then: GateAction,
+    pub otherwise: GateAction,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateCondition {
+    /// The output parsed as an integer lies in `[lo, hi]`, inclusive.
+    IntegerRange(i64, i64),
+    /// The output parsed as JSON matches the schema.
+    JsonMatches(Value),
+    /// The output contains the text.
+    Contains(String),
+    /// The output matches the regular expression.
+    Regex(String),
+    /// An expression over `output` (text), `parsed` (JSON or null) and `index`.
+    Expression(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateAction {
+    Continue,
+    Abort,
+    Jump(String),
 }

@@ -217,7 +217,24 @@ pub struct Snapshot {
     pub output: Value,
     /// Human gates waiting for a decision, oldest first.
     pub gates: Vec<PendingGate>,
+    /// Pipeline: the current pass (1 + backward jumps so far).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pass: u32,
+    /// Pipeline: every execution of each step, with its pass and visible outputs.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub history: BTreeMap<String, Vec<StepPass>>,
     /// `host:pid` of the process driving the run, so `resume` can refuse a live run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// One execution of a pipeline step: the pass it ran in and what stayed visible.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepPass {
+    pub pass: u32,
+    pub visible: Vec<Value>,
 }

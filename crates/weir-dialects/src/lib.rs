@@ -5,6 +5,7 @@
 mod fields;
 pub mod graph;
 pub mod machine;
+pub mod pipeline;
 pub mod tree;
 
 use weir_core::{Diagnostic, Workflow};
@@ -81,17 +82,13 @@ fn load_tree(doc: &tree::Node, stem: &str) -> Loaded {
                 diagnostics: diags,
             }
         }
-        Some(other @ "pipeline") => Loaded {
-            workflow: None,
-            diagnostics: vec![
-                Diagnostic::error(
-                    "E016",
-                    format!("the `{other}` dialect is not available in this version of weir"),
-                )
-                .at(doc.span)
-                .hint("write the workflow in the graph dialect (docs/graph.md)"),
-            ],
-        },
+        Some("pipeline") => {
+            let (wf, diags) = pipeline::lower(doc, stem);
+            Loaded {
+                workflow: Some(wf),
+                diagnostics: diags,
+            }
+        }
         Some(other) => Loaded {
             workflow: None,
             diagnostics: vec![

@@ -131,9 +131,11 @@ impl<'e> Run<'e> {
                 self.fail(RunError {
                     code: "hop_ceiling_exceeded".into(),
                     message: format!(
-                        "the run reached its hop ceiling of {} node executions (most executed: {}); raise hop_ceiling or give the loop an exit",
+                        "the run reached its hop ceiling of {} {} executions (most executed: {}); raise {} or give the loop an exit",
                         self.wf.hop_ceiling,
-                        top.join(", ")
+                        if self.wf.dialect == weir_core::Dialect::Pipeline { "step" } else { "node" },
+                        top.join(", "),
+                        if self.wf.dialect == weir_core::Dialect::Graph { "hop_ceiling" } else { "hopCeiling" },
                     ),
                     node_id: Some(node_id.clone()),
                 });
@@ -189,6 +191,8 @@ impl<'e> Run<'e> {
                 state,
                 public,
                 layout: self.wf.layout,
+                pass: self.snapshot.pass.max(1),
+                history: Arc::new(self.snapshot.history.clone()),
                 visit,
                 loop_count,
                 services: self.engine.services.clone(),
@@ -253,6 +257,9 @@ impl<'e> Run<'e> {
                 step.route = outcome.route.label();
                 step.output = outcome.output.clone();
                 self.write(&node, &outcome);
+                if let NodeKind::Step(_) = node.kind {
+                    self.record_pass(&node, &outcome);
+                }
                 match &outcome.route {
                     Route::End(status) => {
                         if !outcome.output.is_null() {
@@ -271,7 +278,14 @@ impl<'e> Run<'e> {
                         });
                     }
                     Route::All | Route::Key(_) => {
-                        self.snapshot.output = outcome.output.clone();
+                        self.snapshot.output = match (self.wf.layout, &outcome.write) {
+                            (StateLayout::Variables, Some(w))
+                                if matches!(node.kind, NodeKind::Step(_)) =>
+                            {
+                                w.clone()
+                            }
+                            _ => outcome.output.clone(),
+                        };
                         if let NodeKind::Loop(_) = node.kind {
                             self.route_loop(node_id, &outcome.route);
                         } else {
@@ -317,6 +331,30 @@ impl<'e> Run<'e> {
                 if let Value::Object(m) = vars {
                     m.insert(node.id.clone(), value);
                 }
+            }
+        }
+    }
+
+    /// Pipeline bookkeeping: remember what the step left visible in this pass, and start a
+    /// new pass on a backward jump.
+    fn record_pass(&mut self, node: &weir_core::Node, outcome: &crate::nodes::Outcome) {
+        let pass = self.snapshot.pass.max(1);
+        let visible = match &outcome.write {
+            Some(Value::Array(v)) => v.clone(),
+            _ => Vec::new(),
+        };
+        self.snapshot
+            .history
+            .entry(node.id.clone())
+            .or_default()
+            .push(weir_core::record::StepPass { pass, visible });
+        self.snapshot.pass = pass;
+        if let Route::Key(k) = &outcome.route
+            && let Some(target) = k.strip_prefix("jump:")
+        {
+            let at = |id: &str| self.wf.nodes.iter().position(|n| n.id == id);
+            if at(target) <= at(&node.id) {
+                self.snapshot.pass = pass + 1;
             }
         }
     }

@@ -8,6 +8,7 @@ mod examples;
 mod gates;
 mod gateway;
 mod machine;
+mod pipeline;
 mod providers;
 mod scheduling;
 mod support;

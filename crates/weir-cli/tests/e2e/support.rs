@@ -21,6 +21,8 @@ pub struct Seen {
     pub query: String,
     pub headers: HashMap<String, String>,
     pub body: String,
+    /// When the request arrived.
+    pub at: std::time::Instant,
 }
 
 impl Seen {
@@ -168,6 +170,7 @@ async fn handle(script: Arc<Mutex<Script>>, req: Request<Body>) -> Response<Body
             query,
             headers,
             body: String::from_utf8_lossy(&body).into_owned(),
+            at: std::time::Instant::now(),
         });
         let queued = s.queued.get_mut(&path).and_then(VecDeque::pop_front);
         queued.or_else(|| s.fallback.get(&path).cloned())

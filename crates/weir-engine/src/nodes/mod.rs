@@ -9,6 +9,7 @@ mod judge;
 mod loop_node;
 mod merge;
 mod script;
+mod step;
 pub mod tool;
 
 use std::sync::Arc;
@@ -30,6 +31,9 @@ pub struct NodeCtx {
     /// Public state itself (what scripts get as `globalThis.weir`).
     pub public: Arc<Map<String, Value>>,
     pub layout: StateLayout,
+    /// Pipeline: the current pass and every step's executions so far.
+    pub pass: u32,
+    pub history: Arc<std::collections::BTreeMap<String, Vec<weir_core::record::StepPass>>>,
     /// 1-based: how many times this node has run in this run, this time included.
     pub visit: u32,
     /// For loop nodes: the value of `__loop_<id>` for this visit.
@@ -168,6 +172,7 @@ pub async fn execute(ctx: &NodeCtx) -> Result<Outcome, Failure> {
         NodeKind::Judge(spec) => judge::execute(ctx, spec).await,
         NodeKind::Consensus(spec) => consensus::execute(ctx, spec).await,
         NodeKind::Script(spec) => script::execute(ctx, spec).await,
+        NodeKind::Step(spec) => step::execute(ctx, spec).await,
     }
 }
 

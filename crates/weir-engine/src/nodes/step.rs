@@ -1,0 +1,247 @@
+//! A pipeline step (spec 001): `nodes` parallel LLM calls, each with the step's system prompt
+//! and a user message built from its fields, then the `if:` gate.
+//!
+//! Fields: `text` evaluates an expression over state (`input.context`); `ingest` gives node i
+//! the i-th visible output of another step (cycling when there are fewer); `multi_ingest`
+//! gives every visible output. `loopRef: current` reads the source's latest execution,
+//! `previous` its latest execution in an earlier pass (a pass begins at each backward jump),
+//! so a reflexion loop's draft reads the critique that sent it back. A source with nothing
+//! visible uses the field's `fallback`; an empty value leaves the field out.
+//!
+//! The gate keeps the outputs that match. When at least one survives, `then` fires and only
+//! the survivors are visible downstream; when none does, `else` fires and every output stays
+//! visible. Output: `{pass, outputs: [{node, text, pruned}], survivors, action, visible}`.
+
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+use weir_core::ModelRequest;
+use weir_core::expr;
+use weir_core::ir::{EndStatus, FieldSource, GateAction, GateCondition, LoopRef, StepSpec};
+use weir_core::model::Message;
+use weir_core::schema::{Schema, extract_json};
+
+use super::{Failure, NodeCtx, Outcome, Route, Spent, model_failure};
+
+/// The visible outputs of `step` for a reader in `pass`.
+fn lookup(ctx: &NodeCtx, step: &str, loop_ref: LoopRef) -> Vec<Value> {
+    let Some(runs) = ctx.history.get(step) else {
+        return Vec::new();
+    };
+    let found = match loop_ref {
+        LoopRef::Current => runs.last(),
+        LoopRef::Previous => runs.iter().rev().find(|r| r.pass < ctx.pass),
+    };
+    found.map(|r| r.visible.clone()).unwrap_or_default()
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The user message for node `i`.
+fn message(ctx: &NodeCtx, spec: &StepSpec, i: usize) -> Result<String, Failure> {
+    let mut parts = Vec::new();
+    for f in &spec.fields {
+        let (value, what) = match &f.source {
+            FieldSource::Text { from } => {
+                let v = expr::eval_value(from, ctx.state.as_ref()).map_err(|e| {
+                    Failure::fatal(
+                        "expression",
+                        format!("field {}: `{from}`: {}", f.name, e.message),
+                    )
+                })?;
+                (
+                    if v.is_null() { None } else { Some(text(&v)) },
+                    from.clone(),
+                )
+            }
+            FieldSource::Ingest { step, loop_ref } => {
+                let outs = lookup(ctx, step, *loop_ref);
+                (
+                    if outs.is_empty() {
+                        None
+                    } else {
+                        Some(text(&outs[i % outs.len()]))
+                    },
+                    step.clone(),
+                )
+            }
+            FieldSource::MultiIngest { step, loop_ref } => {
+                let outs = lookup(ctx, step, *loop_ref);
+                let joined = match outs.len() {
+                    0 => None,
+                    1 => Some(text(&outs[0])),
+                    _ => Some(
+                        outs.iter()
+                            .enumerate()
+                            .map(|(k, o)| format!("[{}] {}", k + 1, text(o)))
+                            .collect::<Vec<_>>()
+                            .join("\n\n"),
+                    ),
+                };
+                (joined, step.clone())
+            }
+        };
+        let value = match (value, &f.fallback) {
+            (Some(v), _) => v,
+            (None, Some(fb)) => fb.clone(),
+            (None, None) => {
+                return Err(Failure::fatal(
+                    "field",
+                    format!(
+                        "field `{}`: `{what}` has nothing visible yet and the field has no fallback; add `fallback: \"\"`",
+                        f.name
+                    ),
+                ));
+            }
+        };
+        if !value.is_empty() {
+            parts.push(format!("{}:\n{value}", f.name));
+        }
+    }
+    Ok(if parts.is_empty() {
+        "(no input)".into()
+    } else {
+        parts.join("\n\n")
+    })
+}
+
+fn matches(
+    cond: &GateCondition,
+    schema: Option<&Schema>,
+    out: &str,
+    index: usize,
+) -> Result<bool, Failure> {
+    Ok(match cond {
+        GateCondition::IntegerRange(lo, hi) => out
+            .trim()
+            .parse::<i64>()
+            .is_ok_and(|n| (*lo..=*hi).contains(&n)),
+        GateCondition::JsonMatches(_) => match (extract_json(out), schema) {
+            (Some(v), Some(s)) => s.errors(&v).is_empty(),
+            _ => false,
+        },
+        GateCondition::Contains(t) => out.contains(t.as_str()),
+        GateCondition::Regex(r) => regex::Regex::new(r)
+            .map_err(|e| Failure::fatal("gate", format!("regex: {e}")))?
+            .is_match(out),
+        GateCondition::Expression(e) => {
+            let scope = json!({"output": out, "parsed": extract_json(out), "index": index});
+            expr::eval_bool(e, &scope).map_err(|err| {
+                Failure::fatal("expression", format!("gate `{e}`: {}", err.message))
+            })?
+        }
+    })
+}
+
+pub async fn execute(ctx: &NodeCtx, spec: &StepSpec) -> Result<Outcome, Failure> {
+    let mut calls = JoinSet::new();
+    let mut requests = Vec::new();
+    for i in 0..spec.nodes as usize {
+        let user = message(ctx, spec, i)?;
+        requests.push(json!({"node": i + 1, "user": user}));
+        let req = ModelRequest {
+            model: spec.model.clone(),
+            system: spec.system_prompt.clone(),
+            messages: vec![Message::user(user)],
+            temperature: spec.temperature,
+            max_tokens: spec.max_tokens,
+            timeout: ctx.call_timeout(),
+            fallback_models: Vec::new(),
+            fallback_error_classes: None,
+            response_schema: None,
+        };
+        let models = ctx.services.models.clone();
+        calls.spawn(async move { (i, models.complete(req).await) });
+    }
+    let request = json!({"model": spec.model, "system": spec.system_prompt, "nodes": requests});
+    let mut spent = Spent::default();
+    let mut texts: Vec<Option<String>> = vec![None; spec.nodes as usize];
+    let mut failed = None;
+    while let Some(joined) = calls.join_next().await {
+        let Ok((i, result)) = joined else { continue };
+        match result {
+            Ok(r) => {
+                spent.add(&r.calls, &r.events);
+                texts[i] = Some(r.text);
+            }
+            Err(e) => {
+                spent.add(&e.calls, &e.events);
+                if failed.is_none() {
+                    failed = Some((i, e));
+                }
+            }
+        }
+    }
+    if let Some((i, e)) = failed {
+        let mut f = model_failure(e, request, spent);
+        f.message = format!("node {}: {}", i + 1, f.message);
+        return Err(f);
+    }
+    let texts: Vec<String> = texts.into_iter().map(Option::unwrap_or_default).collect();
+    let schema = match &spec.gate {
+        Some(g) => match &g.condition {
+            GateCondition::JsonMatches(s) => {
+                Some(Schema::compile(s).map_err(|e| Failure::fatal("gate", e))?)
+            }
+            _ => None,
+        },
+        None => None,
+    };
+    let mut kept = Vec::with_capacity(texts.len());
+    for (i, t) in texts.iter().enumerate() {
+        kept.push(match &spec.gate {
+            Some(g) => matches(&g.condition, schema.as_ref(), t, i)?,
+            None => true,
+        });
+    }
+    let survivors = kept.iter().filter(|k| **k).count();
+    let (action, visible): (GateAction, Vec<Value>) = match &spec.gate {
+        None => (
+            GateAction::Continue,
+            texts.iter().map(|t| json!(t)).collect(),
+        ),
+        Some(g) if survivors > 0 => (
+            g.then.clone(),
+            texts
+                .iter()
+                .zip(&kept)
+                .filter(|(_, k)| **k)
+                .map(|(t, _)| json!(t))
+                .collect(),
+        ),
+        Some(g) => (
+            g.otherwise.clone(),
+            texts.iter().map(|t| json!(t)).collect(),
+        ),
+    };
+    let (route, action_name) = match &action {
+        GateAction::Continue => (Route::Key("continue".into()), "continue".to_string()),
+        GateAction::Abort => (Route::End(EndStatus::Aborted), "abort".to_string()),
+        GateAction::Jump(s) => (Route::Key(format!("jump:{s}")), format!("jump:{s}")),
+    };
+    let outputs: Vec<Value> = texts
+        .iter()
+        .zip(&kept)
+        .enumerate()
+        .map(|(i, (t, k))| json!({"node": i + 1, "text": t, "pruned": !k}))
+        .collect();
+    let output = json!({
+        "pass": ctx.pass,
+        "outputs": outputs,
+        "survivors": survivors,
+        "action": action_name,
+        "visible": visible,
+    });
+    Ok(Outcome {
+        write: Some(Value::Array(visible)),
+        route,
+        request: Some(request),
+        response: None,
+        output,
+        spent,
+    })
+}
