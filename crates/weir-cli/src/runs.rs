@@ -34,6 +34,19 @@ fn engine(services: weir_engine::Services, as_json: bool) -> Engine {
     Engine::new(services, Arc::new(Progress::new(!as_json)))
 }
 
+/// Runs an engine call, then stops what the tools started (MCP servers) either way.
+async fn finish<F>(
+    services: &weir_engine::Services,
+    f: F,
+) -> Result<weir_core::RunRecord, weir_engine::Error>
+where
+    F: std::future::Future<Output = Result<weir_core::RunRecord, weir_engine::Error>>,
+{
+    let r = f.await;
+    services.tools.shutdown().await;
+    r
+}
+
 pub async fn run(env: &Env, file: &str, input: Option<&str>, as_json: bool) -> Result<u8> {
     let text = validate::read(file)?;
     let input = parse_input(input)?;
@@ -46,15 +59,12 @@ pub async fn run(env: &Env, file: &str, input: Option<&str>, as_json: bool) -> R
         return Ok(crate::exit::INVALID);
     };
     let services = wiring::services(env).await?;
-    let record = engine(services, as_json)
-        .start(
-            Arc::new(wf),
-            Source {
-                path: file.to_string(),
-                text,
-            },
-            input,
-        )
+    let eng = engine(services.clone(), as_json);
+    let source = Source {
+        path: file.to_string(),
+        text,
+    };
+    let record = finish(&services, eng.start(Arc::new(wf), source, input))
         .await
         .map_err(state_is_usage)?;
     output::finish(&record, as_json)
@@ -89,17 +99,14 @@ pub async fn decide(
     let by = by
         .or_else(|| std::env::var("USER").ok())
         .unwrap_or_else(|| "cli".into());
-    let record = engine(services, as_json)
-        .decide(
-            Arc::new(wf),
-            run_id,
-            Decision {
-                approved,
-                by,
-                input,
-                comment,
-            },
-        )
+    let eng = engine(services.clone(), as_json);
+    let decision = Decision {
+        approved,
+        by,
+        input,
+        comment,
+    };
+    let record = finish(&services, eng.decide(Arc::new(wf), run_id, decision))
         .await
         .map_err(state_is_usage)?;
     output::finish(&record, as_json)
@@ -108,8 +115,8 @@ pub async fn decide(
 pub async fn resume(env: &Env, run_id: &str, as_json: bool) -> Result<u8> {
     let services = wiring::services(env).await?;
     let wf = stored_workflow(services.store.as_ref(), run_id).await?;
-    let record = engine(services, as_json)
-        .resume(Arc::new(wf), run_id)
+    let eng = engine(services.clone(), as_json);
+    let record = finish(&services, eng.resume(Arc::new(wf), run_id))
         .await
         .map_err(state_is_usage)?;
     output::finish(&record, as_json)

@@ -12,7 +12,7 @@ pub fn check(env: &Env, path: &str, text: &str) -> (Option<Workflow>, Vec<Diagno
     let loaded = weir_dialects::load(path, text);
     let mut diags = loaded.diagnostics;
     if let Some(wf) = &loaded.workflow {
-        let tools = weir_tools::Registry::new();
+        let tools = weir_tools::Registry::new(env.settings.clone());
         // A broken WEIR_MOCK script does not change which models route.
         let models = weir_providers::Router::offline(env.settings.clone());
         for mut d in validate::capabilities(wf, &tools, &models) {

@@ -39,8 +39,9 @@ pub async fn services(env: &Env) -> Result<Services> {
         .with_context(|| format!("opening the run store at {db}"))?;
     Ok(Services {
         models: Arc::new(models(env)?),
-        tools: Arc::new(weir_tools::Registry::new()),
+        tools: Arc::new(weir_tools::Registry::new(env.settings.clone())),
         scripts: Arc::new(weir_script::Bun::from_env()),
         store: Arc::new(store),
+        secrets: Arc::new(env.settings.clone()),
     })
 }

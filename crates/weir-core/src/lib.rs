@@ -13,6 +13,7 @@ pub mod model;
 pub mod record;
 pub mod schema;
 pub mod script;
+pub mod secrets;
 pub mod settings;
 pub mod store;
 pub mod tool;

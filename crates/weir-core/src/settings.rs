@@ -17,6 +17,73 @@ pub struct Settings {
     /// write them (`ollama:llama3.2`, `gpt-4o`).
     #[serde(default)]
     pub pricing: BTreeMap<String, Price>,
+    #[serde(default)]
+    pub mcp: McpSettings,
+    /// Custom tools, used as `tool_name: custom:<name>`.
+    #[serde(default)]
+    pub tools: BTreeMap<String, CustomTool>,
+    /// Secret references: `NAME = { env = "VAR" }`. `{secrets.NAME}` in tool params reads
+    /// the variable; a name not listed here reads the environment variable of that name.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, SecretRef>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpSettings {
+    #[serde(default)]
+    pub servers: BTreeMap<String, McpServer>,
+}
+
+/// An MCP server: a command the engine starts (stdio) or a streamable-HTTP URL.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServer {
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub url: Option<String>,
+    /// Extra HTTP headers (values may use `{secrets.NAME}`).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum CustomTool {
+    /// An HTTP endpoint. `url`, header values and `body` are templates over the node's params
+    /// (`{lead_id}`) and secrets (`{secrets.CRM_TOKEN}`).
+    Http {
+        #[serde(default = "default_method")]
+        method: String,
+        url: String,
+        #[serde(default)]
+        headers: BTreeMap<String, String>,
+        /// A string template, or a table whose string values are templates (sent as JSON).
+        body: Option<toml::Value>,
+        /// An expression over `{status, headers, body}` picking the tool's result; default:
+        /// the whole response.
+        response: Option<String>,
+        description: Option<String>,
+    },
+    /// A tool on a configured MCP server; the node's params are its arguments.
+    Mcp {
+        server: String,
+        tool: String,
+        description: Option<String>,
+    },
+}
+
+fn default_method() -> String {
+    "GET".into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretRef {
+    pub env: String,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -60,15 +127,15 @@ impl Settings {
         let raw: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
         for key in raw.keys() {
             match key.as_str() {
-                "models" | "providers" | "pricing" => {}
-                "mcp" | "tools" | "secrets" | "network" => {
+                "models" | "providers" | "pricing" | "mcp" | "tools" | "secrets" => {}
+                "network" => {
                     return Err(format!(
                         "section [{key}] is not available in this version of weir; remove it"
                     ));
                 }
                 other => {
                     return Err(format!(
-                        "unknown section [{other}]; weir.toml has [models], [providers] and [pricing]"
+                        "unknown section [{other}]; weir.toml has [models], [providers], [pricing], [mcp], [tools] and [secrets]"
                     ));
                 }
             }
@@ -86,6 +153,25 @@ impl Settings {
                 ));
             }
         }
+        for (name, srv) in &s.mcp.servers {
+            match (&srv.command, &srv.url) {
+                (Some(_), None) | (None, Some(_)) => {}
+                _ => {
+                    return Err(format!(
+                        "[mcp.servers.{name}] needs exactly one of `command` (stdio) or `url` (streamable HTTP)"
+                    ));
+                }
+            }
+        }
+        for (name, tool) in &s.tools {
+            if let CustomTool::Mcp { server, .. } = tool
+                && !s.mcp.servers.contains_key(server)
+            {
+                return Err(format!(
+                    "[tools.{name}] uses MCP server `{server}`, which is not under [mcp.servers]"
+                ));
+            }
+        }
         for (model, p) in &s.pricing {
             if !(p.input_per_mtok >= 0.0 && p.output_per_mtok >= 0.0) {
                 return Err(format!(
@@ -94,6 +180,23 @@ impl Settings {
             }
         }
         Ok(s)
+    }
+
+    /// The value of secret `name`: the environment variable its `[secrets]` entry names, or
+    /// the environment variable `name` itself.
+    pub fn secret(&self, name: &str) -> Result<String, String> {
+        let var = self.secrets.get(name).map_or(name, |r| r.env.as_str());
+        match std::env::var(var) {
+            Ok(v) if !v.is_empty() => Ok(v),
+            _ => Err(format!(
+                "secret `{name}` is not set: set the environment variable {var}{}",
+                if self.secrets.contains_key(name) {
+                    " (from [secrets] in weir.toml)"
+                } else {
+                    ""
+                }
+            )),
+        }
     }
 
     /// Whether the workspace allows `model` served by `provider`; `Err` says why not.
@@ -181,6 +284,39 @@ output_per_mtok = 0.0
     }
 
     #[test]
+    fn parses_tools_mcp_and_secrets() {
+        let s = Settings::parse(
+            r#"
+[mcp.servers.everything]
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-everything"]
+
+[mcp.servers.docs]
+url = "http://127.0.0.1:3001/mcp"
+
+[tools.crm_lookup]
+kind = "http"
+method = "GET"
+url = "https://crm.example.com/leads/{lead_id}"
+headers = { Authorization = "Bearer {secrets.CRM_TOKEN}" }
+
+[tools.search_docs]
+kind = "mcp"
+server = "docs"
+tool = "search"
+
+[secrets]
+CRM_TOKEN = { env = "CRM_TOKEN" }
+"#,
+        )
+        .unwrap();
+        assert_eq!(s.mcp.servers.len(), 2);
+        assert!(matches!(s.tools["crm_lookup"], CustomTool::Http { .. }));
+        assert!(matches!(s.tools["search_docs"], CustomTool::Mcp { .. }));
+        assert!(s.secret("WEIR_TEST_SURELY_UNSET_VAR").is_err());
+    }
+
+    #[test]
     fn rejects_what_it_does_not_know() {
         assert!(
             Settings::parse("[modles]\nallow = []")
@@ -189,9 +325,19 @@ output_per_mtok = 0.0
         );
         assert!(Settings::parse("[models]\nalow = []").is_err());
         assert!(
-            Settings::parse("[mcp.servers.x]\ncommand = \"x\"")
+            Settings::parse("[network]\nallow_private = true")
                 .unwrap_err()
                 .contains("not available")
+        );
+        assert!(
+            Settings::parse("[mcp.servers.x]\nargs = []")
+                .unwrap_err()
+                .contains("exactly one")
+        );
+        assert!(
+            Settings::parse("[tools.t]\nkind = \"mcp\"\nserver = \"nope\"\ntool = \"x\"")
+                .unwrap_err()
+                .contains("not under")
         );
         assert!(Settings::parse("[providers.openai]\nbase_url = \"http://x\"").is_err());
     }

@@ -46,4 +46,13 @@ pub trait ToolRunner: Send + Sync {
     fn tool_names(&self) -> Vec<String>;
 
     async fn call(&self, call: ToolCall) -> Result<Value, ToolError>;
+
+    /// Checks a call's literal params when the configuration can tell (an MCP server that is
+    /// not configured); `Err` says why it cannot work.
+    fn check_call(&self, _tool_name: &str, _params: &Value) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Stops what the runner started (MCP server processes, sessions).
+    async fn shutdown(&self) {}
 }

@@ -171,6 +171,18 @@ pub fn capabilities(
                         )),
                 );
             }
+            NodeKind::Tool(t) => {
+                if let Err(why) = tools.check_call(&t.tool_name, &t.params) {
+                    out.push(
+                        Diagnostic::error("E025", format!("`{}` cannot work: {why}", t.tool_name))
+                            .node(&n.id)
+                            .at(n.span)
+                            .hint(
+                                "configure it under [mcp.servers] in weir.toml, or fix the params",
+                            ),
+                    );
+                }
+            }
             NodeKind::Agent(_) | NodeKind::Judge(_) | NodeKind::Consensus(_) => {
                 let (primary, fallbacks): (&String, &[String]) = match &n.kind {
                     NodeKind::Agent(a) => (&a.model, &a.fallback_models),

@@ -30,6 +30,7 @@ pub struct Services {
     pub tools: Arc<dyn ToolRunner>,
     pub scripts: Arc<dyn ScriptRunner>,
     pub store: Arc<dyn RunStore>,
+    pub secrets: Arc<dyn weir_core::secrets::Secrets>,
 }
 
 /// Progress callbacks (the CLI prints them; the server streams them).

@@ -267,6 +267,7 @@ fn random_graphs_run_exactly_the_routed_nodes() {
                 models: Arc::new(FakeModel),
                 tools: Arc::new(NoTools),
                 scripts: Arc::new(NoScripts),
+                secrets: Arc::new(weir_core::settings::Settings::default()),
                 store: store.clone(),
             },
             Arc::new(Quiet),

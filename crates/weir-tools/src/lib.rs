@@ -1,63 +1,115 @@
-//! weir-tools: the built-in tools behind [`weir_core::ToolRunner`], one file each.
+//! weir-tools: the built-in tools behind [`weir_core::ToolRunner`], one file each, plus
+//! custom tools and the MCP client.
 //!
 //! Failure semantics (DESIGN §6): a network error or an HTTP status of 400 and above fails the
-//! attempt, so the node's retries apply; bad params fail it without retrying. Every outbound
-//! request carries the call's `Idempotency-Key`. Webhook URLs are secrets: they never appear
-//! in a tool's output or error text.
+//! attempt, so the node's retries apply; bad params and refusals that a retry cannot fix fail
+//! it without retrying. Every outbound request carries the call's `Idempotency-Key`. Webhook
+//! URLs, SMTP credentials and secrets never appear in a tool's output or error text.
 
+mod custom;
 mod delay;
 mod http_request;
+mod mcp;
+mod send_email;
 mod slack_message;
 
 use async_trait::async_trait;
 use serde_json::Value;
+use weir_core::settings::Settings;
 use weir_core::{ToolCall, ToolError, ToolRunner};
 
-const BUILT_IN: &[&str] = &["http_request", "slack_message", "delay"];
+const BUILT_IN: &[&str] = &[
+    "http_request",
+    "slack_message",
+    "send_email",
+    "delay",
+    "mcp_call",
+];
 
 /// The tool runner the binary wires into the engine.
 pub struct Registry {
     client: reqwest::Client,
+    settings: Settings,
+    mcp: mcp::Servers,
 }
 
 impl Registry {
-    pub fn new() -> Self {
+    pub fn new(settings: Settings) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
         Self {
             client: reqwest::Client::builder()
                 .connect_timeout(std::time::Duration::from_secs(10))
                 .build()
                 .unwrap_or_default(),
+            mcp: mcp::Servers::new(settings.mcp.servers.clone()),
+            settings,
         }
-    }
-}
-
-impl Default for Registry {
-    fn default() -> Self {
-        Self::new()
     }
 }
 
 #[async_trait]
 impl ToolRunner for Registry {
     fn has_tool(&self, tool_name: &str) -> bool {
-        BUILT_IN.contains(&tool_name)
+        match tool_name.strip_prefix("custom:") {
+            Some(name) => self.settings.tools.contains_key(name),
+            None => BUILT_IN.contains(&tool_name),
+        }
     }
 
     fn tool_names(&self) -> Vec<String> {
-        BUILT_IN.iter().map(|s| s.to_string()).collect()
+        BUILT_IN
+            .iter()
+            .map(|s| s.to_string())
+            .chain(self.settings.tools.keys().map(|k| format!("custom:{k}")))
+            .collect()
+    }
+
+    fn check_call(&self, tool_name: &str, params: &Value) -> Result<(), String> {
+        if tool_name == "mcp_call"
+            && let Some(server) = params.get("server").and_then(Value::as_str)
+            && !server.contains('{')
+            && !self.settings.mcp.servers.contains_key(server)
+        {
+            let known: Vec<&str> = self
+                .settings
+                .mcp
+                .servers
+                .keys()
+                .map(String::as_str)
+                .collect();
+            return Err(format!(
+                "MCP server `{server}` is not configured (configured: {})",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ));
+        }
+        Ok(())
     }
 
     async fn call(&self, call: ToolCall) -> Result<Value, ToolError> {
         match call.tool_name.as_str() {
             "http_request" => http_request::call(&self.client, &call).await,
             "slack_message" => slack_message::call(&self.client, &call).await,
+            "send_email" => send_email::call(&call).await,
             "delay" => delay::call(&call).await,
-            other if other.starts_with("custom:") => Err(ToolError::fatal(format!(
-                "custom tool `{other}` is not registered; re-register it or update the node"
-            ))),
-            other => Err(ToolError::fatal(format!("unknown tool `{other}`"))),
+            "mcp_call" => self.mcp.call_tool_params(&call).await,
+            other => match other.strip_prefix("custom:") {
+                Some(name) => match self.settings.tools.get(name) {
+                    Some(tool) => custom::call(self, name, tool, &call).await,
+                    None => Err(ToolError::fatal(format!(
+                        "custom tool `{other}` is not registered; re-register it or update the node"
+                    ))),
+                },
+                None => Err(ToolError::fatal(format!("unknown tool `{other}`"))),
+            },
         }
+    }
+
+    async fn shutdown(&self) {
+        self.mcp.shutdown().await;
     }
 }
 

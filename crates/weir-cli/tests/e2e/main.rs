@@ -12,3 +12,4 @@ mod pipeline;
 mod providers;
 mod scheduling;
 mod support;
+mod tools;

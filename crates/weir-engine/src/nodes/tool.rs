@@ -1,10 +1,13 @@
-//! `tool`: a typed side effect. String params are rendered against state, the tool's result
-//! object is written to state, and the step costs $0.
+//! `tool`: a typed side effect. String params are rendered against state (and
+//! `{secrets.NAME}` against the workspace's secrets), the tool's result object is written to
+//! state, and the step costs $0. Secret values are redacted from the result and from errors,
+//! and the step's attempts record only the tool's name, never the rendered params.
 
-use serde_json::json;
+use serde_json::{Map, Value, json};
 use weir_core::ToolCall;
 use weir_core::expr;
 use weir_core::ir::ToolSpec;
+use weir_core::secrets;
 
 use super::{Failure, NodeCtx, Outcome, Route};
 
@@ -15,28 +18,53 @@ pub fn idempotency_key(run_id: &str, node_id: &str, visit: u32) -> String {
 }
 
 pub async fn execute(ctx: &NodeCtx, spec: &ToolSpec) -> Result<Outcome, Failure> {
-    let params = expr::render_value(&spec.params, ctx.state.as_ref())
-        .map_err(|e| Failure::fatal("template", format!("params: {}", e.message)))?;
+    let names = secrets::referenced(&spec.params);
+    let mut used = Vec::new();
+    let params = if names.is_empty() {
+        expr::render_value(&spec.params, ctx.state.as_ref())
+    } else {
+        let mut scope: Map<String, Value> = ctx.state.as_ref().clone();
+        let mut values = Map::new();
+        for name in names {
+            let v = ctx
+                .services
+                .secrets
+                .secret(&name)
+                .map_err(|e| Failure::fatal("secret", e))?;
+            used.push(v.clone());
+            values.insert(name, Value::String(v));
+        }
+        scope.insert("secrets".into(), Value::Object(values));
+        expr::render_value(&spec.params, &scope)
+    }
+    .map_err(|e| {
+        Failure::fatal(
+            "template",
+            format!("params: {}", secrets::redact_str(&e.message, &used)),
+        )
+    })?;
     let call = ToolCall {
         tool_name: spec.tool_name.clone(),
         params,
         idempotency_key: idempotency_key(&ctx.run_id, &ctx.node.id, ctx.visit),
         // A little past the attempt timeout, so the engine's own timeout decides.
-        timeout: ctx.node.policy.timeout + std::time::Duration::from_secs(1),
+        timeout: ctx.call_timeout(),
     };
+    let request = json!({"tool": spec.tool_name, "idempotency_key": call.idempotency_key});
     match ctx.services.tools.call(call).await {
-        Ok(result) => {
+        Ok(mut result) => {
+            secrets::redact(&mut result, &used);
             let mut o = Outcome::new(result.clone(), Route::All);
             o.write = Some(result);
-            o.request = Some(json!({"tool": spec.tool_name}));
+            o.request = Some(request);
             Ok(o)
         }
         Err(e) => Err(Failure {
-            message: e.message,
+            message: secrets::redact_str(&e.message, &used),
             class: "tool".into(),
             retryable: e.retryable,
             retry_after: None,
-            request: Some(Box::new(json!({"tool": spec.tool_name}))),
+            request: Some(Box::new(request)),
             spent: None,
         }),
     }
