@@ -290,11 +290,35 @@ fn context<S: Serialize>(state: &S) -> JValue {
     JValue::from(minijinja::value::Serde(state))
 }
 
-fn eval_raw(src: &str, ctx: JValue) -> Result<JValue, ExprError> {
+type Compiled = std::sync::Arc<minijinja::Expression<'static, 'static>>;
+
+/// Compiled expressions by source: workflows evaluate the same few expressions over and over.
+fn compiled(src: &str) -> Result<Compiled, ExprError> {
+    static CACHE: OnceLock<std::sync::RwLock<std::collections::HashMap<String, Compiled>>> =
+        OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(e) = cache.read().ok().and_then(|c| c.get(src).cloned()) {
+        return Ok(e);
+    }
     check(src)?;
-    let expr = env()
-        .compile_expression(src)
-        .map_err(|e| compile_error(&e))?;
+    let expr = std::sync::Arc::new(
+        env()
+            .compile_expression_owned(src.to_string())
+            .map_err(|e| compile_error(&e))?,
+    );
+    if let Ok(mut c) = cache.write() {
+        // Bounded: a workflow has a handful of expressions; templates built at run time
+        // must not grow the cache without limit.
+        if c.len() >= 4096 {
+            c.clear();
+        }
+        c.insert(src.to_string(), expr.clone());
+    }
+    Ok(expr)
+}
+
+fn eval_raw(src: &str, ctx: JValue) -> Result<JValue, ExprError> {
+    let expr = compiled(src)?;
     let v = expr.eval(ctx).map_err(run_error)?;
     if v.is_undefined() {
         return Err(ExprError::new("expression evaluated to an undefined value"));

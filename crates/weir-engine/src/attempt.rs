@@ -21,7 +21,7 @@ pub struct Attempts {
 }
 
 pub async fn run(ctx: &NodeCtx) -> Attempts {
-    let policy = ctx.node.policy;
+    let policy = ctx.node().policy;
     let mut attempts = Vec::new();
     let mut total = Spent::default();
     let mut n = 1;

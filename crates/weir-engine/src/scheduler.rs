@@ -15,7 +15,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::Value;
-use tokio::task::JoinSet;
+use std::future::Future;
+use std::pin::Pin;
+
+use futures_util::FutureExt;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use weir_core::Workflow;
 use weir_core::ir::{EndStatus, NodeKind, StateLayout};
 use weir_core::record::{
@@ -26,6 +30,9 @@ use weir_core::store::RunUpdate;
 use crate::attempt::{self, Attempts};
 use crate::nodes::{NodeCtx, Route};
 use crate::{Engine, Error, now};
+
+type Tasks =
+    FuturesUnordered<Pin<Box<dyn Future<Output = (String, std::thread::Result<Attempts>)> + Send>>>;
 
 struct InFlight {
     step: StepRecord,
@@ -66,7 +73,9 @@ impl<'e> Run<'e> {
     }
 
     pub async fn drive(mut self) -> Result<RunRecord, Error> {
-        let mut tasks: JoinSet<(String, Attempts)> = JoinSet::new();
+        // Node futures are polled here, in the run's own task: concurrency without a task
+        // spawn (and a cross-thread wake-up) per node.
+        let mut tasks: Tasks = FuturesUnordered::new();
         loop {
             if self.ending.is_none() && self.snapshot.gates.is_empty() {
                 self.launch_ready(&mut tasks).await?;
@@ -74,17 +83,16 @@ impl<'e> Run<'e> {
             if tasks.is_empty() {
                 break;
             }
-            let Some(joined) = tasks.join_next().await else {
+            let Some((node_id, joined)) = tasks.next().await else {
                 break;
             };
-            let (node_id, result) = match joined {
+            let result = match joined {
                 Ok(r) => r,
-                Err(e) => {
+                Err(_) => {
                     // A panicking node is a bug, but it must not take the run down silently.
-                    let node_id = self.in_flight.keys().next().cloned().unwrap_or_default();
                     self.fail(RunError {
                         code: "internal".into(),
-                        message: format!("node task ended abnormally: {e}"),
+                        message: format!("node `{node_id}` panicked; this is a bug in weir"),
                         node_id: Some(node_id),
                     });
                     break;
@@ -95,8 +103,8 @@ impl<'e> Run<'e> {
                 break;
             }
         }
-        tasks.abort_all();
-        while tasks.join_next().await.is_some() {}
+        // Dropping the futures cancels whatever is still in flight.
+        drop(tasks);
         self.cancel_in_flight().await?;
         self.finalize().await
     }
@@ -107,7 +115,7 @@ impl<'e> Run<'e> {
         }
     }
 
-    async fn launch_ready(&mut self, tasks: &mut JoinSet<(String, Attempts)>) -> Result<(), Error> {
+    async fn launch_ready(&mut self, tasks: &mut Tasks) -> Result<(), Error> {
         let ready: Vec<String> = self
             .snapshot
             .pending
@@ -141,7 +149,7 @@ impl<'e> Run<'e> {
                 });
                 return Ok(());
             }
-            let Some(node) = self.wf.node(&node_id).cloned() else {
+            let Some(index) = self.wf.nodes.iter().position(|n| n.id == node_id) else {
                 self.fail(RunError {
                     code: "internal".into(),
                     message: format!("node `{node_id}` is pending but not in the workflow"),
@@ -149,11 +157,16 @@ impl<'e> Run<'e> {
                 });
                 return Ok(());
             };
+            let node = &self.wf.nodes[index];
             let visit = self.snapshot.visits.get(&node_id).copied().unwrap_or(0) + 1;
             let seq = self.snapshot.next_seq;
             self.snapshot.next_seq += 1;
             let public = Arc::new(self.snapshot.state.clone());
-            let state = Arc::new(view(self.wf.layout, &public));
+            // Graph state is its own view; only the variables layout adds the id shortcuts.
+            let state = match self.wf.layout {
+                StateLayout::Flat => public.clone(),
+                StateLayout::Variables => Arc::new(view(self.wf.layout, &public)),
+            };
             let step = StepRecord {
                 seq,
                 node_id: node_id.clone(),
@@ -187,12 +200,17 @@ impl<'e> Run<'e> {
             let loop_count = self.snapshot.loops.get(&node_id).copied().unwrap_or(0) + 1;
             let ctx = NodeCtx {
                 run_id: self.run_id.clone(),
-                node,
+                wf: self.wf.clone(),
+                index,
                 state,
                 public,
                 layout: self.wf.layout,
                 pass: self.snapshot.pass.max(1),
-                history: Arc::new(self.snapshot.history.clone()),
+                history: if self.snapshot.history.is_empty() {
+                    Arc::default()
+                } else {
+                    Arc::new(self.snapshot.history.clone())
+                },
                 visit,
                 loop_count,
                 services: self.engine.services.clone(),
@@ -204,10 +222,12 @@ impl<'e> Run<'e> {
                     started: Instant::now(),
                 },
             );
-            tasks.spawn(async move {
-                let result = attempt::run(&ctx).await;
+            tasks.push(Box::pin(async move {
+                let result = std::panic::AssertUnwindSafe(attempt::run(&ctx))
+                    .catch_unwind()
+                    .await;
                 (node_id, result)
-            });
+            }));
         }
         Ok(())
     }
@@ -237,10 +257,9 @@ impl<'e> Run<'e> {
                 .add_event(&self.run_id, &event)
                 .await?;
         }
-        let node = self
-            .wf
+        let wf = self.wf.clone();
+        let node = wf
             .node(node_id)
-            .cloned()
             .expect("in-flight nodes come from the workflow");
         match result.result {
             Err(f) => {
@@ -256,9 +275,9 @@ impl<'e> Run<'e> {
                 step.status = StepStatus::Succeeded;
                 step.route = outcome.route.label();
                 step.output = outcome.output.clone();
-                self.write(&node, &outcome);
+                self.write(node, &outcome);
                 if let NodeKind::Step(_) = node.kind {
-                    self.record_pass(&node, &outcome);
+                    self.record_pass(node, &outcome);
                 }
                 match &outcome.route {
                     Route::End(status) => {

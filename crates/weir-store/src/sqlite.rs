@@ -32,8 +32,16 @@ fn parse<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, StoreError> {
 }
 
 impl Sqlite {
-    /// Opens (creating if needed) the database at `path`, or an in-memory one for `None`.
+    /// Opens (creating if needed) the database at `path`, or an in-memory one for `None`, with
+    /// `synchronous=NORMAL`: in WAL mode a commit survives the process dying at any point; only
+    /// an OS crash or power loss can lose the last commits.
     pub async fn open(path: Option<&Path>) -> Result<Self, StoreError> {
+        Self::open_with(path, false).await
+    }
+
+    /// Like [`open`](Self::open); `full_sync` sets `synchronous=FULL`, so every commit is on
+    /// disk before it returns, even across power loss (the benchmarks' durable mode).
+    pub async fn open_with(path: Option<&Path>, full_sync: bool) -> Result<Self, StoreError> {
         let opts = match path {
             Some(p) => {
                 if let Some(dir) = p.parent()
@@ -47,7 +55,11 @@ impl Sqlite {
                     .filename(p)
                     .create_if_missing(true)
                     .journal_mode(SqliteJournalMode::Wal)
-                    .synchronous(SqliteSynchronous::Normal)
+                    .synchronous(if full_sync {
+                        SqliteSynchronous::Full
+                    } else {
+                        SqliteSynchronous::Normal
+                    })
             }
             None => SqliteConnectOptions::from_str("sqlite::memory:").map_err(backend)?,
         }

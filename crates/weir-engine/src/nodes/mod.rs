@@ -24,7 +24,9 @@ use crate::Services;
 /// What a node sees when it runs.
 pub struct NodeCtx {
     pub run_id: String,
-    pub node: Node,
+    pub wf: Arc<weir_core::Workflow>,
+    /// Index of this node in `wf.nodes`.
+    pub index: usize,
     /// What templates and expressions see at the start of the step: public state, and in the
     /// `Variables` layout each variable under its node id as well.
     pub state: Arc<Map<String, Value>>,
@@ -161,7 +163,7 @@ impl Failure {
 
 /// Runs one attempt of a node.
 pub async fn execute(ctx: &NodeCtx) -> Result<Outcome, Failure> {
-    match &ctx.node.kind {
+    match &ctx.node().kind {
         NodeKind::Agent(spec) => agent::execute(ctx, spec).await,
         NodeKind::Tool(spec) => tool::execute(ctx, spec).await,
         NodeKind::Condition(spec) => condition::execute(ctx, spec),
@@ -177,10 +179,14 @@ pub async fn execute(ctx: &NodeCtx) -> Result<Outcome, Failure> {
 }
 
 impl NodeCtx {
+    pub fn node(&self) -> &Node {
+        &self.wf.nodes[self.index]
+    }
+
     /// The HTTP timeout of one model call: a little past the attempt timeout, so the
     /// engine's own timeout decides.
     pub fn call_timeout(&self) -> std::time::Duration {
-        self.node.policy.timeout + std::time::Duration::from_secs(1)
+        self.node().policy.timeout + std::time::Duration::from_secs(1)
     }
 }
 

@@ -15,7 +15,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &ScriptSpec) -> Result<Outcome, Failur
     let call = ScriptCall {
         source: spec.source.clone(),
         // The attempt timeout is the script's; the runner kills the process tree at it.
-        timeout: ctx.node.policy.timeout,
+        timeout: ctx.node().policy.timeout,
         state: Value::Object(ctx.public.as_ref().clone()),
     };
     let result = match ctx.services.scripts.run(call).await {

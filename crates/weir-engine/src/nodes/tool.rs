@@ -46,7 +46,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &ToolSpec) -> Result<Outcome, Failure>
     let call = ToolCall {
         tool_name: spec.tool_name.clone(),
         params,
-        idempotency_key: idempotency_key(&ctx.run_id, &ctx.node.id, ctx.visit),
+        idempotency_key: idempotency_key(&ctx.run_id, &ctx.node().id, ctx.visit),
         // A little past the attempt timeout, so the engine's own timeout decides.
         timeout: ctx.call_timeout(),
     };

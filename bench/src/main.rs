@@ -1,0 +1,277 @@
+//! weir-bench: the five workloads of `shared/bench/LANGGRAPH.md` on weir's real engine (real
+//! loader, scheduler, node executors; the real SQLite store for the durable workload), with a
+//! model client that returns a fixed reply after an optional delay, as the peer's fake does.
+//! Prints JSON lines `{"bench", "metric", "value", "unit"}` with the peer's names.
+//!
+//! `cargo run --release -p weir-bench [-- BENCH...]` (default: all; also `paused`).
+
+mod fakes;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use weir_core::{RunStatus, RunStore, Workflow};
+use weir_engine::{Engine, Quiet, Services, Source};
+
+use fakes::{FakeModel, MemStore, NoScripts, NoTools};
+
+fn emit(bench: &str, metric: &str, value: f64, unit: &str) {
+    println!(
+        "{}",
+        json!({"bench": bench, "metric": metric, "value": (value * 1000.0).round() / 1000.0, "unit": unit})
+    );
+}
+
+fn load(text: &str) -> Arc<Workflow> {
+    let l = weir_dialects::load("bench.json", text);
+    assert!(!l.has_errors(), "{:?}", l.diagnostics);
+    Arc::new(l.valid().expect("valid workflow"))
+}
+
+fn agent(id: &str, msg: &str) -> Value {
+    json!({"id": id, "type": "agent", "config": {"model": "fake", "user_message": msg, "output_key": "last"}})
+}
+
+/// `n0 → n1 → … → n{N-1}`, each an LLM call reading the previous reply.
+fn chain(n: usize) -> Arc<Workflow> {
+    let nodes: Vec<Value> = (0..n)
+        .map(|i| agent(&format!("n{i}"), &format!("node {i}: {{last}}")))
+        .collect();
+    let edges: Vec<Value> = (1..n)
+        .map(|i| json!({"source": format!("n{}", i - 1), "target": format!("n{i}")}))
+        .collect();
+    load(&json!({"name": "chain", "nodes": nodes, "edges": edges}).to_string())
+}
+
+/// `start → b0..b4 → join (merge) → summary`.
+fn fanout() -> Arc<Workflow> {
+    let mut nodes = vec![
+        json!({"id": "start", "type": "agent", "config": {"model": "fake", "user_message": "{topic}", "output_key": "topic"}}),
+    ];
+    let mut edges = Vec::new();
+    for i in 0..5 {
+        nodes.push(json!({"id": format!("b{i}"), "type": "agent", "config": {"model": "fake", "user_message": format!("branch {i}: {{topic}}")}}));
+        edges.push(json!({"source": "start", "target": format!("b{i}")}));
+        edges.push(json!({"source": format!("b{i}"), "target": "join"}));
+    }
+    nodes.push(json!({"id": "join", "type": "merge"}));
+    nodes.push(json!({"id": "summary", "type": "agent", "config": {"model": "fake", "user_message": "join: {b0}|{b1}|{b2}|{b3}|{b4}"}}));
+    edges.push(json!({"source": "join", "target": "summary"}));
+    load(&json!({"name": "fanout", "nodes": nodes, "edges": edges}).to_string())
+}
+
+/// `entry → step ⇄ again (loop, 100 iterations)`.
+fn looped(iters: usize) -> Arc<Workflow> {
+    load(&json!({"name": "loop", "hop_ceiling": 1000, "nodes": [
+        {"id": "entry", "type": "agent", "config": {"model": "fake", "user_message": "go", "output_key": "last"}},
+        {"id": "step", "type": "agent", "config": {"model": "fake", "user_message": "{last}", "output_key": "last"}},
+        {"id": "again", "type": "loop", "config": {"expression": "True", "max_iterations": iters - 1}}],
+      "edges": [{"source": "entry", "target": "again"},
+                {"source": "again", "target": "step", "condition_value": "true"},
+                {"source": "step", "target": "again"}]}).to_string())
+}
+
+fn engine(store: Arc<dyn RunStore>, latency: Duration) -> Engine {
+    Engine::new(
+        Services {
+            models: Arc::new(FakeModel { latency }),
+            tools: Arc::new(NoTools),
+            scripts: Arc::new(NoScripts),
+            store,
+            secrets: Arc::new(weir_core::settings::Settings::default()),
+        },
+        Arc::new(Quiet),
+    )
+}
+
+fn source() -> Source {
+    Source {
+        path: "bench.json".into(),
+        text: String::new(),
+    }
+}
+
+async fn run(e: &Engine, wf: &Arc<Workflow>, input: Value) -> weir_core::RunRecord {
+    let r = e.start(wf.clone(), source(), input).await.expect("run");
+    assert!(
+        matches!(r.status, RunStatus::Succeeded | RunStatus::Paused),
+        "{:?}",
+        r.error
+    );
+    r
+}
+
+async fn timed(e: &Engine, wf: &Arc<Workflow>, runs: usize, input: Value) -> f64 {
+    run(e, wf, input.clone()).await; // warm-up
+    let t = Instant::now();
+    for _ in 0..runs {
+        run(e, wf, input.clone()).await;
+    }
+    t.elapsed().as_secs_f64()
+}
+
+fn status_kib(field: &str) -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+async fn bench_chain() {
+    let (n, r) = (20, 500);
+    let e = engine(Arc::new(MemStore::default()), Duration::ZERO);
+    let dt = timed(&e, &chain(n), r, json!({"last": ""})).await;
+    emit(
+        "chain",
+        "per_node_overhead",
+        dt / (r * n) as f64 * 1e6,
+        "us",
+    );
+    emit("chain", "runs_per_sec", r as f64 / dt, "runs/s");
+}
+
+async fn bench_fanout() {
+    let r = 500;
+    let e = engine(Arc::new(MemStore::default()), Duration::ZERO);
+    let dt = timed(&e, &fanout(), r, json!({"topic": "t"})).await;
+    emit("fanout", "per_run", dt / r as f64 * 1e6, "us");
+    emit("fanout", "runs_per_sec", r as f64 / dt, "runs/s");
+}
+
+async fn bench_loop() {
+    let (iters, r) = (100, 100);
+    let e = engine(Arc::new(MemStore::default()), Duration::ZERO);
+    let wf = looped(iters);
+    let check = run(&e, &wf, json!({})).await;
+    let steps = check.steps.iter().filter(|s| s.node_id != "again").count();
+    assert_eq!(
+        steps, iters,
+        "one loop run executes the LLM step {iters} times"
+    );
+    let dt = timed(&e, &wf, r, json!({})).await;
+    emit("loop", "per_iteration", dt / (r * iters) as f64 * 1e6, "us");
+    emit("loop", "per_run", dt / r as f64 * 1e6, "us");
+}
+
+async fn bench_concurrency() {
+    let (runs, n, latency) = (2000, 5, Duration::from_millis(50));
+    let e = Arc::new(engine(Arc::new(MemStore::default()), latency));
+    let wf = chain(n);
+    run(&e, &wf, json!({"last": ""})).await;
+    let before = status_kib("VmRSS:");
+    let t = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..runs {
+        let (e, wf) = (e.clone(), wf.clone());
+        set.spawn(async move { run(&e, &wf, json!({"last": ""})).await.steps.len() });
+    }
+    while let Some(r) = set.join_next().await {
+        assert_eq!(r.expect("task"), n);
+    }
+    let dt = t.elapsed().as_secs_f64();
+    let ideal = n as f64 * latency.as_secs_f64();
+    emit("concurrency", "wall_time", dt, "s");
+    emit("concurrency", "ideal_wall_time", ideal, "s");
+    emit("concurrency", "overhead_over_ideal", dt - ideal, "s");
+    emit(
+        "concurrency",
+        "peak_rss",
+        status_kib("VmHWM:") / 1024.0,
+        "MiB",
+    );
+    emit("concurrency", "rss_before_launch", before / 1024.0, "MiB");
+}
+
+async fn bench_durable() {
+    let (n, r) = (20, 200);
+    for (name, full) in [("durable", true), ("durable_normal", false)] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = weir_store::Sqlite::open_with(Some(&dir.path().join("bench.db")), full)
+            .await
+            .expect("sqlite");
+        let e = engine(Arc::new(store), Duration::ZERO);
+        let dt = timed(&e, &chain(n), r, json!({"last": ""})).await;
+        emit(name, "per_node_overhead", dt / (r * n) as f64 * 1e6, "us");
+        emit(name, "runs_per_sec", r as f64 / dt, "runs/s");
+        // One run row, n running-step inserts and n step commits (each with its snapshot).
+        emit(name, "commits_per_run", (1 + 2 * n) as f64, "count");
+    }
+}
+
+/// 10,000 runs parked at a human gate: what they cost in memory and on disk.
+async fn bench_paused() {
+    let runs = 10_000;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("paused.db");
+    let store = weir_store::Sqlite::open(Some(&path)).await.expect("sqlite");
+    let e = Arc::new(engine(Arc::new(store), Duration::ZERO));
+    let wf = load(&json!({"name": "paused", "nodes": [
+        {"id": "draft", "type": "agent", "config": {"model": "fake", "user_message": "draft for {who}"}},
+        {"id": "review", "type": "human_gate", "config": {"prompt": "approve {draft}?"}}],
+      "edges": [{"source": "draft", "target": "review"}]}).to_string());
+    let before = status_kib("VmRSS:");
+    let t = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..runs {
+        let (e, wf) = (e.clone(), wf.clone());
+        set.spawn(async move { run(&e, &wf, json!({"who": i})).await.status });
+        if set.len() >= 64 {
+            assert_eq!(
+                set.join_next().await.expect("task").expect("run"),
+                RunStatus::Paused
+            );
+        }
+    }
+    while let Some(s) = set.join_next().await {
+        assert_eq!(s.expect("run"), RunStatus::Paused);
+    }
+    let dt = t.elapsed().as_secs_f64();
+    let db: u64 = ["paused.db", "paused.db-wal"]
+        .iter()
+        .filter_map(|f| std::fs::metadata(dir.path().join(f)).ok())
+        .map(|m| m.len())
+        .sum();
+    emit("paused", "runs", runs as f64, "count");
+    emit("paused", "create_wall_time", dt, "s");
+    emit("paused", "rss_after", status_kib("VmRSS:") / 1024.0, "MiB");
+    emit("paused", "rss_before", before / 1024.0, "MiB");
+    emit(
+        "paused",
+        "db_bytes_per_run",
+        db as f64 / runs as f64,
+        "bytes",
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let want = |b: &str| args.is_empty() || args.iter().any(|a| a == b);
+    // The multi-threaded runtime the `weir` binary uses; WEIR_BENCH_RUNTIME=current_thread for one thread.
+    let rt = if std::env::var("WEIR_BENCH_RUNTIME").as_deref() == Ok("current_thread") {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    }
+    .expect("runtime");
+    let t0 = Instant::now();
+    rt.block_on(async {
+        println!("{}", json!({"bench": "env", "metric": "cpu_count", "value": std::thread::available_parallelism().map_or(1, |n| n.get()), "unit": ""}));
+        if want("chain") { bench_chain().await; }
+        if want("fanout") { bench_fanout().await; }
+        if want("loop") { bench_loop().await; }
+        if want("concurrency") { bench_concurrency().await; }
+        if want("durable") { bench_durable().await; }
+        if want("paused") { bench_paused().await; }
+    });
+    emit("env", "total_runtime", t0.elapsed().as_secs_f64(), "s");
+}
