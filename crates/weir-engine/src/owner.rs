@@ -4,10 +4,17 @@
 
 /// `host:pid` of this process.
 pub fn this_process() -> String {
-    format!("{}:{}", hostname(), std::process::id())
+    static ME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ME.get_or_init(|| format!("{}:{}", hostname(), std::process::id()))
+        .clone()
 }
 
 fn hostname() -> String {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(read_hostname).clone()
+}
+
+fn read_hostname() -> String {
     std::env::var("HOSTNAME")
         .ok()
         .filter(|h| !h.is_empty())

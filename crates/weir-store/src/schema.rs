@@ -1,9 +1,10 @@
 //! Schema migrations, embedded in the binary and applied in order on open.
 
 /// `(version, sql)`; append only, never edit a released entry.
-pub const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    r#"
+pub const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        r#"
 CREATE TABLE runs (
     id           TEXT PRIMARY KEY,
     workflow     TEXT NOT NULL,
@@ -52,4 +53,33 @@ CREATE TABLE events (
 );
 CREATE INDEX events_run ON events (run_id, id);
 "#,
-)];
+    ),
+    (
+        2,
+        r#"
+-- One INSERT commits a finished step: the trigger writes the step row, its attempts and the
+-- run's snapshot in the same statement (so the same transaction), in one round trip to the
+-- database thread, and leaves nothing behind in this table.
+CREATE TABLE step_commits (
+    run_id    TEXT NOT NULL,
+    seq       INTEGER NOT NULL,
+    step      TEXT NOT NULL,
+    snapshot  TEXT NOT NULL,
+    cost_usd  REAL NOT NULL
+);
+CREATE TRIGGER step_commit AFTER INSERT ON step_commits BEGIN
+    INSERT OR REPLACE INTO steps (run_id, seq, node_id, node_type, visit, status, route, input,
+        output, error, cost_usd, tokens_in, tokens_out, started_at, finished_at, duration_ms)
+    VALUES (NEW.run_id, NEW.seq, NEW.step ->> '$.node_id', NEW.step ->> '$.node_type',
+        NEW.step ->> '$.visit', NEW.step ->> '$.status', NEW.step ->> '$.route',
+        NEW.step -> '$.input', NEW.step -> '$.output', NEW.step ->> '$.error',
+        NEW.step ->> '$.cost_usd', NEW.step ->> '$.tokens.input', NEW.step ->> '$.tokens.output',
+        NEW.step ->> '$.started_at', NEW.step ->> '$.finished_at', NEW.step ->> '$.duration_ms');
+    INSERT OR REPLACE INTO attempts (run_id, seq, n, body)
+        SELECT NEW.run_id, NEW.seq, value ->> '$.n', value FROM json_each(NEW.step -> '$.attempts');
+    UPDATE runs SET snapshot = NEW.snapshot, cost_usd = NEW.cost_usd WHERE id = NEW.run_id;
+    DELETE FROM step_commits WHERE rowid = NEW.rowid;
+END;
+"#,
+    ),
+];

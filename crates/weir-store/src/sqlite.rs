@@ -17,6 +17,10 @@ use crate::schema::MIGRATIONS;
 
 pub struct Sqlite {
     pool: SqlitePool,
+    /// One connection with `synchronous=OFF` for writes that only make progress visible (a
+    /// step's `running` row, events): they ride along with the next synced commit instead of
+    /// paying an fsync of their own. Completed steps always go through `pool`.
+    visible: SqlitePool,
 }
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
@@ -69,10 +73,19 @@ impl Sqlite {
         let max = if path.is_some() { 4 } else { 1 };
         let pool = SqlitePoolOptions::new()
             .max_connections(max)
-            .connect_with(opts)
+            .connect_with(opts.clone())
             .await
             .map_err(backend)?;
-        let store = Self { pool };
+        let visible = if path.is_some() {
+            SqlitePoolOptions::new()
+                .max_connections(1)
+                .connect_with(opts.synchronous(SqliteSynchronous::Off))
+                .await
+                .map_err(backend)?
+        } else {
+            pool.clone()
+        };
+        let store = Self { pool, visible };
         store.migrate().await?;
         Ok(store)
     }
@@ -205,7 +218,7 @@ impl RunStore for Sqlite {
         .bind(step.status.as_str())
         .bind(json(&step.input)?)
         .bind(step.started_at.clone())
-        .execute(&self.pool)
+        .execute(&self.visible)
         .await
         .map_err(backend)?;
         Ok(())
@@ -217,56 +230,18 @@ impl RunStore for Sqlite {
         step: &StepRecord,
         snapshot: &Snapshot,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(backend)?;
-        sqlx::query(
-            "INSERT OR REPLACE INTO steps (run_id, seq, node_id, node_type, visit, status, route,
-                 input, output, error, cost_usd, tokens_in, tokens_out, started_at, finished_at,
-                 duration_ms)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(run_id.to_string())
-        .bind(i64::from(step.seq))
-        .bind(step.node_id.clone())
-        .bind(step.node_type.clone())
-        .bind(i64::from(step.visit))
-        .bind(step.status.as_str())
-        .bind(step.route.clone())
-        .bind(json(&step.input)?)
-        .bind(json(&step.output)?)
-        .bind(step.error.clone())
-        .bind(step.cost_usd)
-        .bind(step.tokens.input as i64)
-        .bind(step.tokens.output as i64)
-        .bind(step.started_at.clone())
-        .bind(step.finished_at.clone())
-        .bind(step.duration_ms.map(|d| d as i64))
-        .execute(&mut *tx)
-        .await
-        .map_err(backend)?;
-        sqlx::query("DELETE FROM attempts WHERE run_id = ? AND seq = ?")
+        // One statement: the `step_commit` trigger (migration 2) writes the step, its attempts
+        // and the run's snapshot atomically.
+        sqlx::query("INSERT INTO step_commits (run_id, seq, step, snapshot, cost_usd) VALUES (?, ?, ?, ?, ?)")
             .bind(run_id.to_string())
             .bind(i64::from(step.seq))
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
-        for a in &step.attempts {
-            sqlx::query("INSERT INTO attempts (run_id, seq, n, body) VALUES (?, ?, ?, ?)")
-                .bind(run_id.to_string())
-                .bind(i64::from(step.seq))
-                .bind(i64::from(a.n))
-                .bind(json(a)?)
-                .execute(&mut *tx)
-                .await
-                .map_err(backend)?;
-        }
-        sqlx::query("UPDATE runs SET snapshot = ?, cost_usd = ? WHERE id = ?")
+            .bind(json(step)?)
             .bind(json(snapshot)?)
             .bind(snapshot.cost_usd)
-            .bind(run_id.to_string())
-            .execute(&mut *tx)
+            .execute(&self.pool)
             .await
             .map_err(backend)?;
-        tx.commit().await.map_err(backend)
+        Ok(())
     }
 
     async fn update_run(&self, run_id: &str, u: &RunUpdate) -> Result<(), StoreError> {
