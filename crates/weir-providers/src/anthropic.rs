@@ -7,7 +7,8 @@ use weir_core::{ErrorClass, ModelError, ModelRequest};
 use crate::http::{self, Reply};
 
 pub struct Anthropic {
-    client: reqwest::Client,
+    /// Built on first use: building one loads the platform's root certificates.
+    client: std::sync::OnceLock<reqwest::Client>,
     base_url: String,
     api_key: Option<String>,
 }
@@ -15,7 +16,7 @@ pub struct Anthropic {
 impl Anthropic {
     pub fn from_env() -> Self {
         Self {
-            client: http::client(),
+            client: std::sync::OnceLock::new(),
             base_url: std::env::var("ANTHROPIC_BASE_URL")
                 .unwrap_or_else(|_| "https://api.anthropic.com".into())
                 .trim_end_matches('/')
@@ -55,6 +56,7 @@ impl Anthropic {
         }
         let resp = self
             .client
+            .get_or_init(http::client)
             .post(format!("{}/v1/messages", self.base_url))
             .header("x-api-key", key)
             .header("anthropic-version", "2023-06-01")

@@ -8,7 +8,8 @@ use weir_core::{ErrorClass, ModelError, ModelRequest};
 use crate::http::{self, Reply};
 
 pub struct OpenAi {
-    client: reqwest::Client,
+    /// Built on first use: building one loads the platform's root certificates.
+    client: std::sync::OnceLock<reqwest::Client>,
     base_url: String,
     api_key: Option<String>,
     /// Environment variable the key comes from, for the error when it is missing.
@@ -29,7 +30,7 @@ impl OpenAi {
     /// (`None`: the server needs none).
     pub fn new(base_url: &str, key_var: Option<&str>) -> Self {
         Self {
-            client: http::client(),
+            client: std::sync::OnceLock::new(),
             base_url: base_url.trim_end_matches('/').to_string(),
             api_key: key_var
                 .and_then(|v| std::env::var(v).ok())
@@ -67,6 +68,7 @@ impl OpenAi {
         }
         let mut call = self
             .client
+            .get_or_init(http::client)
             .post(format!("{}/chat/completions", self.base_url))
             .timeout(req.timeout)
             .json(&body);

@@ -28,19 +28,26 @@ const BUILT_IN: &[&str] = &[
 
 /// The tool runner the binary wires into the engine.
 pub struct Registry {
-    client: reqwest::Client,
+    /// Built on first use: building one loads the platform's root certificates.
+    client: std::sync::OnceLock<reqwest::Client>,
     settings: Settings,
     mcp: mcp::Servers,
 }
 
 impl Registry {
-    pub fn new(settings: Settings) -> Self {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        Self {
-            client: reqwest::Client::builder()
+    fn client(&self) -> &reqwest::Client {
+        self.client.get_or_init(|| {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            reqwest::Client::builder()
                 .connect_timeout(std::time::Duration::from_secs(10))
                 .build()
-                .unwrap_or_default(),
+                .unwrap_or_default()
+        })
+    }
+
+    pub fn new(settings: Settings) -> Self {
+        Self {
+            client: std::sync::OnceLock::new(),
             mcp: mcp::Servers::new(settings.mcp.servers.clone()),
             settings,
         }
@@ -91,8 +98,8 @@ impl ToolRunner for Registry {
 
     async fn call(&self, call: ToolCall) -> Result<Value, ToolError> {
         match call.tool_name.as_str() {
-            "http_request" => http_request::call(&self.client, &call).await,
-            "slack_message" => slack_message::call(&self.client, &call).await,
+            "http_request" => http_request::call(self.client(), &call).await,
+            "slack_message" => slack_message::call(self.client(), &call).await,
             "send_email" => send_email::call(&call).await,
             "delay" => delay::call(&call).await,
             "mcp_call" => self.mcp.call_tool_params(&call).await,
