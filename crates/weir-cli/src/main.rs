@@ -106,6 +106,8 @@ pub mod exit {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // One TLS crypto provider for every HTTP client in the process (ring).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")

@@ -46,6 +46,9 @@ impl Registry {
     }
 
     pub fn new(settings: Settings) -> Self {
+        // rustls needs a process-wide crypto provider before any client is built (ours, and
+        // the one rmcp builds for MCP over HTTP); installing it is cheap, building is not.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         Self {
             client: std::sync::OnceLock::new(),
             mcp: mcp::Servers::new(settings.mcp.servers.clone()),
