@@ -201,3 +201,104 @@ impl Cx {
         Some(src)
     }
 }
+
+impl Cx {
+    /// Reports every top-level key outside `allowed`.
+    pub(crate) fn top_level(&mut self, doc: &tree::Node, allowed: &[&str], hint: &str) {
+        for (k, v) in doc.as_map().unwrap_or_default() {
+            if !allowed.contains(&k.as_str()) {
+                self.err(
+                    "E009",
+                    None,
+                    v.span,
+                    format!(
+                        "unknown top-level key `{k}`{}",
+                        weir_core::validate::suggest(k, allowed.iter().copied())
+                    ),
+                    hint,
+                );
+            }
+        }
+    }
+
+    /// The document's `name` (default: the file name) and hop ceiling (`hopCeiling` or
+    /// `hop_ceiling`).
+    pub(crate) fn header(
+        &mut self,
+        doc: &tree::Node,
+        default_name: &str,
+        default_hops: u32,
+    ) -> (String, u32) {
+        let name = doc
+            .get("name")
+            .and_then(|n| n.as_str())
+            .unwrap_or(default_name)
+            .to_string();
+        let key = if doc.get("hopCeiling").is_some() {
+            "hopCeiling"
+        } else {
+            "hop_ceiling"
+        };
+        let hops = self
+            .integer("", doc, key, 1, 1_000_000)
+            .map_or(default_hops, |x| x as u32);
+        (name, hops)
+    }
+
+    /// A JSON Schema value, compiled to check it (E017 when it does not compile).
+    pub(crate) fn schema(
+        &mut self,
+        node: Option<&str>,
+        cfg: &tree::Node,
+        key: &str,
+    ) -> Option<serde_json::Value> {
+        let v = cfg.get(key)?;
+        let schema = v.to_json();
+        match weir_core::schema::Schema::compile(&schema) {
+            Ok(_) => Some(schema),
+            Err(e) => {
+                self.err(
+                    "E017",
+                    node,
+                    v.span,
+                    format!("invalid {key}: {e}"),
+                    "give a JSON Schema object such as {\"type\": \"object\", \"properties\": {...}}; $ref to files or URLs is not allowed",
+                );
+                None
+            }
+        }
+    }
+
+    /// An `end` node's `status` (default succeeded).
+    pub(crate) fn end_status(&mut self, node: &str, cfg: &tree::Node) -> weir_core::ir::EndStatus {
+        use weir_core::ir::EndStatus;
+        match self.string(node, cfg, "status").as_deref() {
+            None | Some("succeeded") => EndStatus::Succeeded,
+            Some("failed") => EndStatus::Failed,
+            Some("aborted") => EndStatus::Aborted,
+            Some(other) => {
+                self.err(
+                    "E007",
+                    Some(node),
+                    cfg.get("status").and_then(|v| v.span),
+                    format!("end status `{other}` is not one of succeeded, failed, aborted"),
+                    "use succeeded, failed or aborted",
+                );
+                EndStatus::Succeeded
+            }
+        }
+    }
+
+    /// Adds the dialect-independent structure checks for a dialect whose transitions were
+    /// checked at their own keys (so edge-to-missing-node findings are not repeated), leaving
+    /// out warnings when errors already make the graph incomplete.
+    pub(crate) fn structure(&mut self, wf: &weir_core::Workflow) {
+        let had_errors = self.diags.iter().any(Diagnostic::is_error);
+        for d in weir_core::validate::structure(wf) {
+            if d.code == "E003" || (had_errors && d.code.starts_with('W')) {
+                continue;
+            }
+            self.diags.push(d);
+        }
+    }
+}

@@ -12,9 +12,8 @@ use weir_core::ErrorClass;
 use weir_core::expr::{self, Template};
 use weir_core::ir::{
     AgentSpec, AttemptPolicy, ConditionSpec, DEFAULT_HOP_CEILING, DEFAULT_REPAIR_ATTEMPTS, Dialect,
-    Edge, EndSpec, EndStatus, GateSpec, LoopSpec, Node, NodeKind, StateLayout, ToolSpec, Workflow,
+    Edge, EndSpec, GateSpec, LoopSpec, Node, NodeKind, StateLayout, ToolSpec, Workflow,
 };
-use weir_core::schema::Schema;
 use weir_core::validate::suggest;
 
 use crate::fields::Cx;
@@ -43,7 +42,7 @@ const TOP_KEYS: &[&str] = &[
 /// it) and the diagnostics found while lowering.
 pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>) {
     let mut cx = Cx { diags: Vec::new() };
-    let Some(top) = doc.as_map() else {
+    if doc.as_map().is_none() {
         cx.err(
             "E001",
             None,
@@ -55,29 +54,13 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
             "see docs/graph.md",
         );
         return (empty_workflow(default_name), cx.diags);
-    };
-    for (k, v) in top {
-        if !TOP_KEYS.contains(&k.as_str()) {
-            cx.err(
-                "E009",
-                None,
-                v.span,
-                format!(
-                    "unknown top-level key `{k}`{}",
-                    suggest(k, TOP_KEYS.iter().copied())
-                ),
-                "a graph document has dialect, name, description, nodes, edges and hop_ceiling",
-            );
-        }
     }
-    let name = match doc.get("name").and_then(|n| n.as_str()) {
-        Some(n) => n.to_string(),
-        None => default_name.to_string(),
-    };
-    let hop_ceiling = cx
-        .integer("", doc, "hop_ceiling", 1, 1_000_000)
-        .map(|x| x as u32)
-        .unwrap_or(DEFAULT_HOP_CEILING);
+    cx.top_level(
+        doc,
+        TOP_KEYS,
+        "a graph document has dialect, name, description, nodes, edges and hop_ceiling",
+    );
+    let (name, hop_ceiling) = cx.header(doc, default_name, DEFAULT_HOP_CEILING);
 
     let mut nodes = Vec::new();
     match doc.get("nodes").map(|n| &n.kind) {
@@ -354,22 +337,7 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
             let max_tokens = cx
                 .integer(&id, cfg, "max_tokens", 1, 1_000_000)
                 .map(|x| x as u32);
-            let response_schema = cfg.get("response_schema").and_then(|v| {
-                let schema = v.to_json();
-                match Schema::compile(&schema) {
-                    Ok(_) => Some(schema),
-                    Err(e) => {
-                        cx.err(
-                            "E017",
-                            Some(&id),
-                            v.span,
-                            format!("invalid response_schema: {e}"),
-                            "give a JSON Schema object such as {\"type\": \"object\", \"properties\": {...}}; $ref to files or URLs is not allowed",
-                        );
-                        None
-                    }
-                }
-            });
+            let response_schema = cx.schema(Some(&id), cfg, "response_schema");
             let repair_attempts = cx
                 .integer(&id, cfg, "repair_attempts", 0, 10)
                 .map_or(DEFAULT_REPAIR_ATTEMPTS, |x| x as u32);
@@ -462,21 +430,7 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
         }),
         "merge" => NodeKind::Merge,
         "end" => {
-            let status = match cx.string(&id, cfg, "status").as_deref() {
-                None | Some("succeeded") => EndStatus::Succeeded,
-                Some("failed") => EndStatus::Failed,
-                Some("aborted") => EndStatus::Aborted,
-                Some(other) => {
-                    cx.err(
-                        "E007",
-                        Some(&id),
-                        cfg.get("status").and_then(|v| v.span),
-                        format!("end status `{other}` is not one of succeeded, failed, aborted"),
-                        "use \"succeeded\", \"failed\" or \"aborted\"",
-                    );
-                    EndStatus::Succeeded
-                }
-            };
+            let status = cx.end_status(&id, cfg);
             let output = cfg.get("output").map(|o| o.to_json());
             if let Some(Err(e)) = output.as_ref().map(expr::check_value) {
                 cx.err(

@@ -13,10 +13,9 @@ use std::time::Duration;
 use weir_core::Diagnostic;
 use weir_core::ir::{
     AgentSpec, AttemptPolicy, ConditionSpec, ConsensusMode, ConsensusSpec, DEFAULT_HOP_CEILING,
-    Dialect, Edge, EndSpec, EndStatus, GateSpec, JudgeSpec, Node, NodeKind, ScriptSpec,
-    StateLayout, Validator, Workflow,
+    Dialect, Edge, EndSpec, GateSpec, JudgeSpec, Node, NodeKind, ScriptSpec, StateLayout,
+    Validator, Workflow,
 };
-use weir_core::schema::Schema;
 use weir_core::validate::suggest;
 
 use crate::fields::Cx;
@@ -54,49 +53,13 @@ const COMMON: &[&str] = &[
 /// Lowers a parsed machine document.
 pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>) {
     let mut cx = Cx { diags: Vec::new() };
-    for (k, v) in doc.as_map().unwrap_or_default() {
-        if !TOP_KEYS.contains(&k.as_str()) {
-            cx.err(
-                "E009",
-                None,
-                v.span,
-                format!(
-                    "unknown top-level key `{k}`{}",
-                    suggest(k, TOP_KEYS.iter().copied())
-                ),
-                "a machine document has name, description, start, input, hopCeiling and nodes",
-            );
-        }
-    }
-    let name = doc
-        .get("name")
-        .and_then(|n| n.as_str())
-        .unwrap_or(default_name)
-        .to_string();
-    let hop_key = if doc.get("hopCeiling").is_some() {
-        "hopCeiling"
-    } else {
-        "hop_ceiling"
-    };
-    let hop_ceiling = cx
-        .integer("", doc, hop_key, 1, 1_000_000)
-        .map_or(DEFAULT_HOP_CEILING, |x| x as u32);
-    let input_schema = doc.get("input").and_then(|v| {
-        let schema = v.to_json();
-        match Schema::compile(&schema) {
-            Ok(_) => Some(schema),
-            Err(e) => {
-                cx.err(
-                    "E017",
-                    None,
-                    v.span,
-                    format!("invalid input schema: {e}"),
-                    "give a JSON Schema object for the run input",
-                );
-                None
-            }
-        }
-    });
+    cx.top_level(
+        doc,
+        TOP_KEYS,
+        "a machine document has name, description, start, input, hopCeiling and nodes",
+    );
+    let (name, hop_ceiling) = cx.header(doc, default_name, DEFAULT_HOP_CEILING);
+    let input_schema = cx.schema(None, doc, "input");
     let Some(entries) = doc.get("nodes").and_then(|n| n.as_map()) else {
         cx.err(
             "E001",
@@ -140,14 +103,7 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
         None => ids.first().map(|s| s.to_string()),
     };
     let wf = workflow(name, nodes, edges, hop_ceiling, input_schema, start);
-    let had_errors = cx.diags.iter().any(Diagnostic::is_error);
-    for d in weir_core::validate::structure(&wf) {
-        // Transitions to unknown nodes were reported at the `on:`/`next:` key already.
-        if d.code == "E003" || (had_errors && d.code.starts_with('W')) {
-            continue;
-        }
-        cx.diags.push(d);
-    }
+    cx.structure(&wf);
     (wf, cx.diags)
 }
 
@@ -288,22 +244,7 @@ fn lower_node(cx: &mut Cx, id: &str, body: &tree::Node, ids: &[&str]) -> Option<
             let model = cx.string(id, body, "model");
             let prompt = cx.template_in(id, body, "prompt", true);
             let system = cx.template_in(id, body, "system", true);
-            let response_schema = body.get("response_schema").and_then(|v| {
-                let schema = v.to_json();
-                match Schema::compile(&schema) {
-                    Ok(_) => Some(schema),
-                    Err(e) => {
-                        cx.err(
-                            "E017",
-                            Some(id),
-                            v.span,
-                            format!("invalid response_schema: {e}"),
-                            "give a JSON Schema object",
-                        );
-                        None
-                    }
-                }
-            });
+            let response_schema = cx.schema(Some(id), body, "response_schema");
             NodeKind::Agent(AgentSpec {
                 model: model?,
                 system_prompt: system,
@@ -427,21 +368,7 @@ fn lower_node(cx: &mut Cx, id: &str, body: &tree::Node, ids: &[&str]) -> Option<
             },
         }),
         "end" => {
-            let status = match cx.string(id, body, "status").as_deref() {
-                None | Some("succeeded") => EndStatus::Succeeded,
-                Some("failed") => EndStatus::Failed,
-                Some("aborted") => EndStatus::Aborted,
-                Some(other) => {
-                    cx.err(
-                        "E007",
-                        Some(id),
-                        body.get("status").and_then(|v| v.span),
-                        format!("end status `{other}` is not one of succeeded, failed, aborted"),
-                        "use succeeded, failed or aborted",
-                    );
-                    EndStatus::Succeeded
-                }
-            };
+            let status = cx.end_status(id, body);
             let output = body.get("output").map(|o| jinja_value(o.to_json()));
             NodeKind::End(EndSpec { status, output })
         }

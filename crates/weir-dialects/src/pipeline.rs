@@ -53,34 +53,13 @@ const CONDITIONS: &[&str] = &[
 
 pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>) {
     let mut cx = Cx { diags: Vec::new() };
-    for (k, v) in doc.as_map().unwrap_or_default() {
-        if !TOP_KEYS.contains(&k.as_str()) {
-            cx.err(
-                "E009",
-                None,
-                v.span,
-                format!(
-                    "unknown top-level key `{k}`{}",
-                    suggest(k, TOP_KEYS.iter().copied())
-                ),
-                "a pipeline document has name, description, model, hopCeiling and steps",
-            );
-        }
-    }
-    let name = doc
-        .get("name")
-        .and_then(|n| n.as_str())
-        .unwrap_or(default_name)
-        .to_string();
+    cx.top_level(
+        doc,
+        TOP_KEYS,
+        "a pipeline document has name, description, model, hopCeiling and steps",
+    );
+    let (name, hop_ceiling) = cx.header(doc, default_name, DEFAULT_HOP_CEILING);
     let default_model = cx.string("", doc, "model");
-    let hop_key = if doc.get("hopCeiling").is_some() {
-        "hopCeiling"
-    } else {
-        "hop_ceiling"
-    };
-    let hop_ceiling = cx
-        .integer("", doc, hop_key, 1, 1_000_000)
-        .map_or(DEFAULT_HOP_CEILING, |x| x as u32);
     let items: &[tree::Node] = match doc.get("steps").map(|s| &s.kind) {
         Some(Kind::Seq(items)) if !items.is_empty() => items,
         _ => {
@@ -140,13 +119,7 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
         }
     }
     let wf = workflow(name, nodes, edges, hop_ceiling);
-    let had_errors = cx.diags.iter().any(Diagnostic::is_error);
-    for d in weir_core::validate::structure(&wf) {
-        if d.code == "E003" || (had_errors && d.code.starts_with('W')) {
-            continue;
-        }
-        cx.diags.push(d);
-    }
+    cx.structure(&wf);
     (wf, cx.diags)
 }
 

@@ -54,35 +54,15 @@ impl Anthropic {
         if let Some(t) = req.temperature {
             body["temperature"] = json!(t);
         }
-        let resp = self
+        let request = self
             .client
             .get_or_init(http::client)
             .post(format!("{}/v1/messages", self.base_url))
             .header("x-api-key", key)
             .header("anthropic-version", "2023-06-01")
             .timeout(req.timeout)
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| http::classify_transport(&e))?;
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let text = resp
-            .text()
-            .await
-            .map_err(|e| http::classify_transport(&e))?;
-        if status == 529 {
-            // Anthropic's "overloaded" is a server-side condition.
-            let mut e = http::status_error(status, &headers, &text);
-            e.class = ErrorClass::ServerError;
-            return Err(e);
-        }
-        if !(200..300).contains(&status) {
-            return Err(http::status_error(status, &headers, &text));
-        }
-        let v: Value = serde_json::from_str(&text).map_err(|e| {
-            ModelError::new(ErrorClass::Malformed, format!("reply is not JSON: {e}"))
-        })?;
+            .json(&body);
+        let v: Value = http::send_json(request).await?;
         let content = v
             .get("content")
             .and_then(Value::as_array)

@@ -110,3 +110,18 @@ pub fn status_error(status: u16, headers: &reqwest::header::HeaderMap, body: &st
     }
     err
 }
+
+/// Sends a provider request and reads its JSON reply; a non-2xx status, a transport failure
+/// or a body that is not JSON becomes a classified error. 5xx (Anthropic's 529 overloaded
+/// included) are server errors.
+pub async fn send_json(req: reqwest::RequestBuilder) -> Result<serde_json::Value, ModelError> {
+    let resp = req.send().await.map_err(|e| classify_transport(&e))?;
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let text = resp.text().await.map_err(|e| classify_transport(&e))?;
+    if !(200..300).contains(&status) {
+        return Err(status_error(status, &headers, &text));
+    }
+    serde_json::from_str(&text)
+        .map_err(|e| ModelError::new(ErrorClass::Malformed, format!("reply is not JSON: {e}")))
+}

@@ -75,22 +75,7 @@ impl OpenAi {
         if let Some(key) = &self.api_key {
             call = call.bearer_auth(key);
         }
-        let resp = call
-            .send()
-            .await
-            .map_err(|e| http::classify_transport(&e))?;
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let text = resp
-            .text()
-            .await
-            .map_err(|e| http::classify_transport(&e))?;
-        if !(200..300).contains(&status) {
-            return Err(http::status_error(status, &headers, &text));
-        }
-        let v: Value = serde_json::from_str(&text).map_err(|e| {
-            ModelError::new(ErrorClass::Malformed, format!("reply is not JSON: {e}"))
-        })?;
+        let v: Value = http::send_json(call).await?;
         let text = v
             .pointer("/choices/0/message/content")
             .and_then(Value::as_str)
