@@ -148,7 +148,7 @@ impl RunStore for MemStore {
             dialect: "graph".into(),
             status: run.status,
             input: Value::Null,
-            state: Value::Object(run.snapshot.state),
+            state: Value::Object(std::sync::Arc::unwrap_or_clone(run.snapshot.state)),
             output: run.snapshot.output,
             error: None,
             pending_gate: None,

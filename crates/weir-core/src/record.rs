@@ -199,8 +199,9 @@ pub struct Pending {
 /// Everything the scheduler needs to continue a run, committed with each step.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
-    /// Public state: what templates and expressions see.
-    pub state: Map<String, Value>,
+    /// Public state: what templates and expressions see. Shared copy-on-write: nodes in
+    /// flight hold the state they started with, and a write copies only while they do.
+    pub state: std::sync::Arc<Map<String, Value>>,
     /// Internal `__loop_<id>` counters (never visible to templates).
     pub loops: BTreeMap<String, u32>,
     /// Nodes ready to run (including any that were in flight when the snapshot was taken).

@@ -40,17 +40,18 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
         };
         let duration_ms = started.elapsed().as_millis() as u64;
         match result {
-            Ok(outcome) => {
+            Ok(mut outcome) => {
                 merge(&mut total, &outcome.spent);
+                // The request, reply and calls belong to the attempt record: moved, not copied.
                 attempts.push(Attempt {
                     n,
                     status: StepStatus::Succeeded,
                     error: None,
                     error_class: None,
                     duration_ms,
-                    request: outcome.request.clone(),
-                    response: outcome.response.clone(),
-                    calls: outcome.spent.calls.clone(),
+                    request: outcome.request.take(),
+                    response: outcome.response.take(),
+                    calls: std::mem::take(&mut outcome.spent.calls),
                     cost_usd: outcome.spent.cost_usd,
                 });
                 return Attempts {

@@ -120,7 +120,7 @@ impl Engine {
             }
         }
         let snapshot = Snapshot {
-            state,
+            state: Arc::new(state),
             pending: wf.entries().iter().map(|n| n.id.clone()).collect(),
             next_seq: 1,
             output: Value::Null,
@@ -241,7 +241,7 @@ impl Engine {
                     record["input"] = Value::Object(m.clone());
                     for (k, v) in m {
                         if !k.starts_with("__") {
-                            snapshot.state.insert(k.clone(), v.clone());
+                            Arc::make_mut(&mut snapshot.state).insert(k.clone(), v.clone());
                         }
                     }
                 }
@@ -249,7 +249,7 @@ impl Engine {
                     return Err(Error::State("approval input must be a JSON object".into()));
                 }
             }
-            snapshot.state.insert(key, record.clone());
+            Arc::make_mut(&mut snapshot.state).insert(key, record.clone());
             step.status = StepStatus::Succeeded;
             step.route = Some("approved".into());
             step.output = record;
@@ -279,7 +279,7 @@ impl Engine {
                 .clone()
                 .unwrap_or_else(|| "no reason given".into());
             let record = json!({"approved": false, "by": decision.by, "at": at, "reason": reason});
-            snapshot.state.insert(key, record.clone());
+            Arc::make_mut(&mut snapshot.state).insert(key, record.clone());
             step.status = StepStatus::Failed;
             step.route = Some("rejected".into());
             step.error = Some(format!("rejected: {reason}"));

@@ -161,7 +161,7 @@ impl<'e> Run<'e> {
             let visit = self.snapshot.visits.get(&node_id).copied().unwrap_or(0) + 1;
             let seq = self.snapshot.next_seq;
             self.snapshot.next_seq += 1;
-            let public = Arc::new(self.snapshot.state.clone());
+            let public = self.snapshot.state.clone();
             // Graph state is its own view; only the variables layout adds the id shortcuts.
             let state = match self.wf.layout {
                 StateLayout::Flat => public.clone(),
@@ -331,7 +331,7 @@ impl<'e> Run<'e> {
             StateLayout::Flat => {
                 if let Some(v) = &outcome.write {
                     let key = node.output_key.clone().unwrap_or_else(|| node.id.clone());
-                    self.snapshot.state.insert(key, v.clone());
+                    Arc::make_mut(&mut self.snapshot.state).insert(key, v.clone());
                 }
             }
             StateLayout::Variables => {
@@ -342,9 +342,7 @@ impl<'e> Run<'e> {
                     .write
                     .clone()
                     .unwrap_or_else(|| outcome.output.clone());
-                let vars = self
-                    .snapshot
-                    .state
+                let vars = Arc::make_mut(&mut self.snapshot.state)
                     .entry("variables")
                     .or_insert_with(|| Value::Object(Default::default()));
                 if let Value::Object(m) = vars {

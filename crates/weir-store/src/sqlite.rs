@@ -334,7 +334,7 @@ impl RunStore for Sqlite {
             dialect: row.get("dialect"),
             status,
             input: parse(row.get::<String, _>("input").as_str())?,
-            state: Value::Object(snapshot.state.clone()),
+            state: Value::Object(snapshot.state.as_ref().clone()),
             output: snapshot.output.clone(),
             error,
             pending_gate: if status == RunStatus::Paused {
