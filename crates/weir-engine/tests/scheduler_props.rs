@@ -119,7 +119,7 @@ impl RunStore for MemStore {
             dialect: "graph".into(),
             status,
             input: json!({}),
-            state: Value::Object(snap.state.clone()),
+            state: Value::Object(snap.state.as_ref().clone()),
             output: snap.output.clone(),
             error: None,
             pending_gate: None,
