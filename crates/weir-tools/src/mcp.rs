@@ -48,9 +48,15 @@ impl Servers {
                 cmd.args(&cfg.args)
                     .envs(&cfg.env)
                     .stderr(std::process::Stdio::null());
-                let transport = TokioChildProcess::new(cmd).map_err(|e| {
-                    ToolError::fatal(format!("cannot start MCP server `{name}` ({command}): {e}"))
-                })?;
+                // The server's stderr is its log, not weir's output.
+                let (transport, _) = TokioChildProcess::builder(cmd)
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .map_err(|e| {
+                        ToolError::fatal(format!(
+                            "cannot start MCP server `{name}` ({command}): {e}"
+                        ))
+                    })?;
                 ().serve(transport).await.map_err(|e| {
                     ToolError::retryable(format!(
                         "MCP server `{name}` did not start a session: {e}"
