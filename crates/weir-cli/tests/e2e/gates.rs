@@ -109,3 +109,44 @@ fn human_output_tells_the_user_how_to_decide() {
     );
     assert!(ran.stdout.contains("weir approve "));
 }
+
+#[test]
+fn two_gates_in_parallel_branches_are_decided_one_at_a_time() {
+    let w = Weir::new();
+    let f = w.file(
+        "two.yaml",
+        r#"
+nodes:
+  - {id: start, type: agent, config: {model: mock, user_message: go}}
+  - {id: legal, type: human_gate, config: {prompt: "legal ok?"}}
+  - {id: finance, type: human_gate, config: {prompt: "finance ok?"}}
+  - {id: after_legal, type: agent, config: {model: mock, user_message: legal done}}
+  - {id: after_finance, type: agent, config: {model: mock, user_message: finance done}}
+edges:
+  - {source: start, target: legal}
+  - {source: start, target: finance}
+  - {source: legal, target: after_legal}
+  - {source: finance, target: after_finance}
+"#,
+    );
+    let r = w.run(&["run", &f, "--json"]).json();
+    assert_eq!(r["status"], "paused");
+    let first = r["pending_gate"]["node_id"].as_str().unwrap().to_string();
+    let id = r["run_id"].as_str().unwrap().to_string();
+    let ran = w.run(&["approve", &id, "--json"]);
+    assert_eq!(ran.code, 3, "{}", ran.stderr);
+    let r = ran.json();
+    let second = r["pending_gate"]["node_id"].as_str().unwrap().to_string();
+    assert_ne!(first, second);
+    let ran = w.run(&["approve", &id, "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let r = ran.json();
+    assert_eq!(steps(&r, "after_legal").len(), 1);
+    assert_eq!(steps(&r, "after_finance").len(), 1);
+    assert!(r["state"]["approval_legal"]["approved"].as_bool().unwrap());
+    assert!(
+        r["state"]["approval_finance"]["approved"]
+            .as_bool()
+            .unwrap()
+    );
+}
