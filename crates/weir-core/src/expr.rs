@@ -290,6 +290,44 @@ fn context<S: Serialize>(state: &S) -> JValue {
     JValue::from(minijinja::value::Serde(state))
 }
 
+/// Run state as a template context that converts only the keys an expression reads, not
+/// the whole state per render (states hold fetched pages and model replies).
+#[derive(Debug)]
+struct Lazy(std::sync::Arc<serde_json::Map<String, Value>>);
+
+impl minijinja::value::Object for Lazy {
+    fn get_value(self: &std::sync::Arc<Self>, key: &JValue) -> Option<JValue> {
+        self.0
+            .get(key.as_str()?)
+            .map(|v| JValue::from(minijinja::value::Serde(v)))
+    }
+
+    fn enumerate(self: &std::sync::Arc<Self>) -> minijinja::value::Enumerator {
+        minijinja::value::Enumerator::Values(
+            self.0.keys().map(|k| JValue::from(k.as_str())).collect(),
+        )
+    }
+}
+
+/// A prepared evaluation scope over shared run state; build it once per node and render
+/// every template and expression of that node against it.
+#[derive(Debug, Clone)]
+pub struct Scope(JValue);
+
+impl Scope {
+    pub fn new(state: std::sync::Arc<serde_json::Map<String, Value>>) -> Self {
+        Scope(JValue::from_object(Lazy(state)))
+    }
+
+    pub fn eval_bool(&self, src: &str) -> Result<bool, ExprError> {
+        Ok(eval_raw(src, self.0.clone())?.is_true())
+    }
+
+    pub fn eval_value(&self, src: &str) -> Result<Value, ExprError> {
+        to_json(&eval_raw(src, self.0.clone())?)
+    }
+}
+
 type Compiled = std::sync::Arc<minijinja::Expression<'static, 'static>>;
 
 /// Compiled expressions by source: workflows evaluate the same few expressions over and over.
@@ -464,13 +502,29 @@ impl Template {
 
     /// Renders against state: strings are inserted as-is, other values as JSON.
     pub fn render<S: Serialize>(&self, state: &S) -> Result<String, ExprError> {
+        self.render_ctx(|| context(state))
+    }
+
+    /// Renders against a prepared [`Scope`].
+    pub fn render_in(&self, scope: &Scope) -> Result<String, ExprError> {
+        self.render_ctx(|| scope.0.clone())
+    }
+
+    fn render_ctx(&self, make: impl FnOnce() -> JValue) -> Result<String, ExprError> {
+        // A template without placeholders is its text: no context is built at all.
+        if let [Segment::Lit(s)] = self.segments.as_slice() {
+            return Ok(s.clone());
+        }
         let mut out = String::new();
         let mut ctx = None;
+        let mut make = Some(make);
         for seg in &self.segments {
             match seg {
                 Segment::Lit(s) => out.push_str(s),
                 Segment::Expr(e) => {
-                    let ctx = ctx.get_or_insert_with(|| context(state)).clone();
+                    let ctx = ctx
+                        .get_or_insert_with(|| (make.take().expect("built once"))())
+                        .clone();
                     let v = eval_raw(e, ctx)
                         .map_err(|err| ExprError::new(format!("{{{e}}}: {}", err.message)))?;
                     match v.as_str() {
@@ -493,23 +547,28 @@ impl Template {
 /// Renders every string leaf of a JSON value as a template. A string that is exactly one
 /// placeholder keeps the placeholder's JSON type (so `"{items}"` stays a list).
 pub fn render_value<S: Serialize>(v: &Value, state: &S) -> Result<Value, ExprError> {
+    render_value_in(v, &Scope(context(state)))
+}
+
+/// [`render_value`] against a prepared [`Scope`].
+pub fn render_value_in(v: &Value, scope: &Scope) -> Result<Value, ExprError> {
     Ok(match v {
         Value::String(s) => {
             let t = Template::parse(s)?;
             if let [Segment::Expr(e)] = t.segments.as_slice() {
-                eval_value(e, state)?
+                scope.eval_value(e)?
             } else {
-                Value::String(t.render(state)?)
+                Value::String(t.render_in(scope)?)
             }
         }
         Value::Array(a) => Value::Array(
             a.iter()
-                .map(|x| render_value(x, state))
+                .map(|x| render_value_in(x, scope))
                 .collect::<Result<_, _>>()?,
         ),
         Value::Object(m) => Value::Object(
             m.iter()
-                .map(|(k, x)| Ok((k.clone(), render_value(x, state)?)))
+                .map(|(k, x)| Ok((k.clone(), render_value_in(x, scope)?)))
                 .collect::<Result<_, ExprError>>()?,
         ),
         other => other.clone(),

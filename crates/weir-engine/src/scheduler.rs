@@ -202,6 +202,7 @@ impl<'e> Run<'e> {
                 run_id: self.run_id.clone(),
                 wf: self.wf.clone(),
                 index,
+                scope: weir_core::expr::Scope::new(state.clone()),
                 state,
                 public,
                 layout: self.wf.layout,

@@ -14,17 +14,12 @@ use super::{Failure, NodeCtx, Outcome, Route, Spent, model_failure};
 use crate::structured::{self, SchemaCheck, StructuredError};
 
 pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure> {
-    let state = ctx.state.as_ref();
     let system = spec
         .system_prompt
         .as_ref()
-        .map(|t| t.render(state))
-        .transpose()
-        .map_err(|e| Failure::fatal("template", format!("system_prompt: {}", e.message)))?;
-    let mut user = spec
-        .user_message
-        .render(state)
-        .map_err(|e| Failure::fatal("template", format!("user_message: {}", e.message)))?;
+        .map(|t| super::render(ctx, t, "system_prompt"))
+        .transpose()?;
+    let mut user = super::render(ctx, &spec.user_message, "user_message")?;
     if let Some(schema) = &spec.response_schema {
         user.push_str(&format!(
             "\n\nRespond with only a JSON value that matches this JSON Schema:\n{schema}"

@@ -2,13 +2,12 @@
 //! `"false"`. Output `{expression, result}`; writes nothing to state.
 
 use serde_json::json;
-use weir_core::expr;
 use weir_core::ir::ConditionSpec;
 
 use super::{Failure, NodeCtx, Outcome, Route};
 
 pub fn execute(ctx: &NodeCtx, spec: &ConditionSpec) -> Result<Outcome, Failure> {
-    let result = expr::eval_bool(&spec.expression, ctx.state.as_ref()).map_err(|e| {
+    let result = ctx.scope.eval_bool(&spec.expression).map_err(|e| {
         Failure::fatal(
             "expression",
             format!("`{}`: {}", spec.expression, e.message),

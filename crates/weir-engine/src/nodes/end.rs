@@ -9,7 +9,7 @@ use super::{Failure, NodeCtx, Outcome, Route};
 
 pub fn execute(ctx: &NodeCtx, spec: &EndSpec) -> Result<Outcome, Failure> {
     let output = match &spec.output {
-        Some(v) => expr::render_value(v, ctx.state.as_ref())
+        Some(v) => expr::render_value_in(v, &ctx.scope)
             .map_err(|e| Failure::fatal("template", format!("output: {}", e.message)))?,
         None => json!(null),
     };

@@ -6,10 +6,7 @@ use weir_core::ir::GateSpec;
 use super::{Failure, NodeCtx, Outcome, Route};
 
 pub fn execute(ctx: &NodeCtx, spec: &GateSpec) -> Result<Outcome, Failure> {
-    let prompt = spec
-        .prompt
-        .render(ctx.state.as_ref())
-        .map_err(|e| Failure::fatal("template", format!("prompt: {}", e.message)))?;
+    let prompt = super::render(ctx, &spec.prompt, "prompt")?;
     Ok(Outcome::new(
         json!({"prompt": prompt}),
         Route::Park { prompt },

@@ -3,13 +3,12 @@
 //! counter is within `max_iterations`. Output `{expression, iteration, continue}`.
 
 use serde_json::json;
-use weir_core::expr;
 use weir_core::ir::LoopSpec;
 
 use super::{Failure, NodeCtx, Outcome, Route};
 
 pub fn execute(ctx: &NodeCtx, spec: &LoopSpec) -> Result<Outcome, Failure> {
-    let holds = expr::eval_bool(&spec.expression, ctx.state.as_ref()).map_err(|e| {
+    let holds = ctx.scope.eval_bool(&spec.expression).map_err(|e| {
         Failure::fatal(
             "expression",
             format!("`{}`: {}", spec.expression, e.message),

@@ -30,6 +30,8 @@ pub struct NodeCtx {
     /// What templates and expressions see at the start of the step: public state, and in the
     /// `Variables` layout each variable under its node id as well.
     pub state: Arc<Map<String, Value>>,
+    /// `state` prepared for templates and expressions (converted lazily, key by key).
+    pub scope: weir_core::expr::Scope,
     /// Public state itself (what scripts get as `globalThis.weir`).
     pub public: Arc<Map<String, Value>>,
     pub layout: StateLayout,
@@ -196,7 +198,7 @@ pub fn render(
     t: &weir_core::expr::Template,
     field: &str,
 ) -> Result<String, Failure> {
-    t.render(ctx.state.as_ref())
+    t.render_in(&ctx.scope)
         .map_err(|e| Failure::fatal("template", format!("{field}: {}", e.message)))
 }
 

@@ -47,7 +47,7 @@ fn message(ctx: &NodeCtx, spec: &StepSpec, i: usize) -> Result<String, Failure> 
     for f in &spec.fields {
         let (value, what) = match &f.source {
             FieldSource::Text { from } => {
-                let v = expr::eval_value(from, ctx.state.as_ref()).map_err(|e| {
+                let v = ctx.scope.eval_value(from).map_err(|e| {
                     Failure::fatal(
                         "expression",
                         format!("field {}: `{from}`: {}", f.name, e.message),

@@ -21,7 +21,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &ToolSpec) -> Result<Outcome, Failure>
     let names = secrets::referenced(&spec.params);
     let mut used = Vec::new();
     let params = if names.is_empty() {
-        expr::render_value(&spec.params, ctx.state.as_ref())
+        expr::render_value_in(&spec.params, &ctx.scope)
     } else {
         let mut scope: Map<String, Value> = ctx.state.as_ref().clone();
         let mut values = Map::new();
