@@ -73,10 +73,21 @@ struct Run {
     steps: Vec<StepRecord>,
 }
 
-/// Keeps each run in memory, and forgets it once it has been read back finished.
+/// Keeps each run in memory while it runs and forgets it when it ends (a run without a
+/// checkpointer keeps nothing either); `keeping()` keeps finished runs for `get_record`.
 #[derive(Default)]
 pub struct MemStore {
     runs: Mutex<HashMap<String, Run>>,
+    keep: bool,
+}
+
+impl MemStore {
+    pub fn keeping() -> Self {
+        Self {
+            runs: Mutex::default(),
+            keep: true,
+        }
+    }
 }
 
 fn missing(id: &str) -> StoreError {
@@ -121,6 +132,10 @@ impl RunStore for MemStore {
     }
     async fn update_run(&self, id: &str, u: &RunUpdate) -> Result<(), StoreError> {
         let mut runs = self.runs.lock().expect("lock");
+        if !self.keep && u.status.is_terminal() {
+            runs.remove(id);
+            return Ok(());
+        }
         let run = runs.get_mut(id).ok_or_else(|| missing(id))?;
         run.status = u.status;
         run.snapshot = u.snapshot.clone();

@@ -92,7 +92,7 @@ fn source() -> Source {
     }
 }
 
-async fn run(e: &Engine, wf: &Arc<Workflow>, input: Value) -> weir_core::RunRecord {
+async fn run(e: &Engine, wf: &Arc<Workflow>, input: Value) -> weir_engine::RunOutcome {
     let r = e.start(wf.clone(), source(), input).await.expect("run");
     assert!(
         matches!(r.status, RunStatus::Succeeded | RunStatus::Paused),
@@ -146,10 +146,12 @@ async fn bench_fanout() {
 
 async fn bench_loop() {
     let (iters, r) = (100, 100);
-    let e = engine(Arc::new(MemStore::default()), Duration::ZERO);
+    let store = Arc::new(MemStore::keeping());
     let wf = looped(iters);
-    let check = run(&e, &wf, json!({})).await;
-    let steps = check.steps.iter().filter(|s| s.node_id != "again").count();
+    let check = run(&engine(store.clone(), Duration::ZERO), &wf, json!({})).await;
+    let record = store.get_record(&check.run_id).await.expect("record");
+    let e = engine(Arc::new(MemStore::default()), Duration::ZERO);
+    let steps = record.steps.iter().filter(|s| s.node_id != "again").count();
     assert_eq!(
         steps, iters,
         "one loop run executes the LLM step {iters} times"
@@ -169,10 +171,10 @@ async fn bench_concurrency() {
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..runs {
         let (e, wf) = (e.clone(), wf.clone());
-        set.spawn(async move { run(&e, &wf, json!({"last": ""})).await.steps.len() });
+        set.spawn(async move { run(&e, &wf, json!({"last": ""})).await.status });
     }
     while let Some(r) = set.join_next().await {
-        assert_eq!(r.expect("task"), n);
+        assert_eq!(r.expect("task"), RunStatus::Succeeded);
     }
     let dt = t.elapsed().as_secs_f64();
     let ideal = n as f64 * latency.as_secs_f64();

@@ -34,17 +34,19 @@ fn engine(services: weir_engine::Services, as_json: bool) -> Engine {
     Engine::new(services, Arc::new(Progress::new(!as_json)))
 }
 
-/// Runs an engine call, then stops what the tools started (MCP servers) either way.
+/// Runs an engine call, stops what the tools started (MCP servers) either way, and reads
+/// back the run's record to print.
 async fn finish<F>(
     services: &weir_engine::Services,
     f: F,
 ) -> Result<weir_core::RunRecord, weir_engine::Error>
 where
-    F: std::future::Future<Output = Result<weir_core::RunRecord, weir_engine::Error>>,
+    F: std::future::Future<Output = Result<weir_engine::RunOutcome, weir_engine::Error>>,
 {
     let r = f.await;
     services.tools.shutdown().await;
-    r
+    let outcome = r?;
+    Ok(services.store.get_record(&outcome.run_id).await?)
 }
 
 pub async fn run(env: &Env, file: &str, input: Option<&str>, as_json: bool) -> Result<u8> {

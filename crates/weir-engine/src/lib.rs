@@ -17,7 +17,7 @@ pub mod validators;
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
-use weir_core::record::{PendingGate, RunRecord, RunStatus, Snapshot, StepRecord, StepStatus};
+use weir_core::record::{PendingGate, RunStatus, Snapshot, StepRecord, StepStatus};
 use weir_core::store::{NewRun, RunUpdate, StoreError};
 use weir_core::{ModelClient, RunStore, ScriptRunner, ToolRunner, Workflow};
 
@@ -50,6 +50,17 @@ pub enum Error {
     Store(#[from] StoreError),
     #[error("{0}")]
     State(String),
+}
+
+/// How a drive of a run ended. The full record (every step and attempt) is in the store:
+/// `RunStore::get_record` reads it when someone wants to see it, so running never pays for it.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    pub run_id: String,
+    pub status: RunStatus,
+    pub error: Option<weir_core::record::RunError>,
+    pub output: Value,
+    pub cost_usd: f64,
 }
 
 /// Where a run's workflow came from, stored with the run so it can be reloaded exactly.
@@ -94,7 +105,7 @@ impl Engine {
         wf: Arc<Workflow>,
         source: Source,
         input: Value,
-    ) -> Result<RunRecord, Error> {
+    ) -> Result<RunOutcome, Error> {
         if let Some(schema) = &wf.input_schema {
             let errors = weir_core::schema::Schema::compile(schema)
                 .map_err(Error::State)?
@@ -148,7 +159,7 @@ impl Engine {
 
     /// Continues a run whose process died: steps that were in flight are marked cancelled
     /// and run again; completed steps are not.
-    pub async fn resume(&self, wf: Arc<Workflow>, run_id: &str) -> Result<RunRecord, Error> {
+    pub async fn resume(&self, wf: Arc<Workflow>, run_id: &str) -> Result<RunOutcome, Error> {
         let stored = self.services.store.load_run(run_id).await?;
         if let Some(pid) = stored
             .snapshot
@@ -215,7 +226,7 @@ impl Engine {
         wf: Arc<Workflow>,
         run_id: &str,
         decision: Decision,
-    ) -> Result<RunRecord, Error> {
+    ) -> Result<RunOutcome, Error> {
         let store = &self.services.store;
         let stored = store.load_run(run_id).await?;
         let mut snapshot = stored.snapshot;
@@ -304,7 +315,14 @@ impl Engine {
                     },
                 )
                 .await?;
-            Ok(store.get_record(run_id).await?)
+            let record = store.get_record(run_id).await?;
+            Ok(RunOutcome {
+                run_id: record.run_id,
+                status: record.status,
+                error: record.error,
+                output: record.output,
+                cost_usd: record.cost_usd,
+            })
         }
     }
 }

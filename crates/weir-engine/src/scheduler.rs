@@ -23,13 +23,13 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use weir_core::Workflow;
 use weir_core::ir::{EndStatus, NodeKind, StateLayout};
 use weir_core::record::{
-    PendingGate, RunError, RunRecord, RunStatus, Snapshot, StepRecord, StepStatus, Tokens,
+    PendingGate, RunError, RunStatus, Snapshot, StepRecord, StepStatus, Tokens,
 };
 use weir_core::store::RunUpdate;
 
 use crate::attempt::{self, Attempts};
 use crate::nodes::{NodeCtx, Route};
-use crate::{Engine, Error, now};
+use crate::{Engine, Error, RunOutcome, now};
 
 type Tasks =
     FuturesUnordered<Pin<Box<dyn Future<Output = (String, std::thread::Result<Attempts>)> + Send>>>;
@@ -72,7 +72,7 @@ impl<'e> Run<'e> {
         }
     }
 
-    pub async fn drive(mut self) -> Result<RunRecord, Error> {
+    pub async fn drive(mut self) -> Result<RunOutcome, Error> {
         // Node futures are polled here, in the run's own task: concurrency without a task
         // spawn (and a cross-thread wake-up) per node.
         let mut tasks: Tasks = FuturesUnordered::new();
@@ -242,7 +242,12 @@ impl<'e> Run<'e> {
             self.snapshot.pending.remove(i);
         }
         self.snapshot.hops += 1;
-        *self.snapshot.visits.entry(node_id.to_string()).or_default() += 1;
+        match self.snapshot.visits.get_mut(node_id) {
+            Some(v) => *v += 1,
+            None => {
+                self.snapshot.visits.insert(node_id.to_string(), 1);
+            }
+        }
         step.finished_at = Some(now());
         step.duration_ms = Some(started.elapsed().as_millis() as u64);
         step.attempts = result.attempts;
@@ -309,7 +314,9 @@ impl<'e> Run<'e> {
                         if let NodeKind::Loop(_) = node.kind {
                             self.route_loop(node_id, &outcome.route);
                         } else {
-                            self.snapshot.completed.insert(node_id.to_string());
+                            if !self.snapshot.completed.contains(node_id) {
+                                self.snapshot.completed.insert(node_id.to_string());
+                            }
                         }
                         self.fire(node_id, &outcome.route);
                     }
@@ -446,6 +453,9 @@ impl<'e> Run<'e> {
 
     /// Makes ready every merge whose un-arrived incoming edges can no longer fire.
     fn ready_merges(&mut self) {
+        if self.snapshot.arrivals.is_empty() {
+            return;
+        }
         let wf = self.wf.clone();
         loop {
             let mut changed = false;
@@ -554,7 +564,7 @@ impl<'e> Run<'e> {
         Ok(())
     }
 
-    async fn finalize(mut self) -> Result<RunRecord, Error> {
+    async fn finalize(mut self) -> Result<RunOutcome, Error> {
         let (status, error) = match self.ending.take() {
             Some(Ending::Failed(e)) => (RunStatus::Failed, Some(e)),
             Some(Ending::End(EndStatus::Succeeded)) => (RunStatus::Succeeded, None),
@@ -581,19 +591,27 @@ impl<'e> Run<'e> {
         if status.is_terminal() {
             self.snapshot.pending.clear();
         }
-        let store = &self.engine.services.store;
-        store
+        let outcome = RunOutcome {
+            run_id: self.run_id.clone(),
+            status,
+            error: error.clone(),
+            output: self.snapshot.output.clone(),
+            cost_usd: self.snapshot.cost_usd,
+        };
+        self.engine
+            .services
+            .store
             .update_run(
                 &self.run_id,
                 &RunUpdate {
                     status,
                     error,
                     finished_at: status.is_terminal().then(now),
-                    snapshot: self.snapshot.clone(),
+                    snapshot: self.snapshot,
                 },
             )
             .await?;
-        Ok(store.get_record(&self.run_id).await?)
+        Ok(outcome)
     }
 }
 

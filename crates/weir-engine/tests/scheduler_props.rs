@@ -290,6 +290,7 @@ fn random_graphs_run_exactly_the_routed_nodes() {
             })
             .unwrap_or_else(|_| panic!("case {case} hung: {wf:#?}"))
             .unwrap();
+        let record = rt.block_on(store.get_record(&record.run_id)).unwrap();
         assert_eq!(record.status, RunStatus::Succeeded, "case {case}");
         let mut ran: Vec<String> = record.steps.iter().map(|s| s.node_id.clone()).collect();
         let seqs: HashMap<String, u32> = record
