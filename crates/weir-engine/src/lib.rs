@@ -80,7 +80,7 @@ pub struct Decision {
 }
 
 pub struct Engine {
-    services: Services,
+    services: Arc<Services>,
     observer: Arc<dyn Observer>,
     /// Nodes of one run that may execute at once.
     pub max_concurrency: usize,
@@ -93,7 +93,7 @@ pub fn now() -> String {
 impl Engine {
     pub fn new(services: Services, observer: Arc<dyn Observer>) -> Self {
         Self {
-            services,
+            services: Arc::new(services),
             observer,
             max_concurrency: 16,
         }

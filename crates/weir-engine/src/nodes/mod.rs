@@ -42,7 +42,8 @@ pub struct NodeCtx {
     pub visit: u32,
     /// For loop nodes: the value of `__loop_<id>` for this visit.
     pub loop_count: u32,
-    pub services: Services,
+    /// Shared by every node of every run: one reference count, not one per service.
+    pub services: Arc<Services>,
 }
 
 /// Where the run goes after a node.
