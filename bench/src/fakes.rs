@@ -119,6 +119,7 @@ impl RunStore for MemStore {
         &self,
         id: &str,
         step: &StepRecord,
+        _: &[StepRecord],
         _: &Snapshot,
     ) -> Result<(), StoreError> {
         // Nothing is persisted (like the peer's runs without a checkpointer): the final

@@ -51,11 +51,13 @@ pub trait RunStore: Send + Sync {
     async fn create_run(&self, run: &NewRun) -> Result<(), StoreError>;
     /// Records a step as it starts (status `running`), so a crash leaves a trace.
     async fn start_step(&self, run_id: &str, step: &StepRecord) -> Result<(), StoreError>;
-    /// Commits a finished step and the snapshot it produced in one transaction.
+    /// Commits a finished step, the `running` rows of the steps started since the last
+    /// commit, and the snapshot, in one transaction.
     async fn finish_step(
         &self,
         run_id: &str,
         step: &StepRecord,
+        started: &[StepRecord],
         snapshot: &Snapshot,
     ) -> Result<(), StoreError>;
     async fn update_run(&self, run_id: &str, update: &RunUpdate) -> Result<(), StoreError>;

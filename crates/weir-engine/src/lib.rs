@@ -200,7 +200,7 @@ impl Engine {
             s.finished_at = Some(now());
             self.services
                 .store
-                .finish_step(run_id, &s, &snapshot)
+                .finish_step(run_id, &s, &[], &snapshot)
                 .await?;
         }
         snapshot.next_seq = record
@@ -266,7 +266,7 @@ impl Engine {
             step.output = record;
             let mut run = scheduler::Run::new(self, wf, run_id.to_string(), snapshot);
             run.complete_gate(&gate.node_id);
-            store.finish_step(run_id, &step, &run.snapshot).await?;
+            store.finish_step(run_id, &step, &[], &run.snapshot).await?;
             self.observer.step_finished(&step);
             store
                 .add_event(run_id, &json!({"type": "gate_approved", "node_id": gate.node_id, "by": decision.by, "at": at}))
@@ -295,7 +295,7 @@ impl Engine {
             step.route = Some("rejected".into());
             step.error = Some(format!("rejected: {reason}"));
             step.output = record;
-            store.finish_step(run_id, &step, &snapshot).await?;
+            store.finish_step(run_id, &step, &[], &snapshot).await?;
             self.observer.step_finished(&step);
             store
                 .add_event(run_id, &json!({"type": "gate_rejected", "node_id": gate.node_id, "by": decision.by, "at": at, "reason": reason}))

@@ -52,6 +52,11 @@ pub struct Run<'e> {
     pub snapshot: Snapshot,
     in_flight: HashMap<String, InFlight>,
     ending: Option<Ending>,
+    /// A finished step not committed yet: it is committed together with the `running` rows
+    /// of the successors it launched, in one statement, before any of them is polled.
+    unsaved: Option<StepRecord>,
+    /// Steps launched since the last commit.
+    started: Vec<StepRecord>,
 }
 
 impl<'e> Run<'e> {
@@ -69,6 +74,8 @@ impl<'e> Run<'e> {
             snapshot,
             in_flight: HashMap::new(),
             ending: None,
+            unsaved: None,
+            started: Vec::new(),
         }
     }
 
@@ -80,6 +87,9 @@ impl<'e> Run<'e> {
             if self.ending.is_none() && self.snapshot.gates.is_empty() {
                 self.launch_ready(&mut tasks).await?;
             }
+            // Commit before polling: a finished step (and the state it produced) is durable
+            // before its successors run.
+            self.flush().await?;
             if tasks.is_empty() {
                 break;
             }
@@ -103,10 +113,32 @@ impl<'e> Run<'e> {
                 break;
             }
         }
+        self.flush().await?;
         // Dropping the futures cancels whatever is still in flight.
         drop(tasks);
         self.cancel_in_flight().await?;
         self.finalize().await
+    }
+
+    /// Commits the finished step (if any) with the steps started since, or just records the
+    /// started steps.
+    async fn flush(&mut self) -> Result<(), Error> {
+        let store = &self.engine.services.store;
+        match self.unsaved.take() {
+            Some(step) => {
+                store
+                    .finish_step(&self.run_id, &step, &self.started, &self.snapshot)
+                    .await?;
+                self.engine.observer.step_finished(&step);
+            }
+            None => {
+                for s in &self.started {
+                    store.start_step(&self.run_id, s).await?;
+                }
+            }
+        }
+        self.started.clear();
+        Ok(())
     }
 
     fn fail(&mut self, err: RunError) {
@@ -191,12 +223,8 @@ impl<'e> Run<'e> {
                 finished_at: None,
                 duration_ms: None,
             };
-            self.engine
-                .services
-                .store
-                .start_step(&self.run_id, &step)
-                .await?;
             self.engine.observer.step_started(&step);
+            self.started.push(step.clone());
             let loop_count = self.snapshot.loops.get(&node_id).copied().unwrap_or(0) + 1;
             let ctx = NodeCtx {
                 run_id: self.run_id.clone(),
@@ -323,12 +351,7 @@ impl<'e> Run<'e> {
                 }
             }
         }
-        self.engine
-            .services
-            .store
-            .finish_step(&self.run_id, &step, &self.snapshot)
-            .await?;
-        self.engine.observer.step_finished(&step);
+        self.unsaved = Some(step);
         Ok(())
     }
 
@@ -557,7 +580,7 @@ impl<'e> Run<'e> {
             self.engine
                 .services
                 .store
-                .finish_step(&self.run_id, &step, &self.snapshot)
+                .finish_step(&self.run_id, &step, &[], &self.snapshot)
                 .await?;
             self.engine.observer.step_finished(&step);
         }

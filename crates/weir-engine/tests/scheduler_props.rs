@@ -90,8 +90,12 @@ impl RunStore for MemStore {
         &self,
         _: &str,
         step: &StepRecord,
+        started: &[StepRecord],
         snap: &Snapshot,
     ) -> Result<(), StoreError> {
+        for s in started {
+            self.steps.lock().unwrap().insert(s.seq, s.clone());
+        }
         self.steps.lock().unwrap().insert(step.seq, step.clone());
         if let Some(r) = self.run.lock().unwrap().as_mut() {
             r.1 = snap.clone();

@@ -82,4 +82,31 @@ CREATE TRIGGER step_commit AFTER INSERT ON step_commits BEGIN
 END;
 "#,
     ),
+    (
+        3,
+        r#"
+-- A step commit also carries the `running` rows of the steps launched since the last commit.
+ALTER TABLE step_commits ADD COLUMN started TEXT NOT NULL DEFAULT '[]';
+DROP TRIGGER step_commit;
+CREATE TRIGGER step_commit AFTER INSERT ON step_commits BEGIN
+    INSERT OR REPLACE INTO steps (run_id, seq, node_id, node_type, visit, status, route, input,
+        output, error, cost_usd, tokens_in, tokens_out, started_at, finished_at, duration_ms)
+    VALUES (NEW.run_id, NEW.seq, NEW.step ->> '$.node_id', NEW.step ->> '$.node_type',
+        NEW.step ->> '$.visit', NEW.step ->> '$.status', NEW.step ->> '$.route',
+        NEW.step -> '$.input', NEW.step -> '$.output', NEW.step ->> '$.error',
+        NEW.step ->> '$.cost_usd', NEW.step ->> '$.tokens.input', NEW.step ->> '$.tokens.output',
+        NEW.step ->> '$.started_at', NEW.step ->> '$.finished_at', NEW.step ->> '$.duration_ms');
+    INSERT OR REPLACE INTO steps (run_id, seq, node_id, node_type, visit, status, route, input,
+        output, error, cost_usd, tokens_in, tokens_out, started_at, finished_at, duration_ms)
+    SELECT NEW.run_id, value ->> '$.seq', value ->> '$.node_id', value ->> '$.node_type',
+        value ->> '$.visit', value ->> '$.status', NULL, value -> '$.input', 'null', NULL,
+        0, 0, 0, value ->> '$.started_at', NULL, NULL
+    FROM json_each(NEW.started);
+    INSERT OR REPLACE INTO attempts (run_id, seq, n, body)
+        SELECT NEW.run_id, NEW.seq, value ->> '$.n', value FROM json_each(NEW.step -> '$.attempts');
+    UPDATE runs SET snapshot = NEW.snapshot, cost_usd = NEW.cost_usd WHERE id = NEW.run_id;
+    DELETE FROM step_commits WHERE rowid = NEW.rowid;
+END;
+"#,
+    ),
 ];

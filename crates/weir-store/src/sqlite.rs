@@ -228,14 +228,18 @@ impl RunStore for Sqlite {
         &self,
         run_id: &str,
         step: &StepRecord,
+        started: &[StepRecord],
         snapshot: &Snapshot,
     ) -> Result<(), StoreError> {
-        // One statement: the `step_commit` trigger (migration 2) writes the step, its attempts
-        // and the run's snapshot atomically.
-        sqlx::query("INSERT INTO step_commits (run_id, seq, step, snapshot, cost_usd) VALUES (?, ?, ?, ?, ?)")
+        // One statement: the `step_commit` trigger (migrations 2 and 3) writes the step, its
+        // attempts, the started steps' `running` rows and the run's snapshot atomically.
+        sqlx::query(
+            "INSERT INTO step_commits (run_id, seq, step, started, snapshot, cost_usd) VALUES (?, ?, ?, ?, ?, ?)",
+        )
             .bind(run_id.to_string())
             .bind(i64::from(step.seq))
             .bind(json(step)?)
+            .bind(json(&started)?)
             .bind(json(snapshot)?)
             .bind(snapshot.cost_usd)
             .execute(&self.pool)
