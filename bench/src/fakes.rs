@@ -107,12 +107,8 @@ impl RunStore for MemStore {
         );
         Ok(())
     }
-    async fn start_step(&self, id: &str, step: &StepRecord) -> Result<(), StoreError> {
-        let mut runs = self.runs.lock().expect("lock");
-        runs.get_mut(id)
-            .ok_or_else(|| missing(id))?
-            .steps
-            .push(step.clone());
+    async fn start_step(&self, _: &str, _: &StepRecord) -> Result<(), StoreError> {
+        // Nothing is persisted while a step runs (like the peer's runs without a checkpointer).
         Ok(())
     }
     async fn finish_step(
@@ -122,13 +118,13 @@ impl RunStore for MemStore {
         _: &[StepRecord],
         _: &Snapshot,
     ) -> Result<(), StoreError> {
-        // Nothing is persisted (like the peer's runs without a checkpointer): the final
-        // snapshot arrives with `update_run`.
+        // Finished steps are kept for the run record; the final snapshot arrives with
+        // `update_run`.
         let mut runs = self.runs.lock().expect("lock");
-        let run = runs.get_mut(id).ok_or_else(|| missing(id))?;
-        if let Some(s) = run.steps.iter_mut().rev().find(|s| s.seq == step.seq) {
-            *s = step.clone();
-        }
+        runs.get_mut(id)
+            .ok_or_else(|| missing(id))?
+            .steps
+            .push(step.clone());
         Ok(())
     }
     async fn update_run(&self, id: &str, u: &RunUpdate) -> Result<(), StoreError> {
