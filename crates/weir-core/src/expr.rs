@@ -432,9 +432,9 @@ impl Template {
                         segments.push(Segment::Lit(std::mem::take(&mut lit)));
                     }
                     segments.push(Segment::Expr(inner.to_string()));
-                    for _ in 0..end + 1 {
-                        chars.next();
-                    }
+                    // Skip past the closing brace (`end` is a byte offset).
+                    let close = i + 1 + end;
+                    while chars.next_if(|&(j, _)| j <= close).is_some() {}
                 }
                 '}' => {
                     return Err(ExprError::new(format!(
@@ -634,6 +634,8 @@ mod tests {
         let t = Template::parse("Lead: {lead.name} ({n}) {{literal}}").unwrap();
         assert_eq!(t.render(&s).unwrap(), "Lead: Ada (3) {literal}");
         assert!(Template::parse("oops {").is_err());
+        let u = Template::parse("→ {'日本' ~ name} ← done").unwrap();
+        assert_eq!(u.render(&json!({"name": "語"})).unwrap(), "→ 日本語 ← done");
         let j =
             Template::parse_jinja("Diff: {{ diff.stdout }} and { braces } {{ n + 1 }}").unwrap();
         let st = json!({"diff": {"stdout": "+1 line"}, "n": 1});
