@@ -23,7 +23,7 @@ pub enum Severity {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Diagnostic {
     pub severity: Severity,
-    /// Stable code, documented in `docs/errors.md` (`E002`, `W101`, …).
+    /// Stable code, each documented in `docs/errors/<code>.md` (`E002`, `W101`, …).
     pub code: String,
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -114,6 +114,7 @@ impl Diagnostic {
         if let Some(h) = &self.hint {
             out.push_str(&format!("  = hint: {h}\n"));
         }
+        out.push_str(&format!("  = docs: docs/errors/{}.md\n", self.code));
         out
     }
 }
