@@ -1,6 +1,7 @@
 //! weir-engine: runs a validated [`Workflow`] (DESIGN §2).
 //!
-//! The scheduler ([`scheduler`]) fans out ready nodes as tokio tasks, routes on each node's
+//! The scheduler (`scheduler.rs`) fans out ready nodes (polled concurrently in the run's
+//! task), routes on each node's
 //! outcome, waits at merges until every branch that can still arrive has arrived, re-arms loop
 //! bodies, parks at human gates, enforces the hop ceiling and cancels siblings when a node
 //! fails. Each finished step is committed with the scheduler snapshot it produced, so a run

@@ -2,13 +2,16 @@
 //!
 //! Rules (DESIGN §2):
 //! - a node becomes ready when one of its incoming edges fires, unless it already completed
-//!   (a loop re-arms its body) or is already pending;
+//!   (a loop re-arms its body) or is already pending; in the machine and pipeline layouts
+//!   every transition runs its target again, as in a state machine;
 //! - a merge becomes ready once every incoming edge has fired or can no longer fire: an edge
 //!   can still fire when its source is pending or running, or reachable from one that is;
 //! - ready nodes run concurrently, at most `max_concurrency` at once;
 //! - total node executions are bounded by the workflow's hop ceiling;
 //! - a node failing after its last attempt fails the run and cancels in-flight siblings;
-//! - a human gate stops new nodes from starting; once in-flight nodes finish the run parks.
+//! - a human gate stops new nodes from starting; once in-flight nodes finish the run parks;
+//! - a finished step is committed, with the snapshot it produced and the `running` rows of
+//!   the nodes it launched, before any of those nodes is polled.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
