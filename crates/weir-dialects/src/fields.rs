@@ -301,4 +301,49 @@ impl Cx {
             self.diags.push(d);
         }
     }
+
+    /// A node's `type`, which must be one of `types` (E008 when missing, E004 when unknown).
+    pub(crate) fn node_type(
+        &mut self,
+        node: &str,
+        item: &tree::Node,
+        span: Option<Span>,
+        types: &[&str],
+    ) -> Option<String> {
+        let list = types.join(", ");
+        let Some(v) = item.get("type") else {
+            self.err(
+                "E008",
+                Some(node),
+                span,
+                "node without a `type`".into(),
+                &format!("set `type` to one of {list}"),
+            );
+            return None;
+        };
+        let Some(ty) = v.as_str() else {
+            self.err(
+                "E011",
+                Some(node),
+                v.span,
+                "`type` must be a string".into(),
+                &format!("one of {list}"),
+            );
+            return None;
+        };
+        if !types.contains(&ty) {
+            self.err(
+                "E004",
+                Some(node),
+                v.span,
+                format!(
+                    "unknown node type `{ty}`{}",
+                    weir_core::validate::suggest(ty, types.iter().copied())
+                ),
+                &format!("node types are {list}"),
+            );
+            return None;
+        }
+        Some(ty.to_string())
+    }
 }

@@ -195,44 +195,7 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
             );
         }
     }
-    let ty = match item.get("type") {
-        Some(v) => match v.as_str() {
-            Some(t) => t.to_string(),
-            None => {
-                cx.err(
-                    "E011",
-                    Some(&id),
-                    v.span,
-                    "`type` must be a string".into(),
-                    "e.g. \"agent\"",
-                );
-                return None;
-            }
-        },
-        None => {
-            cx.err(
-                "E008",
-                Some(&id),
-                span,
-                "node without a `type`".into(),
-                "set \"type\" to one of agent, tool, condition, loop, human_gate, merge, end",
-            );
-            return None;
-        }
-    };
-    if !NODE_TYPES.contains(&ty.as_str()) {
-        cx.err(
-            "E004",
-            Some(&id),
-            item.get("type").and_then(|v| v.span),
-            format!(
-                "unknown node type `{ty}`{}",
-                suggest(&ty, NODE_TYPES.iter().copied())
-            ),
-            "node types are agent, tool, condition, loop, human_gate, merge and end",
-        );
-        return None;
-    }
+    let ty = cx.node_type(&id, item, span, NODE_TYPES)?;
     let empty = tree::Node {
         span: None,
         kind: Kind::Map(Vec::new()),

@@ -139,26 +139,7 @@ fn lower_node(cx: &mut Cx, id: &str, body: &tree::Node, ids: &[&str]) -> Option<
         );
         return None;
     }
-    let Some(ty) = cx.string(id, body, "type") else {
-        cx.err(
-            "E008",
-            Some(id),
-            span,
-            "node without a `type`".into(),
-            "set type to script, ai_judge, ai_agent, consensus, condition, human_gate or end",
-        );
-        return None;
-    };
-    if !TYPES.contains(&ty.as_str()) {
-        cx.err(
-            "E004",
-            Some(id),
-            body.get("type").and_then(|t| t.span),
-            format!("unknown node type `{ty}`{}", suggest(&ty, TYPES.iter().copied())),
-            "machine node types are script, ai_judge, ai_agent, consensus, condition, human_gate and end",
-        );
-        return None;
-    }
+    let ty = cx.node_type(id, body, span, TYPES)?;
     let specific: &[&str] = match ty.as_str() {
         "ai_agent" => &[
             "model",
