@@ -191,3 +191,22 @@ fn run_record_has_the_documented_shape() {
         assert!(s["attempts"][0].get(key).is_some(), "missing attempt.{key}");
     }
 }
+
+#[test]
+fn input_from_a_file_and_a_limited_runs_list() {
+    let w = Weir::new();
+    let f = w.file("one.json", r#"{"name": "echo", "nodes": [{"id": "a", "type": "agent", "config": {"model": "mock", "user_message": "hi {who}"}}], "edges": []}"#);
+    let input = w.file("input.json", r#"{"who": "Ada"}"#);
+    let arg = format!("@{input}");
+    for _ in 0..3 {
+        let r = w.run(&["run", &f, "--input", &arg, "--json"]).json();
+        assert_eq!(r["state"]["a"], "mock reply to: hi Ada");
+        assert_eq!(r["input"], serde_json::json!({"who": "Ada"}));
+    }
+    let list = w.run(&["runs", "list", "--limit", "2", "--json"]).json();
+    assert_eq!(list.as_array().unwrap().len(), 2);
+    assert_eq!(
+        w.run(&["run", &f, "--input", "@/no/such/file.json"]).code,
+        2
+    );
+}
