@@ -346,4 +346,16 @@ impl Cx {
         }
         Some(ty.to_string())
     }
+
+    /// The universal `timeout_seconds` (per attempt, default 300) and `retry_count` (0–10).
+    pub(crate) fn policy(&mut self, node: &str, cfg: &tree::Node) -> weir_core::ir::AttemptPolicy {
+        let timeout = self.number(node, cfg, "timeout_seconds", 0.001, 86_400.0);
+        let retry_count = self.integer(node, cfg, "retry_count", 0, 10);
+        weir_core::ir::AttemptPolicy {
+            timeout: timeout
+                .map(std::time::Duration::from_secs_f64)
+                .unwrap_or(weir_core::ir::DEFAULT_TIMEOUT),
+            retry_count: retry_count.unwrap_or(0) as u32,
+        }
+    }
 }

@@ -4,15 +4,13 @@
 //! Lowering checks every field by hand so that every problem is reported at once, at the
 //! key it concerns.
 
-use std::time::Duration;
-
 use serde_json::Value;
 use weir_core::Diagnostic;
 use weir_core::ErrorClass;
 use weir_core::expr::{self, Template};
 use weir_core::ir::{
-    AgentSpec, AttemptPolicy, ConditionSpec, DEFAULT_HOP_CEILING, DEFAULT_REPAIR_ATTEMPTS, Dialect,
-    Edge, EndSpec, GateSpec, LoopSpec, Node, NodeKind, StateLayout, ToolSpec, Workflow,
+    AgentSpec, ConditionSpec, DEFAULT_HOP_CEILING, DEFAULT_REPAIR_ATTEMPTS, Dialect, Edge, EndSpec,
+    GateSpec, LoopSpec, Node, NodeKind, StateLayout, ToolSpec, Workflow,
 };
 use weir_core::validate::suggest;
 
@@ -250,8 +248,7 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
         }
     }
     let label = cx.string(&id, cfg, "label");
-    let timeout = cx.number(&id, cfg, "timeout_seconds", 0.001, 86_400.0);
-    let retry_count = cx.integer(&id, cfg, "retry_count", 0, 10);
+    let policy = cx.policy(&id, cfg);
     let output_key = cx.string(&id, cfg, "output_key");
     if let Some(k) = &output_key
         && (k.is_empty() || k.starts_with("__"))
@@ -264,12 +261,6 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
             "keys starting with __ are internal; use a plain name",
         );
     }
-    let policy = AttemptPolicy {
-        timeout: timeout
-            .map(Duration::from_secs_f64)
-            .unwrap_or(weir_core::ir::DEFAULT_TIMEOUT),
-        retry_count: retry_count.unwrap_or(0) as u32,
-    };
     let require = |cx: &mut Cx, key: &str, hint: &str| {
         if cfg.get(key).is_none() {
             cx.err(

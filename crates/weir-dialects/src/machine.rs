@@ -8,13 +8,10 @@
 //! `maxRetries` out of range, `enum` on consensus, transitions to unknown nodes, and an
 //! `ai_agent` (or any node that cannot branch) with `on:`.
 
-use std::time::Duration;
-
 use weir_core::Diagnostic;
 use weir_core::ir::{
-    AgentSpec, AttemptPolicy, ConditionSpec, ConsensusMode, ConsensusSpec, DEFAULT_HOP_CEILING,
-    Dialect, Edge, EndSpec, GateSpec, JudgeSpec, Node, NodeKind, ScriptSpec, StateLayout,
-    Validator, Workflow,
+    AgentSpec, ConditionSpec, ConsensusMode, ConsensusSpec, DEFAULT_HOP_CEILING, Dialect, Edge,
+    EndSpec, GateSpec, JudgeSpec, Node, NodeKind, ScriptSpec, StateLayout, Validator, Workflow,
 };
 use weir_core::validate::suggest;
 
@@ -191,14 +188,7 @@ fn lower_node(cx: &mut Cx, id: &str, body: &tree::Node, ids: &[&str]) -> Option<
         }
     }
     let label = cx.string(id, body, "label");
-    let timeout = cx.number(id, body, "timeout_seconds", 0.001, 86_400.0);
-    let retry_count = cx.integer(id, body, "retry_count", 0, 10);
-    let policy = AttemptPolicy {
-        timeout: timeout
-            .map(Duration::from_secs_f64)
-            .unwrap_or(weir_core::ir::DEFAULT_TIMEOUT),
-        retry_count: retry_count.unwrap_or(0) as u32,
-    };
+    let policy = cx.policy(id, body);
     let require = |cx: &mut Cx, key: &str, hint: &str| {
         if body.get(key).is_none() {
             cx.err(

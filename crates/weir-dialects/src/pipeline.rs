@@ -3,12 +3,10 @@
 //! `continue` edges and every gate jump becomes a `jump:<step>` edge, so the engine's one
 //! scheduler runs pipelines too. The hop ceiling (default 25) counts step executions.
 
-use std::time::Duration;
-
 use weir_core::Diagnostic;
 use weir_core::ir::{
-    AttemptPolicy, Dialect, Edge, Field, FieldSource, Gate, GateAction, GateCondition, LoopRef,
-    Node, NodeKind, StateLayout, StepSpec, Workflow,
+    Dialect, Edge, Field, FieldSource, Gate, GateAction, GateCondition, LoopRef, Node, NodeKind,
+    StateLayout, StepSpec, Workflow,
 };
 use weir_core::schema::Schema;
 use weir_core::validate::suggest;
@@ -191,8 +189,7 @@ fn lower_step(
     }
     let nodes = cx.integer(id, item, "nodes", 1, 50).map_or(1, |n| n as u32);
     let system_prompt = cx.string(id, item, "systemPrompt");
-    let timeout = cx.number(id, item, "timeout_seconds", 0.001, 86_400.0);
-    let retry_count = cx.integer(id, item, "retry_count", 0, 10);
+    let policy = cx.policy(id, item);
     let mut fields = Vec::new();
     match item.get("fields").map(|f| &f.kind) {
         None | Some(Kind::Null) => {}
@@ -226,12 +223,7 @@ fn lower_step(
                 .integer(id, item, "max_tokens", 1, 1_000_000)
                 .map(|x| x as u32),
         }),
-        policy: AttemptPolicy {
-            timeout: timeout
-                .map(Duration::from_secs_f64)
-                .unwrap_or(weir_core::ir::DEFAULT_TIMEOUT),
-            retry_count: retry_count.unwrap_or(0) as u32,
-        },
+        policy,
         output_key: None,
         span,
     })
