@@ -7,6 +7,7 @@
 //! stores live in their own crates and only the binary wires them together.
 
 pub mod diag;
+pub mod event;
 pub mod expr;
 pub mod ir;
 pub mod model;
@@ -20,6 +21,7 @@ pub mod tool;
 pub mod validate;
 
 pub use diag::{Diagnostic, Severity, Span};
+pub use event::{EventKind, RunEvent};
 pub use ir::{Dialect, Edge, Node, NodeKind, Workflow};
 pub use model::{ErrorClass, ModelClient, ModelError, ModelRequest, ModelResponse};
 pub use record::{Attempt, RunRecord, RunStatus, StepRecord, StepStatus};

@@ -92,10 +92,60 @@ impl StepStatus {
     }
 }
 
+/// Why a run ended badly. Each code has a page, `docs/errors/runs/<code>.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// A node failed after its last attempt.
+    NodeFailed,
+    /// The run executed more nodes than its hop ceiling allows.
+    HopCeilingExceeded,
+    /// The run reached an `end` node whose status is `failed`.
+    EndFailed,
+    /// A reviewer rejected a human gate.
+    GateRejected,
+    /// Someone cancelled the run.
+    Cancelled,
+    /// The workflow stored with the run no longer compiles.
+    WorkflowInvalid,
+    /// A bug in weir (a node panicked, the snapshot names an unknown node).
+    Internal,
+}
+
+impl ErrorCode {
+    pub const ALL: &[ErrorCode] = &[
+        ErrorCode::NodeFailed,
+        ErrorCode::HopCeilingExceeded,
+        ErrorCode::EndFailed,
+        ErrorCode::GateRejected,
+        ErrorCode::Cancelled,
+        ErrorCode::WorkflowInvalid,
+        ErrorCode::Internal,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::NodeFailed => "node_failed",
+            ErrorCode::HopCeilingExceeded => "hop_ceiling_exceeded",
+            ErrorCode::EndFailed => "end_failed",
+            ErrorCode::GateRejected => "gate_rejected",
+            ErrorCode::Cancelled => "cancelled",
+            ErrorCode::WorkflowInvalid => "workflow_invalid",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// `{"code", "message", "node_id"}` on a failed run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunError {
-    pub code: String,
+    pub code: ErrorCode,
     pub message: String,
     pub node_id: Option<String>,
 }
@@ -188,6 +238,8 @@ pub struct RunSummary {
     pub status: RunStatus,
     pub started_at: String,
     pub cost_usd: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
 }
 
 /// A node waiting to run, with the visit number it will run as.
@@ -224,9 +276,6 @@ pub struct Snapshot {
     /// Pipeline: every execution of each step, with its pass and visible outputs.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub history: BTreeMap<String, Vec<StepPass>>,
-    /// `host:pid` of the process driving the run, so `resume` can refuse a live run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

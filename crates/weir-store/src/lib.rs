@@ -1,15 +1,73 @@
-//! weir-store: run stores behind [`weir_core::RunStore`].
+//! weir-store: run stores behind [`weir_core::RunStore`] (DESIGN §8).
 //!
-//! SQLite is the embedded default (WAL, one file). Each finished step is committed in one
-//! transaction together with the run's scheduler snapshot, so a crash loses at most the steps
-//! in flight and a resumed run never repeats a completed step.
+//! SQLite is the embedded default (WAL, one file); [`Memory`] serves tests and benchmarks.
+//! Both apply the same lifecycle (the rules in `rules.rs`): runs are claimed under a lease
+//! whose epoch fences every write of a drive; each finished step is committed in one
+//! transaction with the run's scheduler snapshot and the events reporting it, so a crash
+//! loses at most the steps in flight and a resumed run never repeats a completed step. Both
+//! pass the conformance suite in `tests/conformance.rs`.
 
+mod memory;
+mod rules;
 mod schema;
 mod sqlite;
 
+pub use memory::Memory;
 pub use sqlite::Sqlite;
 
 use std::path::PathBuf;
+
+use serde_json::Value;
+use weir_core::record::{RunError, RunRecord, RunStatus, Snapshot, StepRecord};
+
+/// Everything a run record is built from, whichever store read it.
+pub(crate) struct RecordParts<'a> {
+    pub run_id: &'a str,
+    pub workflow: &'a str,
+    pub dialect: &'a str,
+    pub status: RunStatus,
+    pub input: Value,
+    pub snapshot: &'a Snapshot,
+    pub error: Option<RunError>,
+    pub events: Vec<Value>,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub steps: Vec<StepRecord>,
+}
+
+pub(crate) fn record(p: RecordParts<'_>) -> RunRecord {
+    let duration_ms = p
+        .finished_at
+        .as_deref()
+        .and_then(|f| duration_between(&p.started_at, f));
+    RunRecord {
+        run_id: p.run_id.to_string(),
+        workflow: p.workflow.to_string(),
+        dialect: p.dialect.to_string(),
+        status: p.status,
+        input: p.input,
+        state: Value::Object(p.snapshot.state.as_ref().clone()),
+        output: p.snapshot.output.clone(),
+        error: p.error,
+        pending_gate: if p.status == RunStatus::Paused {
+            p.snapshot.gates.first().cloned()
+        } else {
+            None
+        },
+        cost_usd: p.snapshot.cost_usd,
+        events: p.events,
+        started_at: p.started_at,
+        finished_at: p.finished_at,
+        duration_ms,
+        steps: p.steps,
+    }
+}
+
+fn duration_between(start: &str, end: &str) -> Option<u64> {
+    let a = chrono::DateTime::parse_from_rfc3339(start).ok()?;
+    let b = chrono::DateTime::parse_from_rfc3339(end).ok()?;
+    u64::try_from((b - a).num_milliseconds()).ok()
+}
 
 /// Where the store lives, from `--db` / `WEIR_DB`: `sqlite://path`, `sqlite::memory:` or a
 /// plain file path.

@@ -109,4 +109,35 @@ CREATE TRIGGER step_commit AFTER INSERT ON step_commits BEGIN
 END;
 "#,
     ),
+    (
+        4,
+        r#"
+-- Runs under leases (DESIGN §8): an epoch that fences every write of a drive, the lease's
+-- owner and expiry, a cancel flag, idempotent creation, and a typed event log with a
+-- gap-free per-run sequence. Writes are explicit statements: the JSON-parsing trigger goes.
+DROP TRIGGER IF EXISTS step_commit;
+DROP TABLE IF EXISTS step_commits;
+ALTER TABLE runs ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN owner TEXT;
+ALTER TABLE runs ADD COLUMN lease_expires_at INTEGER;
+ALTER TABLE runs ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN idempotency_key TEXT;
+ALTER TABLE runs ADD COLUMN event_seq INTEGER NOT NULL DEFAULT 0;
+CREATE UNIQUE INDEX runs_idempotency ON runs (idempotency_key) WHERE idempotency_key IS NOT NULL;
+CREATE INDEX runs_runnable ON runs (status, lease_expires_at) WHERE status IN ('queued', 'running');
+CREATE TABLE run_events (
+    run_id  TEXT NOT NULL,
+    seq     INTEGER NOT NULL,
+    body    TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+INSERT INTO run_events (run_id, seq, body)
+    SELECT run_id, n, json_object('seq', n, 'at', COALESCE(body ->> '$.at', ''),
+                                  'type', 'legacy', 'body', json(body))
+    FROM (SELECT run_id, body, ROW_NUMBER() OVER (PARTITION BY run_id ORDER BY id) AS n
+          FROM events);
+UPDATE runs SET event_seq = (SELECT COUNT(*) FROM run_events e WHERE e.run_id = runs.id);
+DROP TABLE events;
+"#,
+    ),
 ];

@@ -1,4 +1,7 @@
-//! The SQLite store (embedded default): WAL journal, one transaction per finished step.
+//! The SQLite store (embedded default): WAL journal, explicit statements, one `BEGIN
+//! IMMEDIATE` transaction per change. Every write of a drive is fenced by the run's epoch:
+//! the first statement of its transaction is an `UPDATE … WHERE id = ? AND epoch = ?` that
+//! also reserves the event sequence numbers, so a stale driver's write changes nothing.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -6,20 +9,29 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, SqlitePool};
-use weir_core::record::{
-    Attempt, RunError, RunRecord, RunStatus, RunSummary, Snapshot, StepRecord, StepStatus, Tokens,
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
-use weir_core::store::{NewRun, RunStore, RunUpdate, StoreError, StoredRun};
+use sqlx::{QueryBuilder, Row, Sqlite as Db, SqliteConnection, SqlitePool};
+use weir_core::event::{EventKind, RunEvent};
+use weir_core::record::{
+    Attempt, ErrorCode, RunError, RunRecord, RunStatus, RunSummary, Snapshot, StepRecord,
+    StepStatus, Tokens,
+};
+use weir_core::store::{
+    CancelOutcome, Claim, Created, GateDecision, Lease, NewRun, RunFilter, RunStore, RunUpdate,
+    StepCommit, StoreError, StoredRun, Written, now_ms, now_rfc3339,
+};
 
+use crate::rules::{self, ClaimView};
 use crate::schema::MIGRATIONS;
 
 pub struct Sqlite {
     pool: SqlitePool,
     /// One connection with `synchronous=OFF` for writes that only make progress visible (a
-    /// step's `running` row, events): they ride along with the next synced commit instead of
-    /// paying an fsync of their own. Completed steps always go through `pool`.
+    /// step's `running` row, an attempt's failure): they ride along with the next synced
+    /// commit instead of paying an fsync of their own. Completed steps always go through
+    /// `pool`.
     visible: SqlitePool,
 }
 
@@ -34,6 +46,12 @@ fn json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
 fn parse<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, StoreError> {
     serde_json::from_str(s).map_err(|e| StoreError::Backend(format!("corrupt stored JSON: {e}")))
 }
+
+fn status_of(row: &SqliteRow, col: &str) -> RunStatus {
+    RunStatus::parse(row.get::<&str, _>(col)).unwrap_or(RunStatus::Failed)
+}
+
+const BEGIN: &str = "BEGIN IMMEDIATE";
 
 impl Sqlite {
     /// Opens (creating if needed) the database at `path`, or an in-memory one for `None`, with
@@ -91,7 +109,7 @@ impl Sqlite {
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(backend)?;
+        let mut tx = self.pool.begin_with(BEGIN).await.map_err(backend)?;
         sqlx::query("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY)")
             .execute(&mut *tx)
             .await
@@ -150,13 +168,12 @@ impl Sqlite {
                 .filter(|a| a.get::<i64, _>("seq") == seq)
                 .map(|a| parse(a.get::<String, _>("body").as_str()))
                 .collect::<Result<_, _>>()?;
-            let status: String = r.get("status");
             steps.push(StepRecord {
                 seq: seq as u32,
                 node_id: r.get("node_id"),
                 node_type: r.get("node_type"),
                 visit: r.get::<i64, _>("visit") as u32,
-                status: StepStatus::parse(&status).unwrap_or(StepStatus::Failed),
+                status: StepStatus::parse(r.get::<&str, _>("status")).unwrap_or(StepStatus::Failed),
                 route: r.get("route"),
                 input: parse(r.get::<String, _>("input").as_str())?,
                 output: parse(r.get::<String, _>("output").as_str())?,
@@ -174,126 +191,640 @@ impl Sqlite {
         }
         Ok(steps)
     }
+
+    /// A fenced write on `pool`: `f` runs inside the transaction after the fence.
+    async fn fenced(
+        &self,
+        pool: &SqlitePool,
+        lease: &Lease,
+        snapshot: Option<&Snapshot>,
+        events: &[EventKind],
+        steps: &[&StepRecord],
+    ) -> Result<Written, StoreError> {
+        let mut tx = pool.begin_with(BEGIN).await.map_err(backend)?;
+        let (first, cancel) = fence(&mut tx, lease, snapshot, events.len()).await?;
+        insert_steps(&mut tx, &lease.run_id, steps).await?;
+        let events = insert_events(&mut tx, &lease.run_id, first, events).await?;
+        tx.commit().await.map_err(backend)?;
+        Ok(Written {
+            events,
+            cancel_requested: cancel,
+        })
+    }
 }
 
-fn duration_between(start: &str, end: &str) -> Option<u64> {
-    let a = chrono::DateTime::parse_from_rfc3339(start).ok()?;
-    let b = chrono::DateTime::parse_from_rfc3339(end).ok()?;
-    u64::try_from((b - a).num_milliseconds()).ok()
+/// The fence: bumps the event sequence (and writes the snapshot) only while the run's epoch
+/// is the lease's and the lease is held. Returns the first reserved sequence number and the
+/// cancel flag; `LeaseLost` when the fence refuses.
+async fn fence(
+    conn: &mut SqliteConnection,
+    lease: &Lease,
+    snapshot: Option<&Snapshot>,
+    n_events: usize,
+) -> Result<(i64, bool), StoreError> {
+    let row = sqlx::query(
+        "UPDATE runs SET event_seq = event_seq + ?1,
+                         snapshot = COALESCE(?2, snapshot), cost_usd = COALESCE(?3, cost_usd)
+         WHERE id = ?4 AND epoch = ?5 AND lease_expires_at IS NOT NULL
+         RETURNING event_seq, cancel_requested",
+    )
+    .bind(n_events as i64)
+    .bind(snapshot.map(json).transpose()?)
+    .bind(snapshot.map(|s| s.cost_usd))
+    .bind(lease.run_id.as_str())
+    .bind(lease.epoch as i64)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(backend)?;
+    match row {
+        Some(r) => {
+            let last: i64 = r.get(0);
+            Ok((last - n_events as i64 + 1, r.get::<i64, _>(1) != 0))
+        }
+        None => {
+            let cur = sqlx::query("SELECT epoch, owner, status FROM runs WHERE id = ?")
+                .bind(lease.run_id.as_str())
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(backend)?
+                .map(|r| {
+                    (
+                        r.get::<i64, _>(0) as u64,
+                        r.get::<Option<String>, _>(1),
+                        status_of(&r, "status"),
+                    )
+                });
+            Err(rules::lease_lost(&lease.run_id, lease.epoch, cur))
+        }
+    }
+}
+
+/// Writes step rows (insert or replace) and their attempts.
+async fn insert_steps(
+    conn: &mut SqliteConnection,
+    run_id: &str,
+    steps: &[&StepRecord],
+) -> Result<(), StoreError> {
+    if steps.is_empty() {
+        return Ok(());
+    }
+    let mut rows = Vec::with_capacity(steps.len());
+    for s in steps {
+        rows.push((s, json(&s.input)?, json(&s.output)?));
+    }
+    let mut q: QueryBuilder<Db> = QueryBuilder::new(
+        "INSERT OR REPLACE INTO steps (run_id, seq, node_id, node_type, visit, status, route,
+             input, output, error, cost_usd, tokens_in, tokens_out, started_at, finished_at,
+             duration_ms) ",
+    );
+    q.push_values(rows, |mut b, (s, input, output)| {
+        b.push_bind(run_id)
+            .push_bind(i64::from(s.seq))
+            .push_bind(s.node_id.as_str())
+            .push_bind(s.node_type.as_str())
+            .push_bind(i64::from(s.visit))
+            .push_bind(s.status.as_str())
+            .push_bind(s.route.as_deref())
+            .push_bind(input)
+            .push_bind(output)
+            .push_bind(s.error.as_deref())
+            .push_bind(s.cost_usd)
+            .push_bind(s.tokens.input as i64)
+            .push_bind(s.tokens.output as i64)
+            .push_bind(s.started_at.as_str())
+            .push_bind(s.finished_at.as_deref())
+            .push_bind(s.duration_ms.map(|d| d as i64));
+    });
+    q.build().execute(&mut *conn).await.map_err(backend)?;
+    let mut attempts = Vec::new();
+    for s in steps {
+        for a in &s.attempts {
+            attempts.push((s.seq, a.n, json(a)?));
+        }
+    }
+    if !attempts.is_empty() {
+        let mut q: QueryBuilder<Db> =
+            QueryBuilder::new("INSERT OR REPLACE INTO attempts (run_id, seq, n, body) ");
+        q.push_values(attempts, |mut b, (seq, n, body)| {
+            b.push_bind(run_id)
+                .push_bind(i64::from(seq))
+                .push_bind(i64::from(n))
+                .push_bind(body);
+        });
+        q.build().execute(&mut *conn).await.map_err(backend)?;
+    }
+    Ok(())
+}
+
+/// Appends events from sequence number `first` on (reserved by the caller's `UPDATE`).
+async fn insert_events(
+    conn: &mut SqliteConnection,
+    run_id: &str,
+    first: i64,
+    kinds: &[EventKind],
+) -> Result<Vec<RunEvent>, StoreError> {
+    if kinds.is_empty() {
+        return Ok(Vec::new());
+    }
+    let at = now_rfc3339();
+    let events: Vec<RunEvent> = kinds
+        .iter()
+        .enumerate()
+        .map(|(i, k)| RunEvent {
+            seq: (first + i as i64) as u64,
+            at: at.clone(),
+            kind: k.clone(),
+        })
+        .collect();
+    let mut rows = Vec::with_capacity(events.len());
+    for e in &events {
+        rows.push((e.seq as i64, json(e)?));
+    }
+    let mut q: QueryBuilder<Db> = QueryBuilder::new("INSERT INTO run_events (run_id, seq, body) ");
+    q.push_values(rows, |mut b, (seq, body)| {
+        b.push_bind(run_id).push_bind(seq).push_bind(body);
+    });
+    q.build().execute(&mut *conn).await.map_err(backend)?;
+    Ok(events)
+}
+
+/// The claim columns of one run.
+struct ClaimRow {
+    id: String,
+    status: RunStatus,
+    epoch: u64,
+    owner: Option<String>,
+    lease_expires_at: Option<i64>,
+}
+
+impl ClaimRow {
+    fn from_row(r: &SqliteRow) -> Self {
+        Self {
+            id: r.get("id"),
+            status: status_of(r, "status"),
+            epoch: r.get::<i64, _>("epoch") as u64,
+            owner: r.get("owner"),
+            lease_expires_at: r.get("lease_expires_at"),
+        }
+    }
+
+    fn view(&self) -> ClaimView<'_> {
+        ClaimView {
+            run_id: &self.id,
+            status: self.status,
+            epoch: self.epoch,
+            owner: self.owner.as_deref(),
+            lease_expires_at: self.lease_expires_at,
+        }
+    }
+}
+
+/// Claims a run already checked claimable, inside the caller's transaction.
+async fn claim_row(
+    conn: &mut SqliteConnection,
+    row: &ClaimRow,
+    claim: &Claim,
+) -> Result<(Lease, Written), StoreError> {
+    let epoch = row.epoch + 1;
+    let event = rules::claim_event(&row.view(), &claim.owner, epoch);
+    let expires_at = now_ms() + claim.ttl.as_millis() as i64;
+    let r = sqlx::query(
+        "UPDATE runs SET status = 'running', epoch = ?, owner = ?, lease_expires_at = ?,
+                         event_seq = event_seq + 1
+         WHERE id = ? AND epoch = ? RETURNING event_seq, cancel_requested",
+    )
+    .bind(epoch as i64)
+    .bind(claim.owner.as_str())
+    .bind(expires_at)
+    .bind(row.id.as_str())
+    .bind(row.epoch as i64)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(backend)?
+    .ok_or_else(|| StoreError::Conflict(format!("run {} was claimed by someone else", row.id)))?;
+    let events = insert_events(conn, &row.id, r.get(0), &[event]).await?;
+    Ok((
+        Lease {
+            run_id: row.id.clone(),
+            owner: claim.owner.clone(),
+            epoch,
+            expires_at,
+        },
+        Written {
+            events,
+            cancel_requested: r.get::<i64, _>(1) != 0,
+        },
+    ))
+}
+
+fn not_found(run_id: &str) -> StoreError {
+    StoreError::NotFound(format!("no run with id {run_id}"))
 }
 
 #[async_trait]
 impl RunStore for Sqlite {
-    async fn create_run(&self, run: &NewRun) -> Result<(), StoreError> {
+    async fn create_run(&self, run: &NewRun) -> Result<Created, StoreError> {
+        let mut tx = self.pool.begin_with(BEGIN).await.map_err(backend)?;
+        if let Some(key) = &run.idempotency_key
+            && let Some(existing) = sqlx::query("SELECT id FROM runs WHERE idempotency_key = ?")
+                .bind(key.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend)?
+        {
+            return Ok(Created {
+                run_id: existing.get(0),
+                created: false,
+                lease: None,
+                events: Vec::new(),
+            });
+        }
         sqlx::query(
             "INSERT INTO runs (id, workflow, dialect, status, source_path, source_text, input,
-                               snapshot, cost_usd, started_at)
-             VALUES (?, ?, ?, 'running', ?, ?, ?, ?, 0, ?)",
+                               snapshot, cost_usd, started_at, idempotency_key, event_seq)
+             VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, 0, ?, ?, 1)",
         )
-        .bind(run.run_id.clone())
-        .bind(run.workflow.clone())
-        .bind(run.dialect.clone())
-        .bind(run.source_path.clone())
-        .bind(run.source_text.clone())
+        .bind(run.run_id.as_str())
+        .bind(run.workflow.as_str())
+        .bind(run.dialect.as_str())
+        .bind(run.source_path.as_str())
+        .bind(run.source_text.as_str())
         .bind(json(&run.input)?)
         .bind(json(&run.snapshot)?)
-        .bind(run.started_at.clone())
-        .execute(&self.pool)
+        .bind(run.created_at.as_str())
+        .bind(run.idempotency_key.as_deref())
+        .execute(&mut *tx)
         .await
-        .map_err(backend)?;
-        Ok(())
-    }
-
-    async fn start_step(&self, run_id: &str, step: &StepRecord) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT OR REPLACE INTO steps (run_id, seq, node_id, node_type, visit, status, route,
-                 input, output, error, cost_usd, tokens_in, tokens_out, started_at)
-             VALUES (?, ?, ?, ?, ?, ?, NULL, ?, 'null', NULL, 0, 0, 0, ?)",
+        .map_err(|e| match e {
+            sqlx::Error::Database(d) if d.is_unique_violation() => {
+                StoreError::Conflict(format!("run {} already exists", run.run_id))
+            }
+            other => backend(other),
+        })?;
+        let mut events = insert_events(
+            &mut tx,
+            &run.run_id,
+            1,
+            &[EventKind::RunCreated {
+                workflow: run.workflow.clone(),
+            }],
         )
-        .bind(run_id.to_string())
-        .bind(i64::from(step.seq))
-        .bind(step.node_id.clone())
-        .bind(step.node_type.clone())
-        .bind(i64::from(step.visit))
-        .bind(step.status.as_str())
-        .bind(json(&step.input)?)
-        .bind(step.started_at.clone())
-        .execute(&self.visible)
-        .await
-        .map_err(backend)?;
-        Ok(())
+        .await?;
+        let lease = match &run.claim {
+            Some(c) => {
+                let row = ClaimRow {
+                    id: run.run_id.clone(),
+                    status: RunStatus::Queued,
+                    epoch: 0,
+                    owner: None,
+                    lease_expires_at: None,
+                };
+                let (lease, w) = claim_row(&mut tx, &row, c).await?;
+                events.extend(w.events);
+                Some(lease)
+            }
+            None => None,
+        };
+        tx.commit().await.map_err(backend)?;
+        Ok(Created {
+            run_id: run.run_id.clone(),
+            created: true,
+            lease,
+            events,
+        })
     }
 
-    async fn finish_step(
+    async fn claim_run(&self, run_id: &str, claim: &Claim) -> Result<(Lease, Written), StoreError> {
+        let mut tx = self.pool.begin_with(BEGIN).await.map_err(backend)?;
+        let row = sqlx::query(
+            "SELECT id, status, epoch, owner, lease_expires_at FROM runs WHERE id = ?",
+        )
+        .bind(run_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?
+        .map(|r| ClaimRow::from_row(&r))
+        .ok_or_else(|| not_found(run_id))?;
+        if let Some(refusal) = rules::claim_refusal(&row.view(), now_ms()) {
+            return Err(refusal);
+        }
+        let out = claim_row(&mut tx, &row, claim).await?;
+        tx.commit().await.map_err(backend)?;
+        Ok(out)
+    }
+
+    async fn claim_next(
         &self,
-        run_id: &str,
-        step: &StepRecord,
-        started: &[StepRecord],
-        snapshot: &Snapshot,
-    ) -> Result<(), StoreError> {
-        // One statement: the `step_commit` trigger (migrations 2 and 3) writes the step, its
-        // attempts, the started steps' `running` rows and the run's snapshot atomically.
-        sqlx::query(
-            "INSERT INTO step_commits (run_id, seq, step, started, snapshot, cost_usd) VALUES (?, ?, ?, ?, ?, ?)",
+        claim: &Claim,
+        limit: u32,
+    ) -> Result<Vec<(Lease, Written)>, StoreError> {
+        let mut tx = self.pool.begin_with(BEGIN).await.map_err(backend)?;
+        let rows: Vec<ClaimRow> = sqlx::query(
+            "SELECT id, status, epoch, owner, lease_expires_at FROM runs
+             WHERE status = 'queued'
+                OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at <= ?))
+             ORDER BY started_at, rowid LIMIT ?",
         )
-            .bind(run_id.to_string())
-            .bind(i64::from(step.seq))
-            .bind(json(step)?)
-            .bind(json(&started)?)
-            .bind(json(snapshot)?)
-            .bind(snapshot.cost_usd)
-            .execute(&self.pool)
-            .await
-            .map_err(backend)?;
-        Ok(())
+        .bind(now_ms())
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(ClaimRow::from_row)
+        .collect();
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            out.push(claim_row(&mut tx, row, claim).await?);
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(out)
     }
 
-    async fn update_run(&self, run_id: &str, u: &RunUpdate) -> Result<(), StoreError> {
-        let error = u.error.as_ref().map(json).transpose()?;
-        let done = sqlx::query(
-            "UPDATE runs SET status = ?, error = ?, finished_at = ?, snapshot = ?, cost_usd = ?
+    async fn renew(&self, lease: &mut Lease, ttl: Duration) -> Result<Written, StoreError> {
+        let expires = now_ms() + ttl.as_millis() as i64;
+        let row = sqlx::query(
+            "UPDATE runs SET lease_expires_at = ?
+             WHERE id = ? AND epoch = ? AND lease_expires_at IS NOT NULL
+             RETURNING cancel_requested",
+        )
+        .bind(expires)
+        .bind(lease.run_id.as_str())
+        .bind(lease.epoch as i64)
+        .fetch_optional(&self.visible)
+        .await
+        .map_err(backend)?;
+        match row {
+            Some(r) => {
+                lease.expires_at = expires;
+                Ok(Written {
+                    events: Vec::new(),
+                    cancel_requested: r.get::<i64, _>(0) != 0,
+                })
+            }
+            None => {
+                let mut conn = self.pool.acquire().await.map_err(backend)?;
+                // Reports who holds it now.
+                Err(fence(&mut conn, lease, None, 0)
+                    .await
+                    .err()
+                    .unwrap_or_else(|| rules::lease_lost(&lease.run_id, lease.epoch, None)))
+            }
+        }
+    }
+
+    async fn start_steps(
+        &self,
+        lease: &Lease,
+        steps: &[StepRecord],
+        events: &[EventKind],
+    ) -> Result<Written, StoreError> {
+        let steps: Vec<&StepRecord> = steps.iter().collect();
+        self.fenced(&self.visible, lease, None, events, &steps)
+            .await
+    }
+
+    async fn commit_step(
+        &self,
+        lease: &Lease,
+        c: StepCommit<'_>,
+    ) -> Result<Written, StoreError> {
+        let mut steps: Vec<&StepRecord> = c.started.iter().collect();
+        steps.push(c.step);
+        self.fenced(&self.pool, lease, Some(c.snapshot), c.events, &steps)
+            .await
+    }
+
+    async fn append_events(
+        &self,
+        lease: &Lease,
+        events: &[EventKind],
+    ) -> Result<Written, StoreError> {
+        self.fenced(&self.visible, lease, None, events, &[]).await
+    }
+
+    async fn finish_run(
+        &self,
+        lease: &Lease,
+        u: &RunUpdate,
+        events: &[EventKind],
+    ) -> Result<Written, StoreError> {
+        let mut tx = self.pool.begin_with(BEGIN).await.map_err(backend)?;
+        let (first, cancel) = fence(&mut tx, lease, Some(&u.snapshot), events.len()).await?;
+        sqlx::query(
+            "UPDATE runs SET status = ?, error = ?, finished_at = ?, lease_expires_at = NULL
              WHERE id = ?",
         )
         .bind(u.status.as_str())
-        .bind(error)
-        .bind(u.finished_at.clone())
-        .bind(json(&u.snapshot)?)
-        .bind(u.snapshot.cost_usd)
-        .bind(run_id.to_string())
-        .execute(&self.pool)
+        .bind(u.error.as_ref().map(json).transpose()?)
+        .bind(u.finished_at.as_deref())
+        .bind(lease.run_id.as_str())
+        .execute(&mut *tx)
         .await
         .map_err(backend)?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::NotFound(run_id.to_string()));
-        }
-        Ok(())
+        let events = insert_events(&mut tx, &lease.run_id, first, events).await?;
+        tx.commit().await.map_err(backend)?;
+        Ok(Written {
+            events,
+            cancel_requested: cancel,
+        })
     }
 
-    async fn add_event(&self, run_id: &str, event: &Value) -> Result<(), StoreError> {
-        sqlx::query("INSERT INTO events (run_id, body) VALUES (?, ?)")
-            .bind(run_id.to_string())
-            .bind(json(event)?)
-            .execute(&self.pool)
+    async fn release(
+        &self,
+        lease: &Lease,
+        snapshot: &Snapshot,
+        events: &[EventKind],
+    ) -> Result<Written, StoreError> {
+        let mut tx = self.pool.begin_with(BEGIN).await.map_err(backend)?;
+        let (first, cancel) = fence(&mut tx, lease, Some(snapshot), events.len()).await?;
+        sqlx::query("UPDATE runs SET status = 'queued', lease_expires_at = NULL WHERE id = ?")
+            .bind(lease.run_id.as_str())
+            .execute(&mut *tx)
             .await
             .map_err(backend)?;
-        Ok(())
+        let events = insert_events(&mut tx, &lease.run_id, first, events).await?;
+        tx.commit().await.map_err(backend)?;
+        Ok(Written {
+            events,
+            cancel_requested: cancel,
+        })
+    }
+
+    async fn decide(&self, d: &GateDecision) -> Result<Written, StoreError> {
+        let mut tx = self.pool.begin_with(BEGIN).await.map_err(backend)?;
+        let row = sqlx::query(
+            "UPDATE runs SET epoch = epoch + 1, status = ?, error = ?, finished_at = ?,
+                             snapshot = ?, cost_usd = ?, event_seq = event_seq + ?
+             WHERE id = ? AND status = 'paused' AND epoch = ?
+             RETURNING event_seq",
+        )
+        .bind(d.status.as_str())
+        .bind(d.error.as_ref().map(json).transpose()?)
+        .bind(d.finished_at.as_deref())
+        .bind(json(&d.snapshot)?)
+        .bind(d.snapshot.cost_usd)
+        .bind(d.events.len() as i64)
+        .bind(d.run_id.as_str())
+        .bind(d.expect_epoch as i64)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        let Some(row) = row else {
+            let cur = sqlx::query("SELECT status, epoch FROM runs WHERE id = ?")
+                .bind(d.run_id.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend)?
+                .ok_or_else(|| not_found(&d.run_id))?;
+            return Err(rules::decision_conflict(
+                &d.run_id,
+                status_of(&cur, "status"),
+                cur.get::<i64, _>("epoch") as u64,
+                d.expect_epoch,
+            ));
+        };
+        let last: i64 = row.get(0);
+        let mut steps: Vec<&StepRecord> = vec![&d.step];
+        steps.extend(d.also.iter());
+        insert_steps(&mut tx, &d.run_id, &steps).await?;
+        let events = insert_events(
+            &mut tx,
+            &d.run_id,
+            last - d.events.len() as i64 + 1,
+            &d.events,
+        )
+        .await?;
+        tx.commit().await.map_err(backend)?;
+        Ok(Written {
+            events,
+            cancel_requested: false,
+        })
+    }
+
+    async fn request_cancel(
+        &self,
+        run_id: &str,
+        by: &str,
+    ) -> Result<(CancelOutcome, Written), StoreError> {
+        let mut tx = self.pool.begin_with(BEGIN).await.map_err(backend)?;
+        let row = sqlx::query(
+            "SELECT status, lease_expires_at, cancel_requested, snapshot FROM runs WHERE id = ?",
+        )
+        .bind(run_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?
+        .ok_or_else(|| not_found(run_id))?;
+        let status = status_of(&row, "status");
+        let live = row
+            .get::<Option<i64>, _>("lease_expires_at")
+            .is_some_and(|at| at > now_ms());
+        if status.is_terminal() {
+            return Err(rules::cancel_conflict(run_id, status));
+        }
+        let requested = EventKind::CancelRequested { by: by.to_string() };
+        if status == RunStatus::Running && live {
+            let already = row.get::<i64, _>("cancel_requested") != 0;
+            let events = if already {
+                Vec::new()
+            } else {
+                let r = sqlx::query(
+                    "UPDATE runs SET cancel_requested = 1, event_seq = event_seq + 1
+                     WHERE id = ? RETURNING event_seq",
+                )
+                .bind(run_id)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(backend)?;
+                insert_events(&mut tx, run_id, r.get(0), &[requested]).await?
+            };
+            tx.commit().await.map_err(backend)?;
+            return Ok((
+                CancelOutcome::Requested,
+                Written {
+                    events,
+                    cancel_requested: true,
+                },
+            ));
+        }
+        // Nobody drives it: cancel it here and now.
+        let mut snapshot: Snapshot = parse(row.get::<&str, _>("snapshot"))?;
+        snapshot.gates.clear();
+        snapshot.pending.clear();
+        let at = now_rfc3339();
+        let error = RunError {
+            code: ErrorCode::Cancelled,
+            message: format!("cancelled by {by}"),
+            node_id: None,
+        };
+        let r = sqlx::query(
+            "UPDATE runs SET status = 'cancelled', error = ?, finished_at = ?, snapshot = ?,
+                             lease_expires_at = NULL, event_seq = event_seq + 2
+             WHERE id = ? RETURNING event_seq",
+        )
+        .bind(json(&error)?)
+        .bind(at.as_str())
+        .bind(json(&snapshot)?)
+        .bind(run_id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(backend)?;
+        sqlx::query(
+            "UPDATE steps SET status = 'cancelled', error = ?, finished_at = ?
+             WHERE run_id = ? AND status IN ('running', 'waiting')",
+        )
+        .bind(format!("cancelled by {by}"))
+        .bind(at.as_str())
+        .bind(run_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+        let events = insert_events(
+            &mut tx,
+            run_id,
+            r.get::<i64, _>(0) - 1,
+            &[
+                requested,
+                EventKind::RunFinished {
+                    status: RunStatus::Cancelled,
+                    error: Some(error),
+                },
+            ],
+        )
+        .await?;
+        tx.commit().await.map_err(backend)?;
+        Ok((
+            CancelOutcome::Cancelled,
+            Written {
+                events,
+                cancel_requested: true,
+            },
+        ))
     }
 
     async fn load_run(&self, run_id: &str) -> Result<StoredRun, StoreError> {
-        let row =
-            sqlx::query("SELECT status, source_path, source_text, snapshot FROM runs WHERE id = ?")
-                .bind(run_id.to_string())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(backend)?
-                .ok_or_else(|| StoreError::NotFound(run_id.to_string()))?;
-        let status: String = row.get("status");
+        let row = sqlx::query(
+            "SELECT workflow, status, source_path, source_text, snapshot, epoch, owner,
+                    lease_expires_at, cancel_requested
+             FROM runs WHERE id = ?",
+        )
+        .bind(run_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend)?
+        .ok_or_else(|| not_found(run_id))?;
         Ok(StoredRun {
             run_id: run_id.to_string(),
-            status: RunStatus::parse(&status).unwrap_or(RunStatus::Failed),
+            workflow: row.get("workflow"),
+            status: status_of(&row, "status"),
             source_path: row.get("source_path"),
             source_text: row.get("source_text"),
-            snapshot: parse(row.get::<String, _>("snapshot").as_str())?,
+            snapshot: parse(row.get::<&str, _>("snapshot"))?,
+            epoch: row.get::<i64, _>("epoch") as u64,
+            owner: row.get("owner"),
+            lease_expires_at: row.get("lease_expires_at"),
+            cancel_requested: row.get::<i64, _>("cancel_requested") != 0,
         })
     }
 
@@ -301,7 +832,7 @@ impl RunStore for Sqlite {
         self.steps(run_id, Some(seq))
             .await?
             .pop()
-            .ok_or_else(|| StoreError::NotFound(format!("{run_id} step {seq}")))
+            .ok_or_else(|| StoreError::NotFound(format!("run {run_id} has no step {seq}")))
     }
 
     async fn get_record(&self, run_id: &str) -> Result<RunRecord, StoreError> {
@@ -309,73 +840,70 @@ impl RunStore for Sqlite {
             "SELECT workflow, dialect, status, input, snapshot, error, started_at, finished_at
              FROM runs WHERE id = ?",
         )
-        .bind(run_id.to_string())
+        .bind(run_id)
         .fetch_optional(&self.pool)
         .await
         .map_err(backend)?
-        .ok_or_else(|| StoreError::NotFound(run_id.to_string()))?;
-        let snapshot: Snapshot = parse(row.get::<String, _>("snapshot").as_str())?;
-        let status: String = row.get("status");
-        let status = RunStatus::parse(&status).unwrap_or(RunStatus::Failed);
+        .ok_or_else(|| not_found(run_id))?;
+        let snapshot: Snapshot = parse(row.get::<&str, _>("snapshot"))?;
         let error: Option<String> = row.get("error");
-        let error: Option<RunError> = error.as_deref().map(parse).transpose()?;
-        let events = sqlx::query("SELECT body FROM events WHERE run_id = ? ORDER BY id")
-            .bind(run_id.to_string())
+        let events = sqlx::query("SELECT body FROM run_events WHERE run_id = ? ORDER BY seq")
+            .bind(run_id)
             .fetch_all(&self.pool)
             .await
             .map_err(backend)?
             .iter()
-            .map(|r| parse::<Value>(r.get::<String, _>("body").as_str()))
+            .map(|r| parse::<Value>(r.get::<&str, _>("body")))
             .collect::<Result<Vec<_>, _>>()?;
-        let started_at: String = row.get("started_at");
-        let finished_at: Option<String> = row.get("finished_at");
-        let duration_ms = finished_at
-            .as_deref()
-            .and_then(|f| duration_between(&started_at, f));
-        Ok(RunRecord {
-            run_id: run_id.to_string(),
+        Ok(crate::record(crate::RecordParts {
+            run_id,
             workflow: row.get("workflow"),
             dialect: row.get("dialect"),
-            status,
-            input: parse(row.get::<String, _>("input").as_str())?,
-            state: Value::Object(snapshot.state.as_ref().clone()),
-            output: snapshot.output.clone(),
-            error,
-            pending_gate: if status == RunStatus::Paused {
-                snapshot.gates.first().cloned()
-            } else {
-                None
-            },
-            cost_usd: snapshot.cost_usd,
+            status: status_of(&row, "status"),
+            input: parse(row.get::<&str, _>("input"))?,
+            snapshot: &snapshot,
+            error: error.as_deref().map(parse).transpose()?,
             events,
-            started_at,
-            finished_at,
-            duration_ms,
+            started_at: row.get("started_at"),
+            finished_at: row.get("finished_at"),
             steps: self.steps(run_id, None).await?,
-        })
+        }))
     }
 
-    async fn list_runs(&self, limit: u32) -> Result<Vec<RunSummary>, StoreError> {
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, workflow, status, started_at, cost_usd FROM runs
+            "SELECT id, workflow, status, started_at, finished_at, cost_usd FROM runs
+             WHERE (? IS NULL OR status = ?)
              ORDER BY started_at DESC, rowid DESC LIMIT ?",
         )
-        .bind(i64::from(limit))
+        .bind(filter.status.map(|s| s.as_str()))
+        .bind(filter.status.map(|s| s.as_str()))
+        .bind(i64::from(filter.limit))
         .fetch_all(&self.pool)
         .await
         .map_err(backend)?;
         Ok(rows
             .iter()
-            .map(|r| {
-                let status: String = r.get("status");
-                RunSummary {
-                    run_id: r.get("id"),
-                    workflow: r.get("workflow"),
-                    status: RunStatus::parse(&status).unwrap_or(RunStatus::Failed),
-                    started_at: r.get("started_at"),
-                    cost_usd: r.get("cost_usd"),
-                }
+            .map(|r| RunSummary {
+                run_id: r.get("id"),
+                workflow: r.get("workflow"),
+                status: status_of(r, "status"),
+                started_at: r.get("started_at"),
+                cost_usd: r.get("cost_usd"),
+                finished_at: r.get("finished_at"),
             })
             .collect())
+    }
+
+    async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError> {
+        sqlx::query("SELECT body FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq")
+            .bind(run_id)
+            .bind(after as i64)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?
+            .iter()
+            .map(|r| parse::<RunEvent>(r.get::<&str, _>("body")))
+            .collect()
     }
 }

@@ -1,0 +1,481 @@
+//! The in-memory store: the same lifecycle as SQLite and Postgres behind one mutex, for
+//! tests and benchmarks. Nothing survives the process.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use weir_core::event::{EventKind, RunEvent};
+use weir_core::record::{
+    ErrorCode, RunError, RunRecord, RunStatus, RunSummary, Snapshot, StepRecord, StepStatus,
+};
+use weir_core::store::{
+    CancelOutcome, Claim, Created, GateDecision, Lease, NewRun, RunFilter, RunStore, RunUpdate,
+    StepCommit, StoreError, StoredRun, Written, now_ms, now_rfc3339,
+};
+
+use crate::rules::{self, ClaimView};
+
+#[derive(Default)]
+pub struct Memory {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    runs: HashMap<String, MemRun>,
+    /// Creation order, for listing and for claiming oldest first.
+    order: Vec<String>,
+    keys: HashMap<String, String>,
+}
+
+struct MemRun {
+    workflow: String,
+    dialect: String,
+    source_path: String,
+    source_text: String,
+    input: Value,
+    snapshot: Snapshot,
+    status: RunStatus,
+    error: Option<RunError>,
+    started_at: String,
+    finished_at: Option<String>,
+    epoch: u64,
+    owner: Option<String>,
+    lease_expires_at: Option<i64>,
+    cancel_requested: bool,
+    steps: BTreeMap<u32, StepRecord>,
+    events: Vec<RunEvent>,
+}
+
+impl MemRun {
+    fn view<'a>(&'a self, run_id: &'a str) -> ClaimView<'a> {
+        ClaimView {
+            run_id,
+            status: self.status,
+            epoch: self.epoch,
+            owner: self.owner.as_deref(),
+            lease_expires_at: self.lease_expires_at,
+        }
+    }
+
+    fn append(&mut self, kinds: &[EventKind], w: &mut Written) {
+        let at = now_rfc3339();
+        for k in kinds {
+            let e = RunEvent {
+                seq: self.events.len() as u64 + 1,
+                at: at.clone(),
+                kind: k.clone(),
+            };
+            self.events.push(e.clone());
+            w.events.push(e);
+        }
+    }
+
+    fn claim(&mut self, run_id: &str, claim: &Claim) -> (Lease, Written) {
+        let epoch = self.epoch + 1;
+        let event = rules::claim_event(&self.view(run_id), &claim.owner, epoch);
+        self.epoch = epoch;
+        self.status = RunStatus::Running;
+        self.owner = Some(claim.owner.clone());
+        let expires_at = now_ms() + claim.ttl.as_millis() as i64;
+        self.lease_expires_at = Some(expires_at);
+        let mut w = Written {
+            cancel_requested: self.cancel_requested,
+            ..Written::default()
+        };
+        self.append(&[event], &mut w);
+        (
+            Lease {
+                run_id: run_id.to_string(),
+                owner: claim.owner.clone(),
+                epoch,
+                expires_at,
+            },
+            w,
+        )
+    }
+
+    /// Ends the run as cancelled at once (no driver holds it).
+    fn cancel_now(&mut self, by: &str, w: &mut Written) {
+        let at = now_rfc3339();
+        for s in self.steps.values_mut() {
+            if matches!(s.status, StepStatus::Running | StepStatus::Waiting) {
+                s.status = StepStatus::Cancelled;
+                s.error = Some(format!("cancelled by {by}"));
+                s.finished_at = Some(at.clone());
+            }
+        }
+        self.snapshot.gates.clear();
+        self.snapshot.pending.clear();
+        self.status = RunStatus::Cancelled;
+        let error = RunError {
+            code: ErrorCode::Cancelled,
+            message: format!("cancelled by {by}"),
+            node_id: None,
+        };
+        self.error = Some(error.clone());
+        self.finished_at = Some(at);
+        self.lease_expires_at = None;
+        self.append(
+            &[
+                EventKind::CancelRequested { by: by.to_string() },
+                EventKind::RunFinished {
+                    status: RunStatus::Cancelled,
+                    error: Some(error),
+                },
+            ],
+            w,
+        );
+    }
+}
+
+impl Memory {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn with_lease<T>(
+        &self,
+        lease: &Lease,
+        f: impl FnOnce(&mut MemRun, &mut Written) -> T,
+    ) -> Result<(T, Written), StoreError> {
+        let mut inner = self.inner.lock().expect("memory store lock");
+        let Some(run) = inner.runs.get_mut(&lease.run_id) else {
+            return Err(rules::lease_lost(&lease.run_id, lease.epoch, None));
+        };
+        if run.epoch != lease.epoch || run.lease_expires_at.is_none() {
+            return Err(rules::lease_lost(
+                &lease.run_id,
+                lease.epoch,
+                Some((run.epoch, run.owner.clone(), run.status)),
+            ));
+        }
+        let mut w = Written {
+            cancel_requested: run.cancel_requested,
+            ..Written::default()
+        };
+        let t = f(run, &mut w);
+        Ok((t, w))
+    }
+
+    fn run<T>(&self, run_id: &str, f: impl FnOnce(&MemRun) -> T) -> Result<T, StoreError> {
+        let inner = self.inner.lock().expect("memory store lock");
+        inner
+            .runs
+            .get(run_id)
+            .map(f)
+            .ok_or_else(|| StoreError::NotFound(format!("no run with id {run_id}")))
+    }
+}
+
+#[async_trait]
+impl RunStore for Memory {
+    async fn create_run(&self, new: &NewRun) -> Result<Created, StoreError> {
+        let mut inner = self.inner.lock().expect("memory store lock");
+        if let Some(key) = &new.idempotency_key
+            && let Some(existing) = inner.keys.get(key)
+        {
+            return Ok(Created {
+                run_id: existing.clone(),
+                created: false,
+                lease: None,
+                events: Vec::new(),
+            });
+        }
+        if inner.runs.contains_key(&new.run_id) {
+            return Err(StoreError::Conflict(format!(
+                "run {} already exists",
+                new.run_id
+            )));
+        }
+        let mut run = MemRun {
+            workflow: new.workflow.clone(),
+            dialect: new.dialect.clone(),
+            source_path: new.source_path.clone(),
+            source_text: new.source_text.clone(),
+            input: new.input.clone(),
+            snapshot: new.snapshot.clone(),
+            status: RunStatus::Queued,
+            error: None,
+            started_at: new.created_at.clone(),
+            finished_at: None,
+            epoch: 0,
+            owner: None,
+            lease_expires_at: None,
+            cancel_requested: false,
+            steps: BTreeMap::new(),
+            events: Vec::new(),
+        };
+        let mut w = Written::default();
+        run.append(
+            &[EventKind::RunCreated {
+                workflow: new.workflow.clone(),
+            }],
+            &mut w,
+        );
+        let lease = new.claim.as_ref().map(|c| {
+            let (lease, claimed) = run.claim(&new.run_id, c);
+            w.events.extend(claimed.events);
+            lease
+        });
+        inner.runs.insert(new.run_id.clone(), run);
+        inner.order.push(new.run_id.clone());
+        if let Some(key) = &new.idempotency_key {
+            inner.keys.insert(key.clone(), new.run_id.clone());
+        }
+        Ok(Created {
+            run_id: new.run_id.clone(),
+            created: true,
+            lease,
+            events: w.events,
+        })
+    }
+
+    async fn claim_run(&self, run_id: &str, claim: &Claim) -> Result<(Lease, Written), StoreError> {
+        let mut inner = self.inner.lock().expect("memory store lock");
+        let run = inner
+            .runs
+            .get_mut(run_id)
+            .ok_or_else(|| StoreError::NotFound(format!("no run with id {run_id}")))?;
+        if let Some(refusal) = rules::claim_refusal(&run.view(run_id), now_ms()) {
+            return Err(refusal);
+        }
+        Ok(run.claim(run_id, claim))
+    }
+
+    async fn claim_next(
+        &self,
+        claim: &Claim,
+        limit: u32,
+    ) -> Result<Vec<(Lease, Written)>, StoreError> {
+        let mut inner = self.inner.lock().expect("memory store lock");
+        let now = now_ms();
+        let ids: Vec<String> = inner
+            .order
+            .iter()
+            .filter(|id| {
+                inner
+                    .runs
+                    .get(*id)
+                    .is_some_and(|r| rules::claim_refusal(&r.view(id), now).is_none())
+            })
+            .take(limit as usize)
+            .cloned()
+            .collect();
+        Ok(ids
+            .iter()
+            .filter_map(|id| inner.runs.get_mut(id).map(|r| r.claim(id, claim)))
+            .collect())
+    }
+
+    async fn renew(&self, lease: &mut Lease, ttl: Duration) -> Result<Written, StoreError> {
+        let expires = now_ms() + ttl.as_millis() as i64;
+        let ((), w) = self.with_lease(lease, |run, _| run.lease_expires_at = Some(expires))?;
+        lease.expires_at = expires;
+        Ok(w)
+    }
+
+    async fn start_steps(
+        &self,
+        lease: &Lease,
+        steps: &[StepRecord],
+        events: &[EventKind],
+    ) -> Result<Written, StoreError> {
+        let ((), w) = self.with_lease(lease, |run, w| {
+            for s in steps {
+                run.steps.insert(s.seq, s.clone());
+            }
+            run.append(events, w);
+        })?;
+        Ok(w)
+    }
+
+    async fn commit_step(
+        &self,
+        lease: &Lease,
+        c: StepCommit<'_>,
+    ) -> Result<Written, StoreError> {
+        let ((), w) = self.with_lease(lease, |run, w| {
+            for s in c.started {
+                run.steps.insert(s.seq, s.clone());
+            }
+            run.steps.insert(c.step.seq, c.step.clone());
+            run.snapshot = c.snapshot.clone();
+            run.append(c.events, w);
+        })?;
+        Ok(w)
+    }
+
+    async fn append_events(
+        &self,
+        lease: &Lease,
+        events: &[EventKind],
+    ) -> Result<Written, StoreError> {
+        let ((), w) = self.with_lease(lease, |run, w| run.append(events, w))?;
+        Ok(w)
+    }
+
+    async fn finish_run(
+        &self,
+        lease: &Lease,
+        u: &RunUpdate,
+        events: &[EventKind],
+    ) -> Result<Written, StoreError> {
+        let ((), w) = self.with_lease(lease, |run, w| {
+            run.status = u.status;
+            run.error = u.error.clone();
+            run.finished_at = u.finished_at.clone();
+            run.snapshot = u.snapshot.clone();
+            run.lease_expires_at = None;
+            run.append(events, w);
+        })?;
+        Ok(w)
+    }
+
+    async fn release(
+        &self,
+        lease: &Lease,
+        snapshot: &Snapshot,
+        events: &[EventKind],
+    ) -> Result<Written, StoreError> {
+        let ((), w) = self.with_lease(lease, |run, w| {
+            run.status = RunStatus::Queued;
+            run.snapshot = snapshot.clone();
+            run.lease_expires_at = None;
+            run.append(events, w);
+        })?;
+        Ok(w)
+    }
+
+    async fn decide(&self, d: &GateDecision) -> Result<Written, StoreError> {
+        let mut inner = self.inner.lock().expect("memory store lock");
+        let run = inner
+            .runs
+            .get_mut(&d.run_id)
+            .ok_or_else(|| StoreError::NotFound(format!("no run with id {}", d.run_id)))?;
+        if run.status != RunStatus::Paused || run.epoch != d.expect_epoch {
+            return Err(rules::decision_conflict(
+                &d.run_id,
+                run.status,
+                run.epoch,
+                d.expect_epoch,
+            ));
+        }
+        run.epoch += 1;
+        run.status = d.status;
+        run.error = d.error.clone();
+        run.finished_at = d.finished_at.clone();
+        run.snapshot = d.snapshot.clone();
+        run.steps.insert(d.step.seq, d.step.clone());
+        for s in &d.also {
+            run.steps.insert(s.seq, s.clone());
+        }
+        let mut w = Written::default();
+        run.append(&d.events, &mut w);
+        Ok(w)
+    }
+
+    async fn request_cancel(
+        &self,
+        run_id: &str,
+        by: &str,
+    ) -> Result<(CancelOutcome, Written), StoreError> {
+        let mut inner = self.inner.lock().expect("memory store lock");
+        let run = inner
+            .runs
+            .get_mut(run_id)
+            .ok_or_else(|| StoreError::NotFound(format!("no run with id {run_id}")))?;
+        let mut w = Written::default();
+        let live = run.lease_expires_at.is_some_and(|at| at > now_ms());
+        match run.status {
+            s if s.is_terminal() => Err(rules::cancel_conflict(run_id, s)),
+            RunStatus::Running if live => {
+                if !run.cancel_requested {
+                    run.cancel_requested = true;
+                    run.append(&[EventKind::CancelRequested { by: by.to_string() }], &mut w);
+                }
+                w.cancel_requested = true;
+                Ok((CancelOutcome::Requested, w))
+            }
+            _ => {
+                run.cancel_now(by, &mut w);
+                Ok((CancelOutcome::Cancelled, w))
+            }
+        }
+    }
+
+    async fn load_run(&self, run_id: &str) -> Result<StoredRun, StoreError> {
+        self.run(run_id, |r| StoredRun {
+            run_id: run_id.to_string(),
+            workflow: r.workflow.clone(),
+            status: r.status,
+            source_path: r.source_path.clone(),
+            source_text: r.source_text.clone(),
+            snapshot: r.snapshot.clone(),
+            epoch: r.epoch,
+            owner: r.owner.clone(),
+            lease_expires_at: r.lease_expires_at,
+            cancel_requested: r.cancel_requested,
+        })
+    }
+
+    async fn get_step(&self, run_id: &str, seq: u32) -> Result<StepRecord, StoreError> {
+        self.run(run_id, |r| r.steps.get(&seq).cloned())?
+            .ok_or_else(|| StoreError::NotFound(format!("run {run_id} has no step {seq}")))
+    }
+
+    async fn get_record(&self, run_id: &str) -> Result<RunRecord, StoreError> {
+        self.run(run_id, |r| {
+            crate::record(crate::RecordParts {
+                run_id,
+                workflow: &r.workflow,
+                dialect: &r.dialect,
+                status: r.status,
+                input: r.input.clone(),
+                snapshot: &r.snapshot,
+                error: r.error.clone(),
+                events: r
+                    .events
+                    .iter()
+                    .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
+                    .collect(),
+                started_at: r.started_at.clone(),
+                finished_at: r.finished_at.clone(),
+                steps: r.steps.values().cloned().collect(),
+            })
+        })
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
+        let inner = self.inner.lock().expect("memory store lock");
+        Ok(inner
+            .order
+            .iter()
+            .rev()
+            .filter_map(|id| inner.runs.get(id).map(|r| (id, r)))
+            .filter(|(_, r)| filter.status.is_none_or(|s| s == r.status))
+            .take(filter.limit as usize)
+            .map(|(id, r)| RunSummary {
+                run_id: id.clone(),
+                workflow: r.workflow.clone(),
+                status: r.status,
+                started_at: r.started_at.clone(),
+                cost_usd: r.snapshot.cost_usd,
+                finished_at: r.finished_at.clone(),
+            })
+            .collect())
+    }
+
+    async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError> {
+        self.run(run_id, |r| {
+            r.events
+                .iter()
+                .filter(|e| e.seq > after)
+                .cloned()
+                .collect()
+        })
+    }
+}

@@ -1,0 +1,106 @@
+//! The lifecycle rules every store applies the same way: who may claim a run, what a claim
+//! reports, and the messages a refused change carries.
+
+use weir_core::event::EventKind;
+use weir_core::record::RunStatus;
+use weir_core::store::{StoreError, describe_expiry};
+
+/// What a claim needs to know about a run.
+pub struct ClaimView<'a> {
+    pub run_id: &'a str,
+    pub status: RunStatus,
+    pub epoch: u64,
+    pub owner: Option<&'a str>,
+    pub lease_expires_at: Option<i64>,
+}
+
+/// Why `run` cannot be claimed now, or `None` when it can: it is queued, or running with a
+/// lease that expired (or none: a run left by a weir that had no leases).
+pub fn claim_refusal(run: &ClaimView<'_>, now: i64) -> Option<StoreError> {
+    match run.status {
+        RunStatus::Queued => None,
+        RunStatus::Running => match run.lease_expires_at {
+            Some(at) if at > now => Some(StoreError::Conflict(format!(
+                "run {} is being driven by {}; its lease expires at {}",
+                run.run_id,
+                run.owner.unwrap_or("another process"),
+                describe_expiry(at)
+            ))),
+            _ => None,
+        },
+        RunStatus::Paused => Some(StoreError::Conflict(format!(
+            "run {} is paused at a human gate; decide it with `weir approve` or `weir reject`",
+            run.run_id
+        ))),
+        s => Some(StoreError::Conflict(format!(
+            "run {} already ended ({})",
+            run.run_id,
+            s.as_str()
+        ))),
+    }
+}
+
+/// The event a successful claim appends.
+pub fn claim_event(run: &ClaimView<'_>, owner: &str, new_epoch: u64) -> EventKind {
+    // A run that was running when claimed had a driver whose lease expired.
+    let took_over_from = (run.status == RunStatus::Running)
+        .then(|| run.owner.map(str::to_string))
+        .flatten();
+    if run.epoch == 0 && run.status == RunStatus::Queued {
+        EventKind::RunStarted {
+            owner: owner.to_string(),
+            epoch: new_epoch,
+        }
+    } else {
+        EventKind::RunResumed {
+            owner: owner.to_string(),
+            epoch: new_epoch,
+            took_over_from,
+        }
+    }
+}
+
+/// The refusal of a write whose lease is no longer the run's.
+pub fn lease_lost(
+    run_id: &str,
+    epoch: u64,
+    current: Option<(u64, Option<String>, RunStatus)>,
+) -> StoreError {
+    let message = match current {
+        None => "the run no longer exists".to_string(),
+        Some((now, owner, _)) if now != epoch => format!(
+            "this driver held epoch {epoch}, but the run was claimed again (epoch {now}{})",
+            owner.map(|o| format!(", by {o}")).unwrap_or_default()
+        ),
+        Some((_, _, status)) => format!(
+            "the lease was released (the run is {})",
+            status.as_str()
+        ),
+    };
+    StoreError::LeaseLost {
+        run_id: run_id.to_string(),
+        message,
+    }
+}
+
+/// The refusal of a decision on a run that is not (or no longer) paused as it was read.
+pub fn decision_conflict(run_id: &str, status: RunStatus, epoch: u64, expected: u64) -> StoreError {
+    if status != RunStatus::Paused {
+        StoreError::Conflict(format!(
+            "run {run_id} is not waiting at a human gate (status {})",
+            status.as_str()
+        ))
+    } else {
+        StoreError::Conflict(format!(
+            "run {run_id} changed since it was read (epoch {expected} → {epoch}): another decision was written first"
+        ))
+    }
+}
+
+/// The refusal of a cancel on a run that already ended.
+pub fn cancel_conflict(run_id: &str, status: RunStatus) -> StoreError {
+    StoreError::Conflict(format!(
+        "run {run_id} already ended ({}); there is nothing to cancel",
+        status.as_str()
+    ))
+}

@@ -1,0 +1,592 @@
+//! The store conformance suite (DESIGN §8): every store must pass it unchanged. Each case
+//! runs against the in-memory store and against SQLite on a file.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use weir_core::event::EventKind;
+use weir_core::record::{PendingGate, RunStatus, Snapshot, StepRecord, StepStatus, Tokens};
+use weir_core::store::{
+    CancelOutcome, Claim, GateDecision, Lease, NewRun, RunFilter, RunStore, RunUpdate,
+    StepCommit, StoreError,
+};
+
+/// A fresh store of each kind; the temp dir lives as long as the store.
+struct Fixture {
+    store: Arc<dyn RunStore>,
+    _dir: Option<tempfile::TempDir>,
+    reopen: Option<std::path::PathBuf>,
+}
+
+async fn memory() -> Fixture {
+    Fixture {
+        store: Arc::new(weir_store::Memory::new()),
+        _dir: None,
+        reopen: None,
+    }
+}
+
+async fn sqlite() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weir.db");
+    Fixture {
+        store: Arc::new(weir_store::Sqlite::open(Some(&path)).await.unwrap()),
+        reopen: Some(path),
+        _dir: Some(dir),
+    }
+}
+
+impl Fixture {
+    /// The same data as a process that starts after a crash sees it.
+    async fn after_crash(&self) -> Arc<dyn RunStore> {
+        match &self.reopen {
+            Some(p) => Arc::new(weir_store::Sqlite::open(Some(p)).await.unwrap()),
+            None => self.store.clone(),
+        }
+    }
+}
+
+fn claim(owner: &str, ttl_ms: u64) -> Claim {
+    Claim {
+        owner: owner.into(),
+        ttl: Duration::from_millis(ttl_ms),
+    }
+}
+
+fn new_run(id: &str) -> NewRun {
+    NewRun {
+        run_id: id.into(),
+        workflow: "wf".into(),
+        dialect: "graph".into(),
+        source_path: "wf.json".into(),
+        source_text: "{}".into(),
+        input: json!({"x": 1}),
+        created_at: weir_core::store::now_rfc3339(),
+        snapshot: Snapshot {
+            pending: vec!["a".into()],
+            next_seq: 1,
+            ..Snapshot::default()
+        },
+        idempotency_key: None,
+        claim: None,
+    }
+}
+
+fn step(seq: u32, node: &str, status: StepStatus) -> StepRecord {
+    StepRecord {
+        seq,
+        node_id: node.into(),
+        node_type: "agent".into(),
+        visit: 1,
+        status,
+        route: None,
+        input: Value::Null,
+        output: json!({"node": node}),
+        error: None,
+        cost_usd: 0.5,
+        tokens: Tokens::default(),
+        attempts: Vec::new(),
+        started_at: weir_core::store::now_rfc3339(),
+        finished_at: None,
+        duration_ms: None,
+    }
+}
+
+fn snap(done: &[&str], gates: Vec<PendingGate>) -> Snapshot {
+    let mut s = Snapshot {
+        next_seq: done.len() as u32 + 1,
+        cost_usd: 0.5 * done.len() as f64,
+        gates,
+        ..Snapshot::default()
+    };
+    for d in done {
+        s.completed.insert(d.to_string());
+        std::sync::Arc::make_mut(&mut s.state).insert(d.to_string(), json!(true));
+    }
+    s
+}
+
+/// Creates a run, claims it and parks it at gate `g` (step 1, waiting).
+async fn paused_run(store: &dyn RunStore, id: &str) -> u64 {
+    let mut n = new_run(id);
+    n.claim = Some(claim("driver", 30_000));
+    let lease = store.create_run(&n).await.unwrap().lease.unwrap();
+    let gate = step(1, "g", StepStatus::Waiting);
+    let gates = vec![PendingGate {
+        node_id: "g".into(),
+        prompt: "ok?".into(),
+        seq: 1,
+    }];
+    store
+        .commit_step(
+            &lease,
+            StepCommit {
+                step: &gate,
+                started: &[],
+                snapshot: &snap(&[], gates.clone()),
+                events: &[],
+            },
+        )
+        .await
+        .unwrap();
+    store
+        .finish_run(
+            &lease,
+            &RunUpdate {
+                status: RunStatus::Paused,
+                error: None,
+                finished_at: None,
+                snapshot: snap(&[], gates),
+            },
+            &[EventKind::RunPaused {
+                node_id: "g".into(),
+                prompt: "ok?".into(),
+            }],
+        )
+        .await
+        .unwrap();
+    store.load_run(id).await.unwrap().epoch
+}
+
+fn approve(id: &str, epoch: u64, by: &str) -> GateDecision {
+    let mut s = step(1, "g", StepStatus::Succeeded);
+    s.route = Some("approved".into());
+    s.output = json!({"approved": true, "by": by});
+    GateDecision {
+        run_id: id.into(),
+        expect_epoch: epoch,
+        step: s,
+        status: RunStatus::Queued,
+        error: None,
+        finished_at: None,
+        snapshot: snap(&["g"], vec![]),
+        also: vec![],
+        events: vec![EventKind::GateDecided {
+            node_id: "g".into(),
+            approved: true,
+            by: by.into(),
+            comment: None,
+        }],
+    }
+}
+
+fn types(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+async fn claim_and_lease_conflict(f: Fixture) {
+    let s = f.store;
+    let created = s.create_run(&new_run("r1")).await.unwrap();
+    assert!(created.created && created.lease.is_none());
+    assert_eq!(s.load_run("r1").await.unwrap().status, RunStatus::Queued);
+    let (lease, w) = s.claim_run("r1", &claim("alice", 30_000)).await.unwrap();
+    assert_eq!(lease.epoch, 1);
+    assert_eq!(w.events[0].kind.name(), "run_started");
+    let err = s.claim_run("r1", &claim("bob", 30_000)).await.unwrap_err();
+    match err {
+        StoreError::Conflict(m) => assert!(m.contains("alice") && m.contains("expires"), "{m}"),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let stored = s.load_run("r1").await.unwrap();
+    assert_eq!(
+        (stored.status, stored.owner.as_deref()),
+        (RunStatus::Running, Some("alice"))
+    );
+    assert!(matches!(
+        s.claim_run("nope", &claim("bob", 1000)).await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+async fn expired_lease_is_taken_over_and_the_old_one_fenced(f: Fixture) {
+    let s = f.store;
+    s.create_run(&new_run("r1")).await.unwrap();
+    let (mut old, _) = s.claim_run("r1", &claim("alice", 50)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let (new, w) = s.claim_run("r1", &claim("bob", 30_000)).await.unwrap();
+    assert_eq!(new.epoch, old.epoch + 1);
+    match &w.events[0].kind {
+        EventKind::RunResumed { took_over_from, .. } => {
+            assert_eq!(took_over_from.as_deref(), Some("alice"))
+        }
+        other => panic!("expected run_resumed, got {other:?}"),
+    }
+    let before = s.get_record("r1").await.unwrap();
+    // Every kind of write with the stale lease is refused and changes nothing.
+    let st = step(1, "a", StepStatus::Succeeded);
+    let e1 = s
+        .commit_step(
+            &old,
+            StepCommit {
+                step: &st,
+                started: &[],
+                snapshot: &snap(&["a"], vec![]),
+                events: &[],
+            },
+        )
+        .await
+        .unwrap_err();
+    match &e1 {
+        StoreError::LeaseLost { message, .. } => assert!(message.contains("bob"), "{message}"),
+        other => panic!("expected LeaseLost, got {other:?}"),
+    }
+    assert!(matches!(
+        s.start_steps(&old, &[step(1, "a", StepStatus::Running)], &[])
+            .await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    assert!(matches!(
+        s.renew(&mut old, Duration::from_secs(30)).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    let done = RunUpdate {
+        status: RunStatus::Succeeded,
+        error: None,
+        finished_at: Some(weir_core::store::now_rfc3339()),
+        snapshot: snap(&["a"], vec![]),
+    };
+    assert!(matches!(
+        s.finish_run(&old, &done, &[]).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    assert!(matches!(
+        s.release(&old, &snap(&[], vec![]), &[]).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    assert!(matches!(
+        s.append_events(&old, &[EventKind::RunCreated { workflow: "x".into() }])
+            .await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    let after = s.get_record("r1").await.unwrap();
+    assert_eq!(after, before, "a refused write must change nothing");
+    // The new lease still works.
+    s.finish_run(&new, &done, &[]).await.unwrap();
+    assert_eq!(s.load_run("r1").await.unwrap().status, RunStatus::Succeeded);
+    // A finished run's lease is released: writing with it is refused too.
+    assert!(matches!(
+        s.start_steps(&new, &[step(2, "b", StepStatus::Running)], &[])
+            .await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+}
+
+async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
+    let s = f.store;
+    let mut n = new_run("r1");
+    n.claim = Some(claim("alice", 30_000));
+    let lease = s.create_run(&n).await.unwrap().lease.unwrap();
+    let a_run = step(1, "a", StepStatus::Running);
+    s.start_steps(
+        &lease,
+        std::slice::from_ref(&a_run),
+        &[EventKind::StepStarted {
+            step: 1,
+            node_id: "a".into(),
+            node_type: "agent".into(),
+            visit: 1,
+        }],
+    )
+    .await
+    .unwrap();
+    let mut a = a_run.clone();
+    a.status = StepStatus::Succeeded;
+    a.finished_at = Some(weir_core::store::now_rfc3339());
+    a.attempts = vec![weir_core::Attempt {
+        n: 1,
+        status: StepStatus::Succeeded,
+        error: None,
+        error_class: None,
+        duration_ms: 3,
+        request: Some(json!({"user": "hi"})),
+        response: Some("hello".into()),
+        calls: vec![],
+        cost_usd: 0.5,
+    }];
+    let b = step(2, "b", StepStatus::Running);
+    let w = s
+        .commit_step(
+            &lease,
+            StepCommit {
+                step: &a,
+                started: std::slice::from_ref(&b),
+                snapshot: &snap(&["a"], vec![]),
+                events: &[EventKind::StepFinished {
+                    step: 1,
+                    node_id: "a".into(),
+                    status: StepStatus::Succeeded,
+                    route: None,
+                    error: None,
+                    duration_ms: 3,
+                    cost_usd: 0.5,
+                    attempts: 1,
+                }],
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(w.events.len(), 1);
+    let r = s.get_record("r1").await.unwrap();
+    assert_eq!(r.steps.len(), 2);
+    assert_eq!(r.steps[0], a, "the step round-trips exactly, attempts included");
+    assert_eq!(r.steps[1].status, StepStatus::Running);
+    assert_eq!(r.state, json!({"a": true}));
+    assert_eq!(r.cost_usd, 0.5);
+    assert_eq!(
+        types(&r.events),
+        ["run_created", "run_started", "step_started", "step_finished"]
+    );
+}
+
+async fn concurrent_decisions_exactly_one_wins(f: Fixture) {
+    let s = f.store;
+    let epoch = paused_run(s.as_ref(), "r1").await;
+    let mut tasks = Vec::new();
+    for i in 0..50 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            s.decide(&approve("r1", epoch, &format!("reviewer{i}")))
+                .await
+        }));
+    }
+    let mut wins = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => wins += 1,
+            Err(StoreError::Conflict(_)) => {}
+            Err(other) => panic!("expected a conflict, got {other:?}"),
+        }
+    }
+    assert_eq!(wins, 1, "exactly one decision wins");
+    let r = s.get_record("r1").await.unwrap();
+    assert_eq!(r.status, RunStatus::Queued);
+    assert_eq!(
+        r.events
+            .iter()
+            .filter(|e| e["type"] == "gate_decided")
+            .count(),
+        1
+    );
+    assert_eq!(r.steps[0].status, StepStatus::Succeeded);
+    // A decision on a run that is not paused is a conflict too.
+    assert!(matches!(
+        s.decide(&approve("r1", epoch + 1, "late")).await,
+        Err(StoreError::Conflict(_))
+    ));
+}
+
+async fn event_sequence_is_gap_free_and_ordered(f: Fixture) {
+    let s = f.store;
+    let mut n = new_run("r1");
+    n.claim = Some(claim("alice", 30_000));
+    let lease = s.create_run(&n).await.unwrap().lease.unwrap();
+    s.create_run(&new_run("other")).await.unwrap();
+    for i in 0..20u32 {
+        let kinds = vec![
+            EventKind::StepStarted {
+                step: i,
+                node_id: "a".into(),
+                node_type: "agent".into(),
+                visit: 1,
+            };
+            (i % 3 + 1) as usize
+        ];
+        s.append_events(&lease, &kinds).await.unwrap();
+    }
+    s.request_cancel("r1", "tester").await.unwrap();
+    let all = s.events_after("r1", 0).await.unwrap();
+    let seqs: Vec<u64> = all.iter().map(|e| e.seq).collect();
+    let expected: Vec<u64> = (1..=all.len() as u64).collect();
+    assert_eq!(seqs, expected);
+    let tail = s.events_after("r1", 10).await.unwrap();
+    assert_eq!(tail.first().map(|e| e.seq), Some(11));
+    assert_eq!(tail.len(), all.len() - 10);
+    // Another run's log is its own.
+    let other = s.events_after("other", 0).await.unwrap();
+    assert_eq!(other.iter().map(|e| e.seq).collect::<Vec<_>>(), [1]);
+}
+
+async fn idempotent_creation(f: Fixture) {
+    let s = f.store;
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut n = new_run(&format!("run{i}"));
+            n.idempotency_key = Some("key-1".into());
+            s.create_run(&n).await.unwrap()
+        }));
+    }
+    let mut ids = Vec::new();
+    let mut created = 0;
+    for t in tasks {
+        let c = t.await.unwrap();
+        created += usize::from(c.created);
+        ids.push(c.run_id);
+    }
+    assert_eq!(created, 1);
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "every request got the first run: {ids:?}");
+    let listed = s
+        .list_runs(&RunFilter {
+            limit: 100,
+            status: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+}
+
+async fn cancel_rules(f: Fixture) {
+    let s = f.store;
+    s.create_run(&new_run("q")).await.unwrap();
+    let (out, _) = s.request_cancel("q", "me").await.unwrap();
+    assert_eq!(out, CancelOutcome::Cancelled);
+    assert_eq!(s.load_run("q").await.unwrap().status, RunStatus::Cancelled);
+    assert!(matches!(
+        s.request_cancel("q", "me").await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        s.claim_run("q", &claim("x", 1000)).await,
+        Err(StoreError::Conflict(_))
+    ));
+
+    paused_run(s.as_ref(), "p").await;
+    let (out, _) = s.request_cancel("p", "me").await.unwrap();
+    assert_eq!(out, CancelOutcome::Cancelled);
+    let r = s.get_record("p").await.unwrap();
+    assert_eq!(r.status, RunStatus::Cancelled);
+    assert_eq!(r.steps[0].status, StepStatus::Cancelled);
+    assert!(r.pending_gate.is_none());
+
+    s.create_run(&new_run("r")).await.unwrap();
+    let (mut lease, _) = s.claim_run("r", &claim("x", 30_000)).await.unwrap();
+    let (out, _) = s.request_cancel("r", "me").await.unwrap();
+    assert_eq!(out, CancelOutcome::Requested);
+    assert!(s.renew(&mut lease, Duration::from_secs(30)).await.unwrap().cancel_requested);
+    assert_eq!(s.load_run("r").await.unwrap().status, RunStatus::Running);
+}
+
+async fn claim_next_takes_runnable_runs_oldest_first(f: Fixture) {
+    let s = f.store;
+    for id in ["a", "b", "c"] {
+        s.create_run(&new_run(id)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    paused_run(s.as_ref(), "p").await;
+    let got = s.claim_next(&claim("w1", 30_000), 2).await.unwrap();
+    assert_eq!(
+        got.iter().map(|(l, _)| l.run_id.as_str()).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    let got = s.claim_next(&claim("w2", 30_000), 10).await.unwrap();
+    assert_eq!(
+        got.iter().map(|(l, _)| l.run_id.as_str()).collect::<Vec<_>>(),
+        ["c"]
+    );
+    assert!(s.claim_next(&claim("w3", 30_000), 10).await.unwrap().is_empty());
+}
+
+/// A crash between any two writes of a drive leaves a run another driver can continue from
+/// its last commit: after each write, the "process" stops; once the lease expires a new
+/// claim succeeds and sees exactly what was committed.
+async fn a_crash_between_writes_leaves_a_run_that_continues(f: Fixture) {
+    for crash_after in 0..4 {
+        let id = format!("r{crash_after}");
+        let s = f.store.clone();
+        let mut n = new_run(&id);
+        n.claim = Some(claim("alice", 60));
+        let lease: Lease = s.create_run(&n).await.unwrap().lease.unwrap();
+        let writes = [
+            |s: Arc<dyn RunStore>, l: Lease| async move {
+                s.start_steps(&l, &[step(1, "a", StepStatus::Running)], &[])
+                    .await
+                    .map(|_| ())
+            }
+            .boxed(),
+            |s: Arc<dyn RunStore>, l: Lease| async move {
+                let mut a = step(1, "a", StepStatus::Succeeded);
+                a.finished_at = Some(weir_core::store::now_rfc3339());
+                s.commit_step(
+                    &l,
+                    StepCommit {
+                        step: &a,
+                        started: &[step(2, "b", StepStatus::Running)],
+                        snapshot: &snap(&["a"], vec![]),
+                        events: &[],
+                    },
+                )
+                .await
+                .map(|_| ())
+            }
+            .boxed(),
+            |s: Arc<dyn RunStore>, l: Lease| async move {
+                let mut b = step(2, "b", StepStatus::Succeeded);
+                b.finished_at = Some(weir_core::store::now_rfc3339());
+                s.commit_step(
+                    &l,
+                    StepCommit {
+                        step: &b,
+                        started: &[],
+                        snapshot: &snap(&["a", "b"], vec![]),
+                        events: &[],
+                    },
+                )
+                .await
+                .map(|_| ())
+            }
+            .boxed(),
+        ];
+        for w in writes.into_iter().take(crash_after) {
+            w(s.clone(), lease.clone()).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let s2 = f.after_crash().await;
+        let (_, _) = s2.claim_run(&id, &claim("bob", 30_000)).await.unwrap();
+        let r = s2.get_record(&id).await.unwrap();
+        let done = r
+            .steps
+            .iter()
+            .filter(|st| st.status == StepStatus::Succeeded)
+            .count();
+        let committed = crash_after.saturating_sub(1).min(2);
+        assert_eq!(done, committed, "crash after write {crash_after}");
+        assert_eq!(
+            r.state.as_object().map(|m| m.len()),
+            Some(committed),
+            "the snapshot matches the committed steps"
+        );
+    }
+}
+
+use futures_util::FutureExt;
+
+macro_rules! conformance {
+    ($($case:ident),* $(,)?) => {
+        mod memory_store {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() { super::$case(super::memory().await).await })*
+        }
+        mod sqlite_store {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() { super::$case(super::sqlite().await).await })*
+        }
+    };
+}
+
+conformance!(
+    claim_and_lease_conflict,
+    expired_lease_is_taken_over_and_the_old_one_fenced,
+    step_commit_is_atomic_with_snapshot_and_events,
+    concurrent_decisions_exactly_one_wins,
+    event_sequence_is_gap_free_and_ordered,
+    idempotent_creation,
+    cancel_rules,
+    claim_next_takes_runnable_runs_oldest_first,
+    a_crash_between_writes_leaves_a_run_that_continues,
+);
