@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 use weir_core::{RunStatus, RunStore, Workflow};
 use weir_engine::{Engine, Quiet, Services, Source};
 
-use fakes::{FakeModel, MemStore, NoScripts, NoTools};
+use fakes::{FakeModel, NoScripts, NoTools};
+use weir_store::Memory;
 
 fn emit(bench: &str, metric: &str, value: f64, unit: &str) {
     println!(
@@ -125,7 +126,7 @@ fn status_kib(field: &str) -> f64 {
 
 async fn bench_chain() {
     let (n, r) = (20, 500);
-    let e = engine(Arc::new(MemStore::default()), Duration::ZERO);
+    let e = engine(Arc::new(Memory::ephemeral()), Duration::ZERO);
     let dt = timed(&e, &chain(n), r, json!({"last": ""})).await;
     emit(
         "chain",
@@ -138,7 +139,7 @@ async fn bench_chain() {
 
 async fn bench_fanout() {
     let r = 500;
-    let e = engine(Arc::new(MemStore::default()), Duration::ZERO);
+    let e = engine(Arc::new(Memory::ephemeral()), Duration::ZERO);
     let dt = timed(&e, &fanout(), r, json!({"topic": "t"})).await;
     emit("fanout", "per_run", dt / r as f64 * 1e6, "us");
     emit("fanout", "runs_per_sec", r as f64 / dt, "runs/s");
@@ -146,11 +147,11 @@ async fn bench_fanout() {
 
 async fn bench_loop() {
     let (iters, r) = (100, 100);
-    let store = Arc::new(MemStore::keeping());
+    let store = Arc::new(Memory::new());
     let wf = looped(iters);
     let check = run(&engine(store.clone(), Duration::ZERO), &wf, json!({})).await;
     let record = store.get_record(&check.run_id).await.expect("record");
-    let e = engine(Arc::new(MemStore::default()), Duration::ZERO);
+    let e = engine(Arc::new(Memory::ephemeral()), Duration::ZERO);
     let steps = record.steps.iter().filter(|s| s.node_id != "again").count();
     assert_eq!(
         steps, iters,
@@ -163,7 +164,7 @@ async fn bench_loop() {
 
 async fn bench_concurrency() {
     let (runs, n, latency) = (2000, 5, Duration::from_millis(50));
-    let e = Arc::new(engine(Arc::new(MemStore::default()), latency));
+    let e = Arc::new(engine(Arc::new(Memory::ephemeral()), latency));
     let wf = chain(n);
     run(&e, &wf, json!({"last": ""})).await;
     let before = status_kib("VmRSS:");

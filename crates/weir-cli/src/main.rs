@@ -1,6 +1,7 @@
 //! The `weir` binary: glue. It parses the command line, wires the concrete providers, tools
-//! and store into the engine, and maps outcomes to exit codes (DESIGN §10): 0 succeeded,
-//! 1 failed, 2 invalid workflow or usage, 3 paused, 4 aborted.
+//! and store into the engine, and maps outcomes and errors to exit codes in one place
+//! (DESIGN §10): 0 succeeded, 1 failed, 2 invalid workflow or usage, 3 paused, 4 aborted,
+//! 5 conflict, 130 interrupted.
 
 mod output;
 mod runs;
@@ -47,6 +48,9 @@ enum Command {
     /// Approve the pending human gate of a paused run and continue it
     Approve {
         run_id: String,
+        /// The gate to decide (default: the only, or oldest, waiting gate)
+        #[arg(long, value_name = "NODE_ID")]
+        gate: Option<String>,
         /// A JSON object merged into the run's state
         #[arg(long, value_name = "JSON")]
         input: Option<String>,
@@ -61,6 +65,9 @@ enum Command {
     /// Reject the pending human gate of a paused run (the run fails)
     Reject {
         run_id: String,
+        /// The gate to decide (default: the only, or oldest, waiting gate)
+        #[arg(long, value_name = "NODE_ID")]
+        gate: Option<String>,
         #[arg(long)]
         reason: Option<String>,
         #[arg(long)]
@@ -68,11 +75,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Continue a run whose process died, from its last committed step
+    /// Continue a run whose driver stopped (interrupted, or died and its lease expired)
     Resume {
         run_id: String,
         #[arg(long)]
         json: bool,
+    },
+    /// Cancel a run: at once when queued or paused, else its driver stops in-flight steps
+    Cancel {
+        run_id: String,
+        /// Who cancelled (default: $USER)
+        #[arg(long)]
+        by: Option<String>,
     },
     /// Inspect recorded runs
     Runs {
@@ -102,6 +116,10 @@ enum RunsCommand {
 pub mod exit {
     pub const FAILED: u8 = 1;
     pub const INVALID: u8 = 2;
+    /// Already decided, driven elsewhere, or not in a state that allows the command.
+    pub const CONFLICT: u8 = 5;
+    /// Ctrl-C: the run was released for `weir resume`.
+    pub const INTERRUPTED: u8 = 130;
 }
 
 fn main() -> ExitCode {
@@ -125,6 +143,7 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::FAILED);
         }
     };
+    let db_is_default = cli.db.is_none() && std::env::var("WEIR_DB").map_or(true, |v| v.is_empty());
     let db = cli.db.clone().unwrap_or_else(weir_store::default_url);
     let settings = match wiring::settings(cli.config.as_deref()) {
         Ok(s) => s,
@@ -133,7 +152,11 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::INVALID);
         }
     };
-    let env = wiring::Env { db, settings };
+    let env = wiring::Env {
+        db,
+        db_is_default,
+        settings,
+    };
     let result = rt.block_on(async move {
         match cli.command {
             Command::Validate { files, json } => validate::run(&env, &files, json),
@@ -142,18 +165,45 @@ fn main() -> ExitCode {
             }
             Command::Approve {
                 run_id,
+                gate,
                 input,
                 comment,
                 by,
                 json,
-            } => runs::decide(&env, &run_id, true, input.as_deref(), comment, by, json).await,
+            } => {
+                runs::decide(
+                    &env,
+                    &run_id,
+                    gate.as_deref(),
+                    true,
+                    input.as_deref(),
+                    comment,
+                    by,
+                    json,
+                )
+                .await
+            }
             Command::Reject {
                 run_id,
+                gate,
                 reason,
                 by,
                 json,
-            } => runs::decide(&env, &run_id, false, None, reason, by, json).await,
+            } => {
+                runs::decide(
+                    &env,
+                    &run_id,
+                    gate.as_deref(),
+                    false,
+                    None,
+                    reason,
+                    by,
+                    json,
+                )
+                .await
+            }
             Command::Resume { run_id, json } => runs::resume(&env, &run_id, json).await,
+            Command::Cancel { run_id, by } => runs::cancel(&env, &run_id, by).await,
             Command::Runs {
                 command: RunsCommand::List { limit, json },
             } => runs::list(&env, limit, json).await,
@@ -166,11 +216,39 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(
-                e.downcast_ref::<Usage>()
-                    .map_or(exit::FAILED, |_| exit::INVALID),
-            )
+            ExitCode::from(exit_code_of(&e))
         }
+    }
+}
+
+/// The one place errors become exit codes.
+fn exit_code_of(e: &anyhow::Error) -> u8 {
+    if e.downcast_ref::<Usage>().is_some() {
+        return exit::INVALID;
+    }
+    let engine = e
+        .downcast_ref::<weir_engine::Error>()
+        .cloned_kind()
+        .or_else(|| {
+            e.downcast_ref::<weir_core::store::StoreError>()
+                .map(|s| weir_engine::Error::from(s.clone()).kind())
+        });
+    match engine {
+        Some(Kind::NotFound | Kind::InvalidInput) => exit::INVALID,
+        Some(Kind::Conflict | Kind::LeaseLost) => exit::CONFLICT,
+        _ => exit::FAILED,
+    }
+}
+
+use weir_engine::ErrorKind as Kind;
+
+trait KindOf {
+    fn cloned_kind(self) -> Option<Kind>;
+}
+
+impl KindOf for Option<&weir_engine::Error> {
+    fn cloned_kind(self) -> Option<Kind> {
+        self.map(weir_engine::Error::kind)
     }
 }
 

@@ -4,10 +4,12 @@
 use std::io::IsTerminal;
 
 use anyhow::Result;
-use weir_core::record::{RunRecord, RunStatus, RunSummary, StepRecord, StepStatus};
-use weir_engine::Observer;
+use weir_core::event::{EventKind, RunEvent};
+use weir_core::record::{RunRecord, RunStatus, RunSummary, StepStatus};
+use weir_engine::EventSink;
 
-/// Prints the run id as soon as a run starts and a line per finished step.
+/// Live progress on stderr, from the run's event log as the store commits it: the run id
+/// as soon as the run exists, a line per finished step, and each retry when it happens.
 pub struct Progress {
     steps: bool,
     color: bool,
@@ -28,53 +30,87 @@ impl Progress {
             s.to_string()
         }
     }
+
+    fn event(&self, run_id: &str, e: &RunEvent) {
+        match &e.kind {
+            EventKind::RunCreated { .. } => eprintln!("run {run_id}"),
+            EventKind::RunResumed {
+                took_over_from: Some(from),
+                ..
+            } if self.steps => {
+                eprintln!("  took over from {from}, whose lease expired");
+            }
+            EventKind::StepStarted {
+                node_id, node_type, ..
+            } if self.steps && std::io::stderr().is_terminal() => {
+                eprintln!("  {} {} ({})", self.paint("2", "…"), node_id, node_type);
+            }
+            EventKind::AttemptFailed {
+                node_id,
+                error_class,
+                backoff_ms,
+                error,
+                ..
+            } if self.steps => {
+                eprintln!(
+                    "  {} {} {}, retry in {}: {}",
+                    self.paint("33", "↻"),
+                    node_id,
+                    error_class,
+                    fmt_ms(*backoff_ms),
+                    error
+                );
+            }
+            EventKind::StepFinished {
+                node_id,
+                node_type,
+                status,
+                route,
+                error,
+                duration_ms,
+                cost_usd,
+                attempts,
+                ..
+            } if self.steps => {
+                let (mark, code) = match status {
+                    StepStatus::Succeeded => ("✓", "32"),
+                    StepStatus::Failed => ("✗", "31"),
+                    StepStatus::Waiting => ("⏸", "33"),
+                    StepStatus::Cancelled => ("⊘", "33"),
+                    _ => ("·", "2"),
+                };
+                let mut line = format!(
+                    "  {} {:<20} {:<10} {:<9} {:>8}  ${:.6}",
+                    self.paint(code, mark),
+                    node_id,
+                    node_type,
+                    status.as_str(),
+                    fmt_ms(*duration_ms),
+                    cost_usd
+                );
+                if let Some(r) = route {
+                    line.push_str(&format!("  → {r}"));
+                }
+                if *attempts > 1 {
+                    line.push_str(&format!("  ({attempts} attempts)"));
+                }
+                eprintln!("{line}");
+                if let Some(e) = error {
+                    eprintln!("      {}", self.paint("31", e));
+                }
+            }
+            EventKind::CancelRequested { by } if self.steps => {
+                eprintln!("  cancel requested by {by}");
+            }
+            _ => {}
+        }
+    }
 }
 
-impl Observer for Progress {
-    fn run_started(&self, run_id: &str) {
-        eprintln!("run {run_id}");
-    }
-
-    fn step_started(&self, step: &StepRecord) {
-        if self.steps && std::io::stderr().is_terminal() {
-            eprintln!(
-                "  {} {} ({})",
-                self.paint("2", "…"),
-                step.node_id,
-                step.node_type
-            );
-        }
-    }
-
-    fn step_finished(&self, step: &StepRecord) {
-        if !self.steps {
-            return;
-        }
-        let (mark, code) = match step.status {
-            StepStatus::Succeeded => ("✓", "32"),
-            StepStatus::Failed => ("✗", "31"),
-            StepStatus::Waiting => ("⏸", "33"),
-            StepStatus::Cancelled => ("⊘", "33"),
-            _ => ("·", "2"),
-        };
-        let mut line = format!(
-            "  {} {:<20} {:<10} {:<9} {:>8}  ${:.6}",
-            self.paint(code, mark),
-            step.node_id,
-            step.node_type,
-            step.status.as_str(),
-            step.duration_ms.map(fmt_ms).unwrap_or_default(),
-            step.cost_usd
-        );
-        if let Some(r) = &step.route {
-            line.push_str(&format!("  → {r}"));
-        }
-        if step.attempts.len() > 1 {
-            line.push_str(&format!("  ({} attempts)", step.attempts.len()));
-        }
-        eprintln!("{line}");
-        if let Some(e) = &step.error {
-            eprintln!("      {}", self.paint("31", e));
+impl EventSink for Progress {
+    fn publish(&self, run_id: &str, events: &[RunEvent]) {
+        for e in events {
+            self.event(run_id, e);
         }
     }
 }
@@ -88,11 +124,11 @@ fn fmt_ms(ms: u64) -> String {
 }
 
 /// Prints the outcome and returns the exit code for the run's status.
-pub fn finish(record: &RunRecord, as_json: bool) -> Result<u8> {
+pub fn finish(record: &RunRecord, as_json: bool, db: &DbHint) -> Result<u8> {
     if as_json {
         println!("{}", serde_json::to_string_pretty(record)?);
     } else {
-        summary(record);
+        summary(record, db);
     }
     Ok(exit_code(record.status))
 }
@@ -106,7 +142,11 @@ pub fn exit_code(status: RunStatus) -> u8 {
     }
 }
 
-fn summary(r: &RunRecord) {
+/// ` --db PATH` when the command ran on a database other than the default, so a printed
+/// command can be pasted as it is.
+pub struct DbHint(pub String);
+
+fn summary(r: &RunRecord, db: &DbHint) {
     let took = r.duration_ms.map(fmt_ms).unwrap_or_default();
     println!(
         "run {} {} {}· {} step{} · ${:.6}",
@@ -126,8 +166,11 @@ fn summary(r: &RunRecord) {
     }
     if let Some(g) = &r.pending_gate {
         println!("paused at human gate `{}`: {}", g.node_id, g.prompt);
-        println!("  approve: weir approve {} [--input JSON]", r.run_id);
-        println!("  reject:  weir reject {} --reason TEXT", r.run_id);
+        println!(
+            "  approve: weir approve {}{} [--input JSON]",
+            r.run_id, db.0
+        );
+        println!("  reject:  weir reject {}{} --reason TEXT", r.run_id, db.0);
     }
     if r.status == RunStatus::Succeeded && !r.output.is_null() {
         let out = match &r.output {
@@ -164,8 +207,8 @@ pub fn runs_table(runs: &[RunSummary]) {
     }
 }
 
-pub fn show(r: &RunRecord) {
-    summary(r);
+pub fn show(r: &RunRecord, db: &DbHint) {
+    summary(r, db);
     println!(
         "workflow {} ({}) started {}",
         r.workflow, r.dialect, r.started_at
@@ -197,7 +240,12 @@ pub fn show(r: &RunRecord) {
             println!("        {e}");
         }
     }
-    for e in &r.events {
+    for e in r.events.iter().filter(|e| {
+        !matches!(
+            e["type"].as_str(),
+            Some("step_started" | "step_finished" | "run_created" | "run_started")
+        )
+    }) {
         println!("event: {e}");
     }
 }

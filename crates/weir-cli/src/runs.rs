@@ -1,16 +1,19 @@
-//! `weir run`, `approve`, `reject`, `resume` and `runs list|show`.
+//! `weir run`, `approve`, `reject`, `resume`, `cancel` and `runs list|show`: each is a
+//! lifecycle call (create, decide, claim, cancel), then a drive when there is a run to drive.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde_json::Value;
-use weir_core::RunStore;
+use weir_core::Workflow;
 use weir_core::record::RunStatus;
-use weir_engine::{Decision, Engine, Source};
+use weir_core::store::RunFilter;
+use weir_engine::{CancelOutcome, Decision, Engine, Lease, RunOutcome, Services, Source};
 
-use crate::output::{self, Progress};
+use crate::output::{self, DbHint, Progress};
 use crate::wiring::Env;
-use crate::{Usage, validate, wiring};
+use crate::{Usage, exit, validate, wiring};
 
 fn parse_input(raw: Option<&str>) -> Result<Value> {
     let Some(raw) = raw else {
@@ -30,65 +33,117 @@ fn parse_input(raw: Option<&str>) -> Result<Value> {
     Ok(v)
 }
 
-fn engine(services: weir_engine::Services, as_json: bool) -> Engine {
-    Engine::new(services, Arc::new(Progress::new(!as_json)))
+/// An engine printing progress (unless `--json`), stopped by Ctrl-C: the first one
+/// interrupts the drive (in-flight steps recorded cancelled, the run released), a second one
+/// exits at once.
+fn engine(env: &Env, services: Services, as_json: bool) -> Engine {
+    let mut eng = Engine::new(services, Arc::new(Progress::new(!as_json)));
+    eng.lease = wiring::lease_timing(&env.settings);
+    let notify = Arc::new(tokio::sync::Notify::new());
+    eng.interrupt = Some(notify.clone());
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("interrupted: stopping the run's steps (Ctrl-C again to quit at once)");
+            notify.notify_one();
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(130);
+            }
+        }
+    });
+    eng
 }
 
-/// Runs an engine call, stops what the tools started (MCP servers) either way, and reads
-/// back the run's record to print.
-async fn finish<F>(
-    services: &weir_engine::Services,
-    f: F,
-) -> Result<weir_core::RunRecord, weir_engine::Error>
-where
-    F: std::future::Future<Output = Result<weir_engine::RunOutcome, weir_engine::Error>>,
-{
-    let r = f.await;
-    services.tools.shutdown().await;
+/// Drives a claimed run, stops what the tools started (MCP servers) either way, and prints
+/// the outcome.
+async fn drive(
+    env: &Env,
+    eng: &Engine,
+    wf: Arc<Workflow>,
+    lease: Lease,
+    as_json: bool,
+) -> Result<u8> {
+    let r = eng.drive(wf, lease).await;
+    report(env, eng, r, as_json).await
+}
+
+async fn report(
+    env: &Env,
+    eng: &Engine,
+    r: Result<RunOutcome, weir_engine::Error>,
+    as_json: bool,
+) -> Result<u8> {
+    eng.shutdown_tools().await;
     let outcome = r?;
-    Ok(services.store.get_record(&outcome.run_id).await?)
+    if outcome.status == RunStatus::Queued {
+        let id = &outcome.run_id;
+        let db = hint(env);
+        eprintln!("run {id} interrupted; its in-flight steps were recorded cancelled");
+        eprintln!("  continue it: weir resume {id}{}", db.0);
+        eprintln!("  end it:      weir cancel {id}{}", db.0);
+        return Ok(exit::INTERRUPTED);
+    }
+    let record = eng.store().get_record(&outcome.run_id).await?;
+    output::finish(&record, as_json, &hint(env))
+}
+
+fn hint(env: &Env) -> DbHint {
+    DbHint(if env.db_is_default {
+        String::new()
+    } else {
+        format!(" --db {}", env.db)
+    })
 }
 
 pub async fn run(env: &Env, file: &str, input: Option<&str>, as_json: bool) -> Result<u8> {
     let text = validate::read(file)?;
     let input = parse_input(input)?;
-    let (wf, diags) = validate::check(env, file, &text);
-    for d in &diags {
-        eprint!("{}", d.render(Some(&text)));
-    }
-    let Some(wf) = wf else {
-        eprintln!("{file}: invalid workflow, not run");
-        return Ok(crate::exit::INVALID);
+    let wf = match validate::compile(env, file, &text) {
+        Ok(v) => {
+            for d in &v.warnings {
+                eprint!("{}", d.render(Some(&text)));
+            }
+            v.workflow
+        }
+        Err(diags) => {
+            for d in &diags {
+                eprint!("{}", d.render(Some(&text)));
+            }
+            eprintln!("{file}: invalid workflow, not run");
+            return Ok(exit::INVALID);
+        }
     };
     let services = wiring::services(env).await?;
-    let eng = engine(services.clone(), as_json);
+    let eng = engine(env, services, as_json);
     let source = Source {
         path: file.to_string(),
         text,
     };
-    let record = finish(&services, eng.start(Arc::new(wf), source, input))
-        .await
-        .map_err(state_is_usage)?;
-    output::finish(&record, as_json)
+    let r = eng.start(wf, source, input).await;
+    report(env, &eng, r, as_json).await
 }
 
-/// Reloads the exact workflow version a stored run started with.
-async fn stored_workflow(store: &dyn RunStore, run_id: &str) -> Result<weir_core::Workflow> {
-    let stored = store.load_run(run_id).await.map_err(|e| match e {
-        weir_core::store::StoreError::NotFound(_) => {
-            anyhow::Error::new(Usage(format!("no run with id {run_id}")))
+/// Compiles the exact workflow version a stored run pins.
+fn stored_workflow(env: &Env, run: &weir_core::store::StoredRun) -> Result<Arc<Workflow>> {
+    match validate::compile(env, &run.source_path, &run.source_text) {
+        Ok(v) => Ok(v.workflow),
+        Err(diags) => {
+            for d in &diags {
+                eprint!("{}", d.render(Some(&run.source_text)));
+            }
+            Err(Usage(format!(
+                "the workflow stored with run {} ({}) no longer compiles with these settings",
+                run.run_id, run.source_path
+            ))
+            .into())
         }
-        other => other.into(),
-    })?;
-    let loaded = weir_dialects::load(&stored.source_path, &stored.source_text);
-    loaded
-        .valid()
-        .with_context(|| format!("the workflow stored with run {run_id} no longer loads"))
+    }
 }
 
+#[allow(clippy::too_many_arguments)]
 pub async fn decide(
     env: &Env,
     run_id: &str,
+    gate: Option<&str>,
     approved: bool,
     input: Option<&str>,
     comment: Option<String>,
@@ -97,43 +152,98 @@ pub async fn decide(
 ) -> Result<u8> {
     let input = input.map(|i| parse_input(Some(i))).transpose()?;
     let services = wiring::services(env).await?;
-    let wf = stored_workflow(services.store.as_ref(), run_id).await?;
+    let eng = engine(env, services, as_json);
+    let stored = eng.store().load_run(run_id).await?;
+    let wf = stored_workflow(env, &stored)?;
     let by = by
         .or_else(|| std::env::var("USER").ok())
         .unwrap_or_else(|| "cli".into());
-    let eng = engine(services.clone(), as_json);
-    let decision = Decision {
-        approved,
-        by,
-        input,
-        comment,
-    };
-    let record = finish(&services, eng.decide(Arc::new(wf), run_id, decision))
-        .await
-        .map_err(state_is_usage)?;
-    output::finish(&record, as_json)
+    let decided = eng
+        .decide(
+            wf.clone(),
+            run_id,
+            gate,
+            Decision {
+                approved,
+                by,
+                input,
+                comment,
+            },
+        )
+        .await?;
+    if decided.status != RunStatus::Queued {
+        // Rejected, or approved with another gate still waiting: nothing to drive.
+        return report(env, &eng, Ok(outcome_of(&eng, run_id).await?), as_json).await;
+    }
+    let lease = eng.claim(run_id).await?;
+    drive(env, &eng, wf, lease, as_json).await
+}
+
+async fn outcome_of(eng: &Engine, run_id: &str) -> Result<RunOutcome> {
+    let r = eng.store().get_record(run_id).await?;
+    Ok(RunOutcome {
+        run_id: r.run_id,
+        status: r.status,
+        error: r.error,
+        output: r.output,
+        cost_usd: r.cost_usd,
+    })
 }
 
 pub async fn resume(env: &Env, run_id: &str, as_json: bool) -> Result<u8> {
     let services = wiring::services(env).await?;
-    let wf = stored_workflow(services.store.as_ref(), run_id).await?;
-    let eng = engine(services.clone(), as_json);
-    let record = finish(&services, eng.resume(Arc::new(wf), run_id))
-        .await
-        .map_err(state_is_usage)?;
-    output::finish(&record, as_json)
+    let eng = engine(env, services, as_json);
+    let stored = eng.store().load_run(run_id).await?;
+    let wf = stored_workflow(env, &stored)?;
+    let lease = eng.claim(run_id).await?;
+    drive(env, &eng, wf, lease, as_json).await
 }
 
-fn state_is_usage(e: weir_engine::Error) -> anyhow::Error {
-    match e {
-        weir_engine::Error::State(m) => Usage(m).into(),
-        other => other.into(),
+pub async fn cancel(env: &Env, run_id: &str, by: Option<String>) -> Result<u8> {
+    let services = wiring::services(env).await?;
+    let eng = Engine::new(services, Arc::new(Progress::new(false)));
+    let by = by
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "cli".into());
+    match eng.cancel(run_id, &by).await? {
+        CancelOutcome::Cancelled => {
+            println!("run {run_id} cancelled");
+            Ok(0)
+        }
+        CancelOutcome::Requested => {
+            let owner = eng.store().load_run(run_id).await?.owner;
+            eprintln!(
+                "run {run_id} is being driven by {}; asked it to stop",
+                owner.as_deref().unwrap_or("another process")
+            );
+            // The driver sees the request at its next heartbeat or commit.
+            let timing = wiring::lease_timing(&env.settings);
+            let deadline = tokio::time::Instant::now() + timing.ttl + Duration::from_secs(5);
+            while tokio::time::Instant::now() < deadline {
+                let s = eng.store().load_run(run_id).await?.status;
+                if s.is_terminal() {
+                    println!("run {run_id} {}", s.as_str());
+                    return Ok(0);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            println!(
+                "run {run_id}: cancel requested; its driver has not stopped yet (see `weir runs show {run_id}`)"
+            );
+            Ok(0)
+        }
     }
 }
 
 pub async fn list(env: &Env, limit: u32, as_json: bool) -> Result<u8> {
     let services = wiring::services(env).await?;
-    let runs = services.store.list_runs(limit).await?;
+    let runs = services
+        .store
+        .list_runs(&RunFilter {
+            limit,
+            status: None,
+        })
+        .await?;
     if as_json {
         println!("{}", serde_json::to_string_pretty(&runs)?);
     } else {
@@ -142,25 +252,18 @@ pub async fn list(env: &Env, limit: u32, as_json: bool) -> Result<u8> {
     Ok(0)
 }
 
+/// Prints a run's record; exits like `run` would for its status (0 while it is still
+/// queued or running).
 pub async fn show(env: &Env, run_id: &str, as_json: bool) -> Result<u8> {
     let services = wiring::services(env).await?;
-    let record = services
-        .store
-        .get_record(run_id)
-        .await
-        .map_err(|e| match e {
-            weir_core::store::StoreError::NotFound(_) => {
-                anyhow::Error::new(Usage(format!("no run with id {run_id}")))
-            }
-            other => other.into(),
-        })?;
+    let record = services.store.get_record(run_id).await?;
     if as_json {
         println!("{}", serde_json::to_string_pretty(&record)?);
     } else {
-        output::show(&record);
+        output::show(&record, &hint(env));
     }
     Ok(match record.status {
-        RunStatus::Succeeded | RunStatus::Running | RunStatus::Queued => 0,
-        _ => 0,
+        RunStatus::Queued | RunStatus::Running => 0,
+        s => output::exit_code(s),
     })
 }

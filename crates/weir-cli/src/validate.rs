@@ -2,30 +2,27 @@
 
 use anyhow::Result;
 use serde_json::json;
-use weir_core::{Diagnostic, Workflow, diag, validate};
+use weir_core::{Diagnostic, diag};
+use weir_dialects::{Capabilities, Validated};
 
 use crate::exit;
 use crate::wiring::Env;
 
-/// Loads a file and runs every check: dialect loading, structure, tools and models.
-pub fn check(env: &Env, path: &str, text: &str) -> (Option<Workflow>, Vec<Diagnostic>) {
-    let loaded = weir_dialects::load(path, text);
-    let mut diags = loaded.diagnostics;
-    if let Some(wf) = &loaded.workflow {
-        let tools = weir_tools::Registry::new(env.settings.clone());
-        // A broken WEIR_MOCK script does not change which models route.
-        let models = weir_providers::Router::offline(env.settings.clone());
-        for mut d in validate::capabilities(wf, &tools, &models) {
-            d.file = Some(path.to_string());
-            diags.push(d);
-        }
-    }
-    let wf = if diags.iter().any(Diagnostic::is_error) {
-        None
-    } else {
-        loaded.workflow
-    };
-    (wf, diags)
+/// Compiles a workflow against this workspace: dialect loading, structure, tools, models
+/// and secrets (`weir_dialects::compile`, the one path from text to a runnable workflow).
+pub fn compile(env: &Env, path: &str, text: &str) -> Result<Validated, Vec<Diagnostic>> {
+    let tools = weir_tools::Registry::new(env.settings.clone());
+    // A broken WEIR_MOCK script does not change which models route.
+    let models = weir_providers::Router::offline(env.settings.clone());
+    weir_dialects::compile(
+        path,
+        text,
+        &Capabilities {
+            tools: &tools,
+            models: &models,
+            secrets: &env.settings,
+        },
+    )
 }
 
 pub fn read(path: &str) -> Result<String> {
@@ -38,7 +35,7 @@ pub fn run(env: &Env, files: &[String], as_json: bool) -> Result<u8> {
     let mut any_error = false;
     for f in files {
         let text = read(f)?;
-        let (_, diags) = check(env, f, &text);
+        let diags = compile(env, f, &text).map_or_else(|d| d, |v| v.warnings);
         let (errors, warnings) = diag::count(&diags);
         any_error |= errors > 0;
         if as_json {

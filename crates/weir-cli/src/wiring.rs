@@ -9,7 +9,17 @@ use weir_engine::Services;
 /// What every command runs with: the store URL and the workspace settings.
 pub struct Env {
     pub db: String,
+    /// No `--db` and no `$WEIR_DB`: printed commands need no `--db`.
+    pub db_is_default: bool,
     pub settings: Settings,
+}
+
+/// Lease timing from `[lease]` in weir.toml.
+pub fn lease_timing(s: &Settings) -> weir_engine::LeaseTiming {
+    weir_engine::LeaseTiming {
+        ttl: std::time::Duration::from_secs_f64(s.lease.ttl_seconds),
+        heartbeat: std::time::Duration::from_secs_f64(s.lease.heartbeat_seconds),
+    }
 }
 
 /// Reads `weir.toml`: `--config`, else `$WEIR_CONFIG`, else `./weir.toml` when it exists.

@@ -57,6 +57,7 @@ pub enum EventKind {
     StepFinished {
         step: u32,
         node_id: String,
+        node_type: String,
         status: StepStatus,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         route: Option<String>,

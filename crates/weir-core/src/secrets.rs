@@ -10,11 +10,21 @@ use crate::settings::Settings;
 /// Where secret values come from.
 pub trait Secrets: Send + Sync {
     fn secret(&self, name: &str) -> Result<String, String>;
+    /// Whether the workspace declares `name`; only declared names ever resolve.
+    fn is_declared(&self, name: &str) -> bool;
+    /// Every declared name, for messages.
+    fn declared(&self) -> Vec<String>;
 }
 
 impl Secrets for Settings {
     fn secret(&self, name: &str) -> Result<String, String> {
         Settings::secret(self, name)
+    }
+    fn is_declared(&self, name: &str) -> bool {
+        self.secrets.contains_key(name)
+    }
+    fn declared(&self) -> Vec<String> {
+        self.secrets.keys().cloned().collect()
     }
 }
 

@@ -23,9 +23,39 @@ pub struct Settings {
     #[serde(default)]
     pub tools: BTreeMap<String, CustomTool>,
     /// Secret references: `NAME = { env = "VAR" }`. `{secrets.NAME}` in tool params reads
-    /// the variable; a name not listed here reads the environment variable of that name.
+    /// the variable; a name not listed here never resolves (a workflow cannot read an
+    /// arbitrary environment variable such as `ANTHROPIC_API_KEY`).
     #[serde(default)]
     pub secrets: BTreeMap<String, SecretRef>,
+    /// How long a driver's lease lives without a heartbeat, and how often it renews.
+    #[serde(default)]
+    pub lease: LeaseSettings,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseSettings {
+    #[serde(default = "default_ttl")]
+    pub ttl_seconds: f64,
+    #[serde(default = "default_heartbeat")]
+    pub heartbeat_seconds: f64,
+}
+
+impl Default for LeaseSettings {
+    fn default() -> Self {
+        Self {
+            ttl_seconds: default_ttl(),
+            heartbeat_seconds: default_heartbeat(),
+        }
+    }
+}
+
+fn default_ttl() -> f64 {
+    30.0
+}
+
+fn default_heartbeat() -> f64 {
+    5.0
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -127,7 +157,7 @@ impl Settings {
         let raw: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
         for key in raw.keys() {
             match key.as_str() {
-                "models" | "providers" | "pricing" | "mcp" | "tools" | "secrets" => {}
+                "models" | "providers" | "pricing" | "mcp" | "tools" | "secrets" | "lease" => {}
                 "network" => {
                     return Err(format!(
                         "section [{key}] is not available in this version of weir; remove it"
@@ -135,7 +165,7 @@ impl Settings {
                 }
                 other => {
                     return Err(format!(
-                        "unknown section [{other}]; weir.toml has [models], [providers], [pricing], [mcp], [tools] and [secrets]"
+                        "unknown section [{other}]; weir.toml has [models], [providers], [pricing], [mcp], [tools], [secrets] and [lease]"
                     ));
                 }
             }
@@ -172,6 +202,49 @@ impl Settings {
                 ));
             }
         }
+        // Templates in the settings may only use declared secrets.
+        let mut used: Vec<(String, String)> = Vec::new();
+        for (name, tool) in &s.tools {
+            if let CustomTool::Http {
+                url, headers, body, ..
+            } = tool
+            {
+                let mut names = Vec::new();
+                crate::secrets::scan(url, &mut names);
+                headers
+                    .values()
+                    .for_each(|h| crate::secrets::scan(h, &mut names));
+                if let Some(b) = body {
+                    scan_toml(b, &mut names);
+                }
+                used.extend(names.into_iter().map(|n| (format!("[tools.{name}]"), n)));
+            }
+        }
+        for (name, srv) in &s.mcp.servers {
+            let mut names = Vec::new();
+            srv.headers
+                .values()
+                .for_each(|h| crate::secrets::scan(h, &mut names));
+            used.extend(
+                names
+                    .into_iter()
+                    .map(|n| (format!("[mcp.servers.{name}]"), n)),
+            );
+        }
+        for (section, secret) in used {
+            if !s.secrets.contains_key(&secret) {
+                return Err(format!(
+                    "{section} uses secret `{secret}`, which is not declared: add `{secret} = {{ env = \"{secret}\" }}` under [secrets]"
+                ));
+            }
+        }
+        if !(s.lease.ttl_seconds > 0.0 && s.lease.heartbeat_seconds > 0.0)
+            || s.lease.heartbeat_seconds >= s.lease.ttl_seconds
+        {
+            return Err(
+                "[lease]: ttl_seconds and heartbeat_seconds must be above zero, the heartbeat shorter than the ttl".into(),
+            );
+        }
         for (model, p) in &s.pricing {
             if !(p.input_per_mtok >= 0.0 && p.output_per_mtok >= 0.0) {
                 return Err(format!(
@@ -182,19 +255,19 @@ impl Settings {
         Ok(s)
     }
 
-    /// The value of secret `name`: the environment variable its `[secrets]` entry names, or
-    /// the environment variable `name` itself.
+    /// The value of secret `name`: the environment variable its `[secrets]` entry names.
+    /// An undeclared name is refused, whatever the environment holds.
     pub fn secret(&self, name: &str) -> Result<String, String> {
-        let var = self.secrets.get(name).map_or(name, |r| r.env.as_str());
-        match std::env::var(var) {
+        let Some(r) = self.secrets.get(name) else {
+            return Err(format!(
+                "secret `{name}` is not declared: add `{name} = {{ env = \"{name}\" }}` under [secrets] in weir.toml"
+            ));
+        };
+        match std::env::var(&r.env) {
             Ok(v) if !v.is_empty() => Ok(v),
             _ => Err(format!(
-                "secret `{name}` is not set: set the environment variable {var}{}",
-                if self.secrets.contains_key(name) {
-                    " (from [secrets] in weir.toml)"
-                } else {
-                    ""
-                }
+                "secret `{name}` is not set: set the environment variable {} (from [secrets] in weir.toml)",
+                r.env
             )),
         }
     }
@@ -222,6 +295,16 @@ impl Settings {
 }
 
 /// Shell-style glob with `*` (any run) and `?` (one character).
+/// Adds the secret names referenced in the strings of a TOML value.
+fn scan_toml(v: &toml::Value, out: &mut Vec<String>) {
+    match v {
+        toml::Value::String(s) => crate::secrets::scan(s, out),
+        toml::Value::Array(a) => a.iter().for_each(|x| scan_toml(x, out)),
+        toml::Value::Table(t) => t.values().for_each(|x| scan_toml(x, out)),
+        _ => {}
+    }
+}
+
 pub fn glob(pattern: &str, text: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
     let t: Vec<char> = text.chars().collect();
@@ -314,6 +397,23 @@ CRM_TOKEN = { env = "CRM_TOKEN" }
         assert!(matches!(s.tools["crm_lookup"], CustomTool::Http { .. }));
         assert!(matches!(s.tools["search_docs"], CustomTool::Mcp { .. }));
         assert!(s.secret("WEIR_TEST_SURELY_UNSET_VAR").is_err());
+        // Only declared names resolve: PATH is set, but not a secret.
+        assert!(s.secret("PATH").unwrap_err().contains("not declared"));
+    }
+
+    #[test]
+    fn settings_templates_use_declared_secrets_only() {
+        let e = Settings::parse(
+            "[tools.t]\nkind = \"http\"\nurl = \"https://x/{secrets.ANTHROPIC_API_KEY}\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("ANTHROPIC_API_KEY") && e.contains("not declared"),
+            "{e}"
+        );
+        let s = Settings::parse("[lease]\nttl_seconds = 2\nheartbeat_seconds = 0.5\n").unwrap();
+        assert_eq!(s.lease.ttl_seconds, 2.0);
+        assert!(Settings::parse("[lease]\nttl_seconds = 1\nheartbeat_seconds = 2\n").is_err());
     }
 
     #[test]

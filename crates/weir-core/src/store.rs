@@ -186,8 +186,11 @@ pub trait RunStore: Send + Sync {
     ) -> Result<Written, StoreError>;
 
     /// Commits a finished step with everything that goes with it, in one transaction.
-    async fn commit_step(&self, lease: &Lease, commit: StepCommit<'_>)
-    -> Result<Written, StoreError>;
+    async fn commit_step(
+        &self,
+        lease: &Lease,
+        commit: StepCommit<'_>,
+    ) -> Result<Written, StoreError>;
 
     /// Appends events on their own (an attempt that failed and will be retried).
     async fn append_events(

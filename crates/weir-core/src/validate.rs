@@ -146,8 +146,34 @@ pub fn capabilities(
     wf: &Workflow,
     tools: &dyn ToolRunner,
     models: &dyn ModelClient,
+    secrets: &dyn crate::secrets::Secrets,
 ) -> Vec<Diagnostic> {
     let mut out = Vec::new();
+    for n in &wf.nodes {
+        if let NodeKind::Tool(t) = &n.kind {
+            for name in crate::secrets::referenced(&t.params) {
+                if !secrets.is_declared(&name) {
+                    let declared = secrets.declared();
+                    out.push(
+                        Diagnostic::error(
+                            "E026",
+                            format!("secret `{name}` is not declared in the workspace"),
+                        )
+                        .node(&n.id)
+                        .at(n.span)
+                        .hint(format!(
+                            "declare it under [secrets] in weir.toml: {name} = {{ env = \"{name}\" }}{}",
+                            if declared.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" (declared: {})", declared.join(", "))
+                            }
+                        )),
+                    );
+                }
+            }
+        }
+    }
     for n in &wf.nodes {
         match &n.kind {
             NodeKind::Tool(t) if !tools.has_tool(&t.tool_name) => {

@@ -1,6 +1,8 @@
 //! weir-dialects: the loaders. Each dialect parses its document with source spans, lowers it
 //! to the shared IR and reports every problem it finds as a [`Diagnostic`]; [`load`] picks the
-//! dialect from an explicit `dialect:` key or the document's shape.
+//! dialect from an explicit `dialect:` key or the document's shape. [`compile`] is the one
+//! path from text to a runnable workflow: the CLI, the server and workers (reloading a
+//! stored run) all go through it.
 
 mod fields;
 pub mod graph;
@@ -8,7 +10,49 @@ pub mod machine;
 pub mod pipeline;
 pub mod tree;
 
-use weir_core::{Diagnostic, Workflow};
+use std::sync::Arc;
+
+use weir_core::secrets::Secrets;
+use weir_core::{Diagnostic, ModelClient, ToolRunner, Workflow};
+
+/// What a workflow is checked against besides its own structure: the tools and models it
+/// may use and the secrets the workspace declares.
+pub struct Capabilities<'a> {
+    pub tools: &'a dyn ToolRunner,
+    pub models: &'a dyn ModelClient,
+    pub secrets: &'a dyn Secrets,
+}
+
+/// A workflow that loaded and passed every check, with its warnings.
+#[derive(Debug, Clone)]
+pub struct Validated {
+    pub workflow: Arc<Workflow>,
+    pub warnings: Vec<Diagnostic>,
+}
+
+/// Loads `text` (read from `path`) and runs every check; `Err` holds every diagnostic,
+/// errors and warnings, when any is an error.
+pub fn compile(
+    path: &str,
+    text: &str,
+    caps: &Capabilities<'_>,
+) -> Result<Validated, Vec<Diagnostic>> {
+    let loaded = load(path, text);
+    let mut diags = loaded.diagnostics;
+    if let Some(wf) = &loaded.workflow {
+        for mut d in weir_core::validate::capabilities(wf, caps.tools, caps.models, caps.secrets) {
+            d.file = Some(path.to_string());
+            diags.push(d);
+        }
+    }
+    match loaded.workflow {
+        Some(wf) if !diags.iter().any(Diagnostic::is_error) => Ok(Validated {
+            workflow: Arc::new(wf),
+            warnings: diags,
+        }),
+        _ => Err(diags),
+    }
+}
 
 /// The result of loading one file: the workflow as far as it could be built (possibly with
 /// errors, so later checks can still report on it) and every diagnostic, errors and

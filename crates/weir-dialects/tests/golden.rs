@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use serde_json::Value;
 use weir_core::{
-    ModelClient, ModelError, ModelRequest, ModelResponse, ToolCall, ToolError, ToolRunner, validate,
+    ModelClient, ModelError, ModelRequest, ModelResponse, ToolCall, ToolError, ToolRunner,
 };
 
 /// Fakes of the capability traits: the built-in tool names and the model routing rules.
@@ -45,15 +45,25 @@ impl ModelClient for Caps {
     }
 }
 
-fn render(path: &str, text: &str) -> String {
-    let loaded = weir_dialects::load(path, text);
-    let mut diags = loaded.diagnostics.clone();
-    if let Some(wf) = &loaded.workflow {
-        for mut d in validate::capabilities(wf, &Caps, &Caps) {
-            d.file = Some(path.to_string());
-            diags.push(d);
-        }
+impl weir_core::secrets::Secrets for Caps {
+    fn secret(&self, _: &str) -> Result<String, String> {
+        Err("not in this test".into())
     }
+    fn is_declared(&self, name: &str) -> bool {
+        name == "CRM_TOKEN"
+    }
+    fn declared(&self) -> Vec<String> {
+        vec!["CRM_TOKEN".into()]
+    }
+}
+
+fn render(path: &str, text: &str) -> String {
+    let caps = weir_dialects::Capabilities {
+        tools: &Caps,
+        models: &Caps,
+        secrets: &Caps,
+    };
+    let diags = weir_dialects::compile(path, text, &caps).map_or_else(|d| d, |v| v.warnings);
     if diags.is_empty() {
         return "ok\n".into();
     }

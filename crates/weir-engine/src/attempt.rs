@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use weir_core::event::EventKind;
 use weir_core::ir::AttemptPolicy;
 use weir_core::record::{Attempt, StepStatus};
 
@@ -85,6 +86,15 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
                     .retry_after
                     .map(|r| r.min(MAX_RETRY_AFTER))
                     .unwrap_or_else(|| AttemptPolicy::backoff(n + 1));
+                // The log shows the retry now, not when the step ends.
+                let _ = ctx.progress.send(EventKind::AttemptFailed {
+                    step: ctx.seq,
+                    node_id: ctx.node().id.clone(),
+                    n,
+                    error: f.message.clone(),
+                    error_class: f.class.clone(),
+                    backoff_ms: wait.as_millis() as u64,
+                });
                 tokio::time::sleep(wait).await;
                 n += 1;
             }

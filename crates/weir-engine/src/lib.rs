@@ -1,28 +1,38 @@
-//! weir-engine: runs a validated [`Workflow`] (DESIGN §2).
+//! weir-engine: runs a validated [`Workflow`] (DESIGN §2) under the run lifecycle of §8.
+//!
+//! The engine API separates changing a run from driving it: [`Engine::create`] inserts a
+//! run `queued` (or claimed, for `weir run`), [`Engine::claim`] takes a runnable run under a
+//! lease, [`Engine::drive`] drives a claimed run to its end or a human gate, every write
+//! fenced by the lease, [`Engine::decide`] applies a gate decision as one conditional
+//! transition, [`Engine::cancel`] cancels or flags a run. A run whose lease expired is
+//! claimable again; driving it first marks the steps it left `running` as cancelled
+//! (recovery), so completed steps never run twice.
 //!
 //! The scheduler (`scheduler.rs`) fans out ready nodes (polled concurrently in the run's
-//! task), routes on each node's
-//! outcome, waits at merges until every branch that can still arrive has arrived, re-arms loop
-//! bodies, parks at human gates, enforces the hop ceiling and cancels siblings when a node
-//! fails. Each finished step is committed with the scheduler snapshot it produced, so a run
-//! continues after a crash from its last committed step. The engine never names a concrete
-//! provider, tool or store: it gets them as trait objects in [`Services`].
+//! task), routes on each node's outcome, waits at merges until every branch that can still
+//! arrive has arrived, re-arms loop bodies, parks at human gates, enforces the hop ceiling
+//! and cancels siblings when a node fails. The engine never names a concrete provider, tool
+//! or store: it gets them as trait objects in [`Services`].
 
 mod attempt;
+mod decide;
 pub mod nodes;
-mod owner;
 mod scheduler;
 pub mod structured;
 pub mod validators;
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use serde_json::{Map, Value, json};
-use weir_core::record::{PendingGate, RunStatus, Snapshot, StepRecord, StepStatus};
-use weir_core::store::{NewRun, RunUpdate, StoreError};
+use serde_json::{Map, Value};
+use weir_core::event::RunEvent;
+use weir_core::record::{RunError, RunStatus, Snapshot};
+use weir_core::store::{Claim, NewRun, StoreError};
 use weir_core::{ModelClient, RunStore, ScriptRunner, ToolRunner, Workflow};
 
+pub use decide::{Decided, Decision};
 pub use nodes::tool::idempotency_key;
+pub use weir_core::store::{CancelOutcome, Lease};
 
 /// The concrete implementations the binary wires in.
 #[derive(Clone)]
@@ -34,23 +44,68 @@ pub struct Services {
     pub secrets: Arc<dyn weir_core::secrets::Secrets>,
 }
 
-/// Progress callbacks (the CLI prints them; the server streams them).
-pub trait Observer: Send + Sync {
-    fn run_started(&self, _run_id: &str) {}
-    fn step_started(&self, _step: &StepRecord) {}
-    fn step_finished(&self, _step: &StepRecord) {}
+/// Receives every event as soon as the store has committed it (the CLI prints them; the
+/// server wakes its SSE readers). The store's log stays the truth.
+pub trait EventSink: Send + Sync {
+    fn publish(&self, run_id: &str, events: &[RunEvent]);
 }
 
-/// An observer that ignores everything.
+/// A sink that ignores everything.
 pub struct Quiet;
-impl Observer for Quiet {}
+impl EventSink for Quiet {
+    fn publish(&self, _: &str, _: &[RunEvent]) {}
+}
 
+/// Typed errors of the engine API (DESIGN §8); the CLI maps them to exit codes and the
+/// server to HTTP statuses, each in one place.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error(transparent)]
-    Store(#[from] StoreError),
     #[error("{0}")]
-    State(String),
+    NotFound(String),
+    /// Not in a state that allows it: already decided, driven elsewhere, not paused.
+    #[error("{0}")]
+    Conflict(String),
+    /// Bad input, with every problem.
+    #[error("{}", .0.join("\n  - "))]
+    InvalidInput(Vec<String>),
+    /// This driver's lease was taken by another: it stopped without writing anything more.
+    #[error("lease lost on run {run_id}: {message}; this process stopped driving it")]
+    LeaseLost { run_id: String, message: String },
+    #[error("{0}")]
+    Store(String),
+}
+
+/// The kind of an [`Error`], for mapping to exit codes and HTTP statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    NotFound,
+    Conflict,
+    InvalidInput,
+    LeaseLost,
+    Store,
+}
+
+impl Error {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::NotFound(_) => ErrorKind::NotFound,
+            Error::Conflict(_) => ErrorKind::Conflict,
+            Error::InvalidInput(_) => ErrorKind::InvalidInput,
+            Error::LeaseLost { .. } => ErrorKind::LeaseLost,
+            Error::Store(_) => ErrorKind::Store,
+        }
+    }
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(m) => Error::NotFound(m),
+            StoreError::Conflict(m) => Error::Conflict(m),
+            StoreError::LeaseLost { run_id, message } => Error::LeaseLost { run_id, message },
+            StoreError::Backend(m) => Error::Store(m),
+        }
+    }
 }
 
 /// How a drive of a run ended. The full record (every step and attempt) is in the store:
@@ -58,8 +113,10 @@ pub enum Error {
 #[derive(Debug, Clone)]
 pub struct RunOutcome {
     pub run_id: String,
+    /// A terminal status, `paused`, or `queued` when the drive was interrupted and the run
+    /// released for someone to resume.
     pub status: RunStatus,
-    pub error: Option<weir_core::record::RunError>,
+    pub error: Option<RunError>,
     pub output: Value,
     pub cost_usd: f64,
 }
@@ -70,260 +127,244 @@ pub struct Source {
     pub text: String,
 }
 
-/// A reviewer's decision at a human gate.
-pub struct Decision {
-    pub approved: bool,
-    pub by: String,
-    /// Approve: an object merged into state. Ignored on reject.
-    pub input: Option<Value>,
-    /// Reject: the reason. Approve: an optional comment.
-    pub comment: Option<String>,
+/// Lease timing: a driver renews every `heartbeat`; a lease not renewed for `ttl` expires
+/// and the run may be taken over.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseTiming {
+    pub ttl: Duration,
+    pub heartbeat: Duration,
+}
+
+impl Default for LeaseTiming {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(30),
+            heartbeat: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Options of [`Engine::create`].
+#[derive(Debug, Clone, Default)]
+pub struct CreateOptions {
+    /// A repeated key returns the first run.
+    pub idempotency_key: Option<String>,
+    /// Claim the run in the same statement (`weir run` drives its own run at once).
+    pub claim: bool,
+}
+
+/// A created run, and its lease when it was claimed in the same statement.
+#[derive(Debug, Clone)]
+pub struct CreatedRun {
+    pub run_id: String,
+    pub created: bool,
+    pub lease: Option<Lease>,
 }
 
 pub struct Engine {
     services: Arc<Services>,
-    observer: Arc<dyn Observer>,
+    sink: Arc<dyn EventSink>,
     /// Nodes of one run that may execute at once.
     pub max_concurrency: usize,
+    /// Who this driver is, in leases and messages.
+    pub owner: String,
+    pub lease: LeaseTiming,
+    /// When notified, drives stop: in-flight steps are recorded cancelled and the run is
+    /// released (`queued`) for a later `weir resume`.
+    pub interrupt: Option<Arc<tokio::sync::Notify>>,
 }
 
 pub fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    weir_core::store::now_rfc3339()
+}
+
+/// A readable name for this process as a lease owner: `host:pid`.
+pub fn process_owner() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
+        .unwrap_or_else(|| "localhost".into());
+    format!("{host}:{}", std::process::id())
 }
 
 impl Engine {
-    pub fn new(services: Services, observer: Arc<dyn Observer>) -> Self {
+    pub fn new(services: Services, sink: Arc<dyn EventSink>) -> Self {
         Self {
             services: Arc::new(services),
-            observer,
+            sink,
             max_concurrency: 16,
+            owner: process_owner(),
+            lease: LeaseTiming::default(),
+            interrupt: None,
         }
     }
 
-    /// Starts a run of `wf` with `input` and drives it to its end or to a human gate.
+    pub fn store(&self) -> &Arc<dyn RunStore> {
+        &self.services.store
+    }
+
+    /// Stops what the tools started (MCP server processes).
+    pub async fn shutdown_tools(&self) {
+        self.services.tools.shutdown().await;
+    }
+
+    fn claim_args(&self) -> Claim {
+        Claim {
+            owner: self.owner.clone(),
+            ttl: self.lease.ttl,
+        }
+    }
+
+    pub(crate) fn publish(&self, run_id: &str, events: &[RunEvent]) {
+        if !events.is_empty() {
+            self.sink.publish(run_id, events);
+        }
+    }
+
+    /// Checks the input against the workflow's input schema and inserts the run `queued`
+    /// (claimed too with [`CreateOptions::claim`]). Returns at once.
+    pub async fn create(
+        &self,
+        wf: &Workflow,
+        source: Source,
+        input: Value,
+        opts: CreateOptions,
+    ) -> Result<CreatedRun, Error> {
+        if let Some(schema) = &wf.input_schema {
+            let errors = weir_core::schema::Schema::compile(schema)
+                .map_err(|e| Error::InvalidInput(vec![e]))?
+                .errors(&input);
+            if !errors.is_empty() {
+                let mut all = vec!["the input does not match the workflow's input schema:".into()];
+                all.extend(errors);
+                return Err(Error::InvalidInput(all));
+            }
+        }
+        if !input.is_object() {
+            return Err(Error::InvalidInput(vec![
+                "the run input must be a JSON object".into(),
+            ]));
+        }
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let created = self
+            .services
+            .store
+            .create_run(&NewRun {
+                run_id,
+                workflow: wf.name.clone(),
+                dialect: wf.dialect.as_str().into(),
+                source_path: source.path,
+                source_text: source.text,
+                snapshot: initial_snapshot(wf, &input),
+                input,
+                created_at: now(),
+                idempotency_key: opts.idempotency_key,
+                claim: opts.claim.then(|| self.claim_args()),
+            })
+            .await?;
+        self.publish(&created.run_id, &created.events);
+        Ok(CreatedRun {
+            run_id: created.run_id,
+            created: created.created,
+            lease: created.lease,
+        })
+    }
+
+    /// Claims `run_id` for this driver: it must be queued, or running with an expired lease.
+    /// A live lease is a `Conflict` naming its holder and when it expires.
+    pub async fn claim(&self, run_id: &str) -> Result<Lease, Error> {
+        let (lease, w) = self
+            .services
+            .store
+            .claim_run(run_id, &self.claim_args())
+            .await?;
+        self.publish(run_id, &w.events);
+        Ok(lease)
+    }
+
+    /// Claims up to `limit` runnable runs (workers).
+    pub async fn claim_next(&self, limit: u32) -> Result<Vec<Lease>, Error> {
+        let got = self
+            .services
+            .store
+            .claim_next(&self.claim_args(), limit)
+            .await?;
+        Ok(got
+            .into_iter()
+            .map(|(lease, w)| {
+                self.publish(&lease.run_id, &w.events);
+                lease
+            })
+            .collect())
+    }
+
+    /// Drives a claimed run to its end, to a human gate, or until interrupted. Steps a
+    /// previous driver left `running` are recorded cancelled first and run again.
+    pub async fn drive(&self, wf: Arc<Workflow>, lease: Lease) -> Result<RunOutcome, Error> {
+        scheduler::Run::claimed(self, wf, lease)
+            .await?
+            .drive()
+            .await
+    }
+
+    /// Creates a run, claims it in the same statement and drives it: `weir run`.
     pub async fn start(
         &self,
         wf: Arc<Workflow>,
         source: Source,
         input: Value,
     ) -> Result<RunOutcome, Error> {
-        if let Some(schema) = &wf.input_schema {
-            let errors = weir_core::schema::Schema::compile(schema)
-                .map_err(Error::State)?
-                .errors(&input);
-            if !errors.is_empty() {
-                return Err(Error::State(format!(
-                    "the input does not match the workflow's input schema:\n  - {}",
-                    errors.join("\n  - ")
-                )));
-            }
-        }
-        let run_id = uuid::Uuid::new_v4().to_string();
-        let mut state = Map::new();
-        match wf.layout {
-            weir_core::ir::StateLayout::Flat => {
-                if let Value::Object(m) = &input {
-                    state.extend(m.clone());
-                }
-            }
-            weir_core::ir::StateLayout::Variables => {
-                state.insert("input".into(), input.clone());
-                state.insert("variables".into(), Value::Object(Map::new()));
-            }
-        }
-        let snapshot = Snapshot {
-            state: Arc::new(state),
-            pending: wf.entries().iter().map(|n| n.id.clone()).collect(),
-            next_seq: 1,
-            output: Value::Null,
-            owner: Some(owner::this_process()),
-            ..Snapshot::default()
-        };
-        self.services
-            .store
-            .create_run(&NewRun {
-                run_id: run_id.clone(),
-                workflow: wf.name.clone(),
-                dialect: wf.dialect.as_str().into(),
-                source_path: source.path,
-                source_text: source.text,
-                input,
-                started_at: now(),
-                snapshot: snapshot.clone(),
-            })
+        let snapshot_wf = wf.clone();
+        let created = self
+            .create(
+                &wf,
+                source,
+                input.clone(),
+                CreateOptions {
+                    claim: true,
+                    ..CreateOptions::default()
+                },
+            )
             .await?;
-        self.observer.run_started(&run_id);
-        scheduler::Run::new(self, wf, run_id, snapshot)
-            .drive()
-            .await
+        let lease = created
+            .lease
+            .ok_or_else(|| Error::Store("the store did not claim the new run".into()))?;
+        let snapshot = initial_snapshot(&snapshot_wf, &input);
+        scheduler::Run::new(self, wf, lease, snapshot).drive().await
     }
 
-    /// Continues a run whose process died: steps that were in flight are marked cancelled
-    /// and run again; completed steps are not.
-    pub async fn resume(&self, wf: Arc<Workflow>, run_id: &str) -> Result<RunOutcome, Error> {
-        let stored = self.services.store.load_run(run_id).await?;
-        if let Some(pid) = stored
-            .snapshot
-            .owner
-            .as_deref()
-            .and_then(owner::live_local_pid)
-        {
-            return Err(Error::State(format!(
-                "run {run_id} is still being driven by process {pid} on this machine; stop it first"
-            )));
-        }
-        match stored.status {
-            RunStatus::Running | RunStatus::Queued => {}
-            RunStatus::Paused => {
-                return Err(Error::State(format!(
-                    "run {run_id} is paused at a human gate; use `weir approve` or `weir reject`"
-                )));
-            }
-            s => {
-                return Err(Error::State(format!(
-                    "run {run_id} already ended ({}); only a run whose process died can be resumed",
-                    s.as_str()
-                )));
-            }
-        }
-        let mut snapshot = stored.snapshot;
-        let record = self.services.store.get_record(run_id).await?;
-        for step in record
-            .steps
-            .iter()
-            .filter(|s| s.status == StepStatus::Running)
-        {
-            let mut s = step.clone();
-            s.status = StepStatus::Cancelled;
-            s.error = Some(
-                "interrupted: the process running this step exited; it runs again on resume".into(),
-            );
-            s.finished_at = Some(now());
-            self.services
-                .store
-                .finish_step(run_id, &s, &[], &snapshot)
-                .await?;
-        }
-        snapshot.next_seq = record
-            .steps
-            .iter()
-            .map(|s| s.seq + 1)
-            .max()
-            .unwrap_or(1)
-            .max(snapshot.next_seq);
-        self.services
-            .store
-            .add_event(run_id, &json!({"type": "run_resumed", "at": now()}))
-            .await?;
-        self.observer.run_started(run_id);
-        scheduler::Run::new(self, wf, run_id.to_string(), snapshot)
-            .drive()
-            .await
+    /// Cancels a queued or paused run at once, or asks the driver of a running one to stop.
+    pub async fn cancel(&self, run_id: &str, by: &str) -> Result<CancelOutcome, Error> {
+        let (out, w) = self.services.store.request_cancel(run_id, by).await?;
+        self.publish(run_id, &w.events);
+        Ok(out)
     }
+}
 
-    /// Decides the oldest pending gate of a paused run, then continues it.
-    pub async fn decide(
-        &self,
-        wf: Arc<Workflow>,
-        run_id: &str,
-        decision: Decision,
-    ) -> Result<RunOutcome, Error> {
-        let store = &self.services.store;
-        let stored = store.load_run(run_id).await?;
-        let mut snapshot = stored.snapshot;
-        if stored.status != RunStatus::Paused || snapshot.gates.is_empty() {
-            return Err(Error::State(format!(
-                "run {run_id} is not waiting at a human gate (status {})",
-                stored.status.as_str()
-            )));
-        }
-        let gate: PendingGate = snapshot.gates.remove(0);
-        let at = now();
-        let mut step = store.get_step(run_id, gate.seq).await?;
-        step.finished_at = Some(at.clone());
-        let key = format!("approval_{}", gate.node_id);
-        if decision.approved {
-            let mut record = json!({"approved": true, "by": decision.by, "at": at});
-            if let Some(c) = &decision.comment {
-                record["comment"] = json!(c);
+/// The snapshot a new run starts from: its input as state, its entry nodes pending.
+fn initial_snapshot(wf: &Workflow, input: &Value) -> Snapshot {
+    let mut state = Map::new();
+    match wf.layout {
+        weir_core::ir::StateLayout::Flat => {
+            if let Value::Object(m) = input {
+                state.extend(m.clone());
             }
-            match &decision.input {
-                None | Some(Value::Null) => {}
-                Some(Value::Object(m)) => {
-                    record["input"] = Value::Object(m.clone());
-                    for (k, v) in m {
-                        if !k.starts_with("__") {
-                            Arc::make_mut(&mut snapshot.state).insert(k.clone(), v.clone());
-                        }
-                    }
-                }
-                Some(_) => {
-                    return Err(Error::State("approval input must be a JSON object".into()));
-                }
-            }
-            Arc::make_mut(&mut snapshot.state).insert(key, record.clone());
-            step.status = StepStatus::Succeeded;
-            step.route = Some("approved".into());
-            step.output = record;
-            let mut run = scheduler::Run::new(self, wf, run_id.to_string(), snapshot);
-            run.complete_gate(&gate.node_id);
-            store.finish_step(run_id, &step, &[], &run.snapshot).await?;
-            self.observer.step_finished(&step);
-            store
-                .add_event(run_id, &json!({"type": "gate_approved", "node_id": gate.node_id, "by": decision.by, "at": at}))
-                .await?;
-            store
-                .update_run(
-                    run_id,
-                    &RunUpdate {
-                        status: RunStatus::Running,
-                        error: None,
-                        finished_at: None,
-                        snapshot: run.snapshot.clone(),
-                    },
-                )
-                .await?;
-            self.observer.run_started(run_id);
-            run.drive().await
-        } else {
-            let reason = decision
-                .comment
-                .clone()
-                .unwrap_or_else(|| "no reason given".into());
-            let record = json!({"approved": false, "by": decision.by, "at": at, "reason": reason});
-            Arc::make_mut(&mut snapshot.state).insert(key, record.clone());
-            step.status = StepStatus::Failed;
-            step.route = Some("rejected".into());
-            step.error = Some(format!("rejected: {reason}"));
-            step.output = record;
-            store.finish_step(run_id, &step, &[], &snapshot).await?;
-            self.observer.step_finished(&step);
-            store
-                .add_event(run_id, &json!({"type": "gate_rejected", "node_id": gate.node_id, "by": decision.by, "at": at, "reason": reason}))
-                .await?;
-            store
-                .update_run(
-                    run_id,
-                    &RunUpdate {
-                        status: RunStatus::Failed,
-                        error: Some(weir_core::record::RunError {
-                            code: "gate_rejected".into(),
-                            message: format!("rejected at human gate `{}`: {reason}", gate.node_id),
-                            node_id: Some(gate.node_id.clone()),
-                        }),
-                        finished_at: Some(now()),
-                        snapshot,
-                    },
-                )
-                .await?;
-            let record = store.get_record(run_id).await?;
-            Ok(RunOutcome {
-                run_id: record.run_id,
-                status: record.status,
-                error: record.error,
-                output: record.output,
-                cost_usd: record.cost_usd,
-            })
         }
+        weir_core::ir::StateLayout::Variables => {
+            state.insert("input".into(), input.clone());
+            state.insert("variables".into(), Value::Object(Map::new()));
+        }
+    }
+    Snapshot {
+        state: Arc::new(state),
+        pending: wf.entries().iter().map(|n| n.id.clone()).collect(),
+        next_seq: 1,
+        output: Value::Null,
+        ..Snapshot::default()
     }
 }

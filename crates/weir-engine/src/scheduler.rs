@@ -23,12 +23,14 @@ use std::pin::Pin;
 
 use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::mpsc;
 use weir_core::Workflow;
+use weir_core::event::EventKind;
 use weir_core::ir::{EndStatus, NodeKind, StateLayout};
 use weir_core::record::{
-    PendingGate, RunError, RunStatus, Snapshot, StepRecord, StepStatus, Tokens,
+    ErrorCode, PendingGate, RunError, RunStatus, Snapshot, StepRecord, StepStatus, Tokens,
 };
-use weir_core::store::RunUpdate;
+use weir_core::store::{Lease, RunUpdate, StepCommit, StoreError, Written};
 
 use crate::attempt::{self, Attempts};
 use crate::nodes::{NodeCtx, Route};
@@ -37,7 +39,7 @@ use crate::{Engine, Error, RunOutcome, now};
 type Tasks =
     FuturesUnordered<Pin<Box<dyn Future<Output = (String, std::thread::Result<Attempts>)> + Send>>>;
 
-struct InFlight {
+pub struct InFlight {
     step: StepRecord,
     started: Instant,
 }
@@ -46,12 +48,22 @@ struct InFlight {
 enum Ending {
     Failed(RunError),
     End(EndStatus),
+    /// Someone asked for the run to be cancelled.
+    Cancelled,
+    /// This process was interrupted (Ctrl-C): the run is released, not ended.
+    Interrupted,
+}
+
+/// What the heartbeat tells the driver.
+enum Signal {
+    Lost(Error),
+    Cancel,
 }
 
 pub struct Run<'e> {
     engine: &'e Engine,
     wf: Arc<Workflow>,
-    run_id: String,
+    lease: Lease,
     pub snapshot: Snapshot,
     in_flight: HashMap<String, InFlight>,
     ending: Option<Ending>,
@@ -60,60 +72,184 @@ pub struct Run<'e> {
     unsaved: Option<StepRecord>,
     /// Steps launched since the last commit.
     started: Vec<StepRecord>,
+    /// Events of the changes not committed yet; they go in the same transaction.
+    events: Vec<EventKind>,
+    /// Attempt events from node futures (a retry shows when it happens).
+    progress: mpsc::UnboundedSender<EventKind>,
+    progress_rx: Option<mpsc::UnboundedReceiver<EventKind>>,
+}
+
+/// Renews the lease every `heartbeat` until dropped.
+struct Heartbeat(tokio::task::JoinHandle<()>);
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Heartbeat {
+    fn spawn(engine: &Engine, mut lease: Lease, tx: mpsc::UnboundedSender<Signal>) -> Self {
+        let store = engine.services.store.clone();
+        let timing = engine.lease;
+        Heartbeat(tokio::spawn(async move {
+            let mut cancel_sent = false;
+            loop {
+                tokio::time::sleep(timing.heartbeat).await;
+                match store.renew(&mut lease, timing.ttl).await {
+                    Ok(w) => {
+                        if w.cancel_requested && !cancel_sent {
+                            cancel_sent = true;
+                            let _ = tx.send(Signal::Cancel);
+                        }
+                    }
+                    Err(e @ StoreError::LeaseLost { .. }) => {
+                        let _ = tx.send(Signal::Lost(e.into()));
+                        return;
+                    }
+                    // A failed renewal is retried at the next beat; if the store stays down
+                    // the lease expires and the next write is refused.
+                    Err(e) => tracing::warn!(run_id = %lease.run_id, "lease renewal failed: {e}"),
+                }
+            }
+        }))
+    }
+}
+
+async fn interrupted(n: &Option<Arc<tokio::sync::Notify>>) {
+    match n {
+        Some(n) => n.notified().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl<'e> Run<'e> {
-    pub fn new(
-        engine: &'e Engine,
-        wf: Arc<Workflow>,
-        run_id: String,
-        mut snapshot: Snapshot,
-    ) -> Self {
-        snapshot.owner = Some(crate::owner::this_process());
+    pub fn new(engine: &'e Engine, wf: Arc<Workflow>, lease: Lease, snapshot: Snapshot) -> Self {
+        let (progress, progress_rx) = mpsc::unbounded_channel();
         Self {
             engine,
             wf,
-            run_id,
+            lease,
             snapshot,
             in_flight: HashMap::new(),
             ending: None,
             unsaved: None,
             started: Vec::new(),
+            events: Vec::new(),
+            progress,
+            progress_rx: Some(progress_rx),
+        }
+    }
+
+    /// A run claimed from the store: steps a previous driver left `running` are recorded
+    /// cancelled (they run again), in one fenced commit.
+    pub async fn claimed(
+        engine: &'e Engine,
+        wf: Arc<Workflow>,
+        lease: Lease,
+    ) -> Result<Self, Error> {
+        let store = &engine.services.store;
+        let stored = store.load_run(&lease.run_id).await?;
+        let record = store.get_record(&lease.run_id).await?;
+        let mut snapshot = stored.snapshot;
+        snapshot.next_seq = record
+            .steps
+            .iter()
+            .map(|s| s.seq + 1)
+            .max()
+            .unwrap_or(1)
+            .max(snapshot.next_seq);
+        let interrupted: Vec<StepRecord> = record
+            .steps
+            .into_iter()
+            .filter(|s| s.status == StepStatus::Running)
+            .map(|mut s| {
+                s.status = StepStatus::Cancelled;
+                s.error =
+                    Some("interrupted: the driver of this step stopped; it runs again".into());
+                s.finished_at = Some(now());
+                s
+            })
+            .collect();
+        let mut run = Self::new(engine, wf, lease, snapshot);
+        if let Some((first, rest)) = interrupted.split_first() {
+            let events: Vec<EventKind> = interrupted.iter().map(finished_event).collect();
+            let w = store
+                .commit_step(
+                    &run.lease,
+                    StepCommit {
+                        step: first,
+                        started: rest,
+                        snapshot: &run.snapshot,
+                        events: &events,
+                    },
+                )
+                .await?;
+            run.written(w);
+        }
+        Ok(run)
+    }
+
+    fn written(&mut self, w: Written) {
+        self.engine.publish(&self.lease.run_id, &w.events);
+        if w.cancel_requested && self.ending.is_none() {
+            self.ending = Some(Ending::Cancelled);
         }
     }
 
     pub async fn drive(mut self) -> Result<RunOutcome, Error> {
+        let (sig_tx, mut signals) = mpsc::unbounded_channel();
+        let _heartbeat = Heartbeat::spawn(self.engine, self.lease.clone(), sig_tx);
+        let interrupt = self.engine.interrupt.clone();
+        let mut progress = self.progress_rx.take().expect("a run is driven once");
         // Node futures are polled here, in the run's own task: concurrency without a task
         // spawn (and a cross-thread wake-up) per node.
         let mut tasks: Tasks = FuturesUnordered::new();
         loop {
             if self.ending.is_none() && self.snapshot.gates.is_empty() {
-                self.launch_ready(&mut tasks).await?;
+                self.launch_ready(&mut tasks);
             }
             // Commit before polling: a finished step (and the state it produced) is durable
             // before its successors run.
             self.flush().await?;
-            if tasks.is_empty() {
+            if tasks.is_empty() || self.ending.is_some() {
                 break;
             }
-            let Some((node_id, joined)) = tasks.next().await else {
-                break;
-            };
-            let result = match joined {
-                Ok(r) => r,
-                Err(_) => {
-                    // A panicking node is a bug, but it must not take the run down silently.
-                    self.fail(RunError {
-                        code: "internal".into(),
-                        message: format!("node `{node_id}` panicked; this is a bug in weir"),
-                        node_id: Some(node_id),
-                    });
-                    break;
+            tokio::select! {
+                biased;
+                Some(sig) = signals.recv() => match sig {
+                    Signal::Lost(e) => return Err(e),
+                    Signal::Cancel => {
+                        self.ending.get_or_insert(Ending::Cancelled);
+                    }
+                },
+                _ = interrupted(&interrupt) => {
+                    self.ending.get_or_insert(Ending::Interrupted);
                 }
-            };
-            self.finish(&node_id, result).await?;
-            if self.ending.is_some() {
-                break;
+                Some(ev) = progress.recv() => {
+                    let w = self
+                        .engine
+                        .services
+                        .store
+                        .append_events(&self.lease, &[ev])
+                        .await?;
+                    self.written(w);
+                }
+                next = tasks.next() => {
+                    let Some((node_id, joined)) = next else { break };
+                    match joined {
+                        Ok(r) => self.finish(&node_id, r),
+                        Err(_) => {
+                            // A panicking node is a bug, but it must not take the run down
+                            // silently.
+                            self.fail(RunError {
+                                code: ErrorCode::Internal,
+                                message: format!("node `{node_id}` panicked; this is a bug in weir"),
+                                node_id: Some(node_id),
+                            });
+                        }
+                    }
+                }
             }
         }
         self.flush().await?;
@@ -123,24 +259,35 @@ impl<'e> Run<'e> {
         self.finalize().await
     }
 
-    /// Commits the finished step (if any) with the steps started since, or just records the
-    /// started steps.
+    /// Commits the finished step (if any) with the steps started since and the events of
+    /// both, or just records the started steps.
     async fn flush(&mut self) -> Result<(), Error> {
         let store = &self.engine.services.store;
-        match self.unsaved.take() {
+        let events = std::mem::take(&mut self.events);
+        let w = match self.unsaved.take() {
             Some(step) => {
                 store
-                    .finish_step(&self.run_id, &step, &self.started, &self.snapshot)
-                    .await?;
-                self.engine.observer.step_finished(&step);
+                    .commit_step(
+                        &self.lease,
+                        StepCommit {
+                            step: &step,
+                            started: &self.started,
+                            snapshot: &self.snapshot,
+                            events: &events,
+                        },
+                    )
+                    .await?
             }
-            None => {
-                for s in &self.started {
-                    store.start_step(&self.run_id, s).await?;
-                }
+            None if !self.started.is_empty() => {
+                store
+                    .start_steps(&self.lease, &self.started, &events)
+                    .await?
             }
-        }
+            None if !events.is_empty() => store.append_events(&self.lease, &events).await?,
+            None => return Ok(()),
+        };
         self.started.clear();
+        self.written(w);
         Ok(())
     }
 
@@ -150,7 +297,7 @@ impl<'e> Run<'e> {
         }
     }
 
-    async fn launch_ready(&mut self, tasks: &mut Tasks) -> Result<(), Error> {
+    fn launch_ready(&mut self, tasks: &mut Tasks) {
         let ready: Vec<String> = self
             .snapshot
             .pending
@@ -172,7 +319,7 @@ impl<'e> Run<'e> {
                     .map(|(n, c)| format!("{n} ×{c}"))
                     .collect();
                 self.fail(RunError {
-                    code: "hop_ceiling_exceeded".into(),
+                    code: ErrorCode::HopCeilingExceeded,
                     message: format!(
                         "the run reached its hop ceiling of {} {} executions (most executed: {}); raise {} or give the loop an exit",
                         self.wf.hop_ceiling,
@@ -182,15 +329,15 @@ impl<'e> Run<'e> {
                     ),
                     node_id: Some(node_id.clone()),
                 });
-                return Ok(());
+                return;
             }
             let Some(index) = self.wf.nodes.iter().position(|n| n.id == node_id) else {
                 self.fail(RunError {
-                    code: "internal".into(),
+                    code: ErrorCode::Internal,
                     message: format!("node `{node_id}` is pending but not in the workflow"),
                     node_id: Some(node_id.clone()),
                 });
-                return Ok(());
+                return;
             };
             let node = &self.wf.nodes[index];
             let visit = self.snapshot.visits.get(&node_id).copied().unwrap_or(0) + 1;
@@ -226,11 +373,16 @@ impl<'e> Run<'e> {
                 finished_at: None,
                 duration_ms: None,
             };
-            self.engine.observer.step_started(&step);
+            self.events.push(EventKind::StepStarted {
+                step: seq,
+                node_id: node_id.clone(),
+                node_type: step.node_type.clone(),
+                visit,
+            });
             self.started.push(step.clone());
             let loop_count = self.snapshot.loops.get(&node_id).copied().unwrap_or(0) + 1;
             let ctx = NodeCtx {
-                run_id: self.run_id.clone(),
+                run_id: self.lease.run_id.clone(),
                 wf: self.wf.clone(),
                 index,
                 scope: weir_core::expr::Scope::new(state.clone()),
@@ -245,6 +397,8 @@ impl<'e> Run<'e> {
                 },
                 visit,
                 loop_count,
+                seq,
+                progress: self.progress.clone(),
                 services: self.engine.services.clone(),
             };
             self.in_flight.insert(
@@ -261,13 +415,12 @@ impl<'e> Run<'e> {
                 (node_id, result)
             }));
         }
-        Ok(())
     }
 
     /// Records a finished node and routes from it, in one committed step.
-    async fn finish(&mut self, node_id: &str, result: Attempts) -> Result<(), Error> {
+    fn finish(&mut self, node_id: &str, result: Attempts) {
         let Some(InFlight { mut step, started }) = self.in_flight.remove(node_id) else {
-            return Ok(());
+            return;
         };
         if let Some(i) = self.snapshot.pending.iter().position(|p| p == node_id) {
             self.snapshot.pending.remove(i);
@@ -286,13 +439,9 @@ impl<'e> Run<'e> {
         step.cost_usd = result.spent.cost_usd;
         step.tokens = result.spent.tokens.clone();
         self.snapshot.cost_usd += result.spent.cost_usd;
-        for mut event in result.spent.events {
-            event["node_id"] = Value::String(node_id.to_string());
-            self.engine
-                .services
-                .store
-                .add_event(&self.run_id, &event)
-                .await?;
+        // Governance events go in the step's own transaction.
+        for event in &result.spent.events {
+            self.events.push(EventKind::governance(node_id, event));
         }
         let wf = self.wf.clone();
         let node = wf
@@ -303,7 +452,7 @@ impl<'e> Run<'e> {
                 step.status = StepStatus::Failed;
                 step.error = Some(f.message.clone());
                 self.fail(RunError {
-                    code: "node_failed".into(),
+                    code: ErrorCode::NodeFailed,
                     message: format!("node `{node_id}` failed: {}", f.message),
                     node_id: Some(node_id.to_string()),
                 });
@@ -344,18 +493,22 @@ impl<'e> Run<'e> {
                         };
                         if let NodeKind::Loop(_) = node.kind {
                             self.route_loop(node_id, &outcome.route);
-                        } else {
-                            if !self.snapshot.completed.contains(node_id) {
-                                self.snapshot.completed.insert(node_id.to_string());
-                            }
+                        } else if !self.snapshot.completed.contains(node_id) {
+                            self.snapshot.completed.insert(node_id.to_string());
                         }
-                        self.fire(node_id, &outcome.route);
+                        fire(
+                            &self.wf,
+                            &mut self.snapshot,
+                            &self.in_flight,
+                            node_id,
+                            &outcome.route,
+                        );
                     }
                 }
             }
         }
+        self.events.push(finished_event(&step));
         self.unsaved = Some(step);
-        Ok(())
     }
 
     /// Writes a node's result into state: under its output key (graph), or as
@@ -440,165 +593,96 @@ impl<'e> Run<'e> {
         }
     }
 
-    /// Marks a human gate approved and fires its outgoing edges.
-    pub fn complete_gate(&mut self, gate_id: &str) {
-        self.snapshot.completed.insert(gate_id.to_string());
-        self.fire(gate_id, &Route::All);
-    }
-
-    fn fire(&mut self, node_id: &str, route: &Route) {
-        let wf = self.wf.clone();
-        // In the state-machine layouts every transition runs its target again.
-        let revisit = wf.layout == StateLayout::Variables;
-        for e in wf.outgoing(node_id) {
-            let fires = match route {
-                Route::All => true,
-                Route::Key(k) => e.matches(k),
-                Route::Park { .. } | Route::End(_) => false,
-            };
-            if !fires {
-                continue;
-            }
-            let Some(target) = wf.node(&e.target) else {
-                continue;
-            };
-            if matches!(target.kind, NodeKind::Merge) {
-                self.snapshot
-                    .arrivals
-                    .entry(target.id.clone())
-                    .or_default()
-                    .insert(e.id.clone());
-            } else if (revisit || !self.snapshot.completed.contains(&target.id))
-                && !self.snapshot.pending.contains(&target.id)
-            {
-                self.snapshot.pending.push(target.id.clone());
-            }
-        }
-        self.ready_merges();
-    }
-
-    /// Makes ready every merge whose un-arrived incoming edges can no longer fire.
-    fn ready_merges(&mut self) {
-        if self.snapshot.arrivals.is_empty() {
-            return;
-        }
-        let wf = self.wf.clone();
-        loop {
-            let mut changed = false;
-            let waiting: Vec<String> = self
-                .snapshot
-                .arrivals
-                .iter()
-                .filter(|(m, a)| {
-                    !a.is_empty()
-                        && !self.snapshot.pending.contains(m)
-                        && !self.snapshot.completed.contains(*m)
-                })
-                .map(|(m, _)| m.clone())
-                .collect();
-            for m in waiting {
-                let live = self.live_from_frontier(&m);
-                let arrived = self.snapshot.arrivals.get(&m).cloned().unwrap_or_default();
-                let blocked = wf
-                    .incoming(&m)
-                    .any(|e| !arrived.contains(&e.id) && live.contains(e.source.as_str()));
-                if !blocked {
-                    self.snapshot.arrivals.remove(&m);
-                    self.snapshot.pending.push(m);
-                    changed = true;
-                }
-            }
-            if !changed {
-                // Merges that wait on each other (possible only through cycles) must not
-                // stall the run: once nothing else can make progress, release the first.
-                let stalled = self.snapshot.pending.is_empty()
-                    && self.in_flight.is_empty()
-                    && self.snapshot.gates.is_empty();
-                let first = wf.nodes.iter().find(|n| {
-                    self.snapshot
-                        .arrivals
-                        .get(&n.id)
-                        .is_some_and(|a| !a.is_empty())
-                        && !self.snapshot.completed.contains(&n.id)
-                });
-                match first {
-                    Some(m) if stalled => {
-                        self.snapshot.arrivals.remove(&m.id);
-                        self.snapshot.pending.push(m.id.clone());
-                    }
-                    _ => break,
-                }
-            }
-        }
-    }
-
-    /// Nodes that may still run: pending ones, in-flight ones, parked gates, other merges
-    /// that some branch has reached (they will fire), and everything reachable from them
-    /// without passing through `merge`.
-    fn live_from_frontier(&self, merge: &str) -> BTreeSet<String> {
-        let mut seen = BTreeSet::new();
-        let mut queue: VecDeque<String> = self
-            .snapshot
-            .pending
-            .iter()
-            .cloned()
-            .chain(self.in_flight.keys().cloned())
-            .chain(self.snapshot.gates.iter().map(|g| g.node_id.clone()))
-            .chain(
-                self.snapshot
-                    .arrivals
-                    .iter()
-                    .filter(|(m, a)| *m != merge && !a.is_empty())
-                    .map(|(m, _)| m.clone()),
-            )
-            .collect();
-        while let Some(id) = queue.pop_front() {
-            if id == merge || !seen.insert(id.clone()) {
-                continue;
-            }
-            queue.extend(self.wf.outgoing(&id).map(|e| e.target.clone()));
-        }
-        seen
-    }
-
     async fn cancel_in_flight(&mut self) -> Result<(), Error> {
+        let interrupted = matches!(self.ending, Some(Ending::Interrupted));
         let reason = match &self.ending {
             Some(Ending::Failed(e)) => match &e.node_id {
                 Some(n) => format!("cancelled: node `{n}` failed"),
                 None => "cancelled: the run failed".into(),
             },
             Some(Ending::End(_)) => "cancelled: the run reached an end node".into(),
+            Some(Ending::Cancelled) => "cancelled: the run was cancelled".into(),
+            Some(Ending::Interrupted) => {
+                "interrupted: the process driving the run was stopped; it runs again on resume"
+                    .into()
+            }
             None => "cancelled".into(),
         };
-        let in_flight: Vec<(String, InFlight)> = self.in_flight.drain().collect();
-        for (node_id, f) in in_flight {
+        let mut steps = Vec::with_capacity(self.in_flight.len());
+        for (node_id, f) in std::mem::take(&mut self.in_flight) {
             let mut step = f.step;
             step.status = StepStatus::Cancelled;
             step.error = Some(reason.clone());
             step.finished_at = Some(now());
             step.duration_ms = Some(f.started.elapsed().as_millis() as u64);
-            if let Some(i) = self.snapshot.pending.iter().position(|p| *p == node_id) {
+            // An interrupted step stays pending: it runs again when the run is resumed.
+            if !interrupted
+                && let Some(i) = self.snapshot.pending.iter().position(|p| *p == node_id)
+            {
                 self.snapshot.pending.remove(i);
             }
-            self.engine
+            steps.push(step);
+        }
+        steps.sort_by_key(|s| s.seq);
+        if let Some((first, rest)) = steps.split_first() {
+            let events: Vec<EventKind> = steps.iter().map(finished_event).collect();
+            let w = self
+                .engine
                 .services
                 .store
-                .finish_step(&self.run_id, &step, &[], &self.snapshot)
+                .commit_step(
+                    &self.lease,
+                    StepCommit {
+                        step: first,
+                        started: rest,
+                        snapshot: &self.snapshot,
+                        events: &events,
+                    },
+                )
                 .await?;
-            self.engine.observer.step_finished(&step);
+            self.written(w);
         }
         Ok(())
     }
 
     async fn finalize(mut self) -> Result<RunOutcome, Error> {
+        let store = self.engine.services.store.clone();
         let (status, error) = match self.ending.take() {
+            Some(Ending::Interrupted) => {
+                let w = store
+                    .release(
+                        &self.lease,
+                        &self.snapshot,
+                        &[EventKind::RunReleased {
+                            owner: self.lease.owner.clone(),
+                            reason: "interrupted".into(),
+                        }],
+                    )
+                    .await?;
+                self.written(w);
+                return Ok(RunOutcome {
+                    run_id: self.lease.run_id.clone(),
+                    status: RunStatus::Queued,
+                    error: None,
+                    output: self.snapshot.output.clone(),
+                    cost_usd: self.snapshot.cost_usd,
+                });
+            }
+            Some(Ending::Cancelled) => (
+                RunStatus::Cancelled,
+                Some(RunError {
+                    code: ErrorCode::Cancelled,
+                    message: "the run was cancelled".into(),
+                    node_id: None,
+                }),
+            ),
             Some(Ending::Failed(e)) => (RunStatus::Failed, Some(e)),
             Some(Ending::End(EndStatus::Succeeded)) => (RunStatus::Succeeded, None),
             Some(Ending::End(EndStatus::Aborted)) => (RunStatus::Aborted, None),
             Some(Ending::End(EndStatus::Failed)) => (
                 RunStatus::Failed,
                 Some(RunError {
-                    code: "end_failed".into(),
+                    code: ErrorCode::EndFailed,
                     message: "the run reached an end node with status failed".into(),
                     node_id: self
                         .snapshot
@@ -616,29 +700,182 @@ impl<'e> Run<'e> {
         };
         if status.is_terminal() {
             self.snapshot.pending.clear();
+            self.snapshot.gates.clear();
         }
+        let events: Vec<EventKind> = if status == RunStatus::Paused {
+            self.snapshot
+                .gates
+                .iter()
+                .map(|g| EventKind::RunPaused {
+                    node_id: g.node_id.clone(),
+                    prompt: g.prompt.clone(),
+                })
+                .collect()
+        } else {
+            vec![EventKind::RunFinished {
+                status,
+                error: error.clone(),
+            }]
+        };
         let outcome = RunOutcome {
-            run_id: self.run_id.clone(),
+            run_id: self.lease.run_id.clone(),
             status,
             error: error.clone(),
             output: self.snapshot.output.clone(),
             cost_usd: self.snapshot.cost_usd,
         };
-        self.engine
-            .services
-            .store
-            .update_run(
-                &self.run_id,
+        let w = store
+            .finish_run(
+                &self.lease,
                 &RunUpdate {
                     status,
                     error,
                     finished_at: status.is_terminal().then(now),
-                    snapshot: self.snapshot,
+                    snapshot: std::mem::take(&mut self.snapshot),
                 },
+                &events,
             )
             .await?;
+        self.written(w);
         Ok(outcome)
     }
+}
+
+/// The `step_finished` event of a step record.
+fn finished_event(s: &StepRecord) -> EventKind {
+    EventKind::StepFinished {
+        step: s.seq,
+        node_id: s.node_id.clone(),
+        node_type: s.node_type.clone(),
+        status: s.status,
+        route: s.route.clone(),
+        error: s.error.clone(),
+        duration_ms: s.duration_ms.unwrap_or(0),
+        cost_usd: s.cost_usd,
+        attempts: s.attempts.len() as u32,
+    }
+}
+
+/// Marks a human gate approved and fires its outgoing edges (a decision, with no driver).
+pub fn complete_gate(wf: &Workflow, snapshot: &mut Snapshot, gate_id: &str) {
+    snapshot.completed.insert(gate_id.to_string());
+    fire(wf, snapshot, &HashMap::new(), gate_id, &Route::All);
+}
+
+fn fire(
+    wf: &Workflow,
+    snapshot: &mut Snapshot,
+    in_flight: &HashMap<String, InFlight>,
+    node_id: &str,
+    route: &Route,
+) {
+    // In the state-machine layouts every transition runs its target again.
+    let revisit = wf.layout == StateLayout::Variables;
+    for e in wf.outgoing(node_id) {
+        let fires = match route {
+            Route::All => true,
+            Route::Key(k) => e.matches(k),
+            Route::Park { .. } | Route::End(_) => false,
+        };
+        if !fires {
+            continue;
+        }
+        let Some(target) = wf.node(&e.target) else {
+            continue;
+        };
+        if matches!(target.kind, NodeKind::Merge) {
+            snapshot
+                .arrivals
+                .entry(target.id.clone())
+                .or_default()
+                .insert(e.id.clone());
+        } else if (revisit || !snapshot.completed.contains(&target.id))
+            && !snapshot.pending.contains(&target.id)
+        {
+            snapshot.pending.push(target.id.clone());
+        }
+    }
+    ready_merges(wf, snapshot, in_flight);
+}
+
+/// Makes ready every merge whose un-arrived incoming edges can no longer fire.
+fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &HashMap<String, InFlight>) {
+    if snapshot.arrivals.is_empty() {
+        return;
+    }
+    loop {
+        let mut changed = false;
+        let waiting: Vec<String> = snapshot
+            .arrivals
+            .iter()
+            .filter(|(m, a)| {
+                !a.is_empty() && !snapshot.pending.contains(m) && !snapshot.completed.contains(*m)
+            })
+            .map(|(m, _)| m.clone())
+            .collect();
+        for m in waiting {
+            let live = live_from_frontier(wf, snapshot, in_flight, &m);
+            let arrived = snapshot.arrivals.get(&m).cloned().unwrap_or_default();
+            let blocked = wf
+                .incoming(&m)
+                .any(|e| !arrived.contains(&e.id) && live.contains(e.source.as_str()));
+            if !blocked {
+                snapshot.arrivals.remove(&m);
+                snapshot.pending.push(m);
+                changed = true;
+            }
+        }
+        if !changed {
+            // Merges that wait on each other (possible only through cycles) must not
+            // stall the run: once nothing else can make progress, release the first.
+            let stalled =
+                snapshot.pending.is_empty() && in_flight.is_empty() && snapshot.gates.is_empty();
+            let first = wf.nodes.iter().find(|n| {
+                snapshot.arrivals.get(&n.id).is_some_and(|a| !a.is_empty())
+                    && !snapshot.completed.contains(&n.id)
+            });
+            match first {
+                Some(m) if stalled => {
+                    snapshot.arrivals.remove(&m.id);
+                    snapshot.pending.push(m.id.clone());
+                }
+                _ => break,
+            }
+        }
+    }
+}
+
+/// Nodes that may still run: pending ones, in-flight ones, parked gates, other merges
+/// that some branch has reached (they will fire), and everything reachable from them
+/// without passing through `merge`.
+fn live_from_frontier(
+    wf: &Workflow,
+    snapshot: &Snapshot,
+    in_flight: &HashMap<String, InFlight>,
+    merge: &str,
+) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut queue: VecDeque<String> = snapshot
+        .pending
+        .iter()
+        .cloned()
+        .chain(in_flight.keys().cloned())
+        .chain(snapshot.gates.iter().map(|g| g.node_id.clone()))
+        .chain(
+            snapshot
+                .arrivals
+                .iter()
+                .filter(|(m, a)| *m != merge && !a.is_empty())
+                .map(|(m, _)| m.clone()),
+        )
+        .collect();
+    while let Some(id) = queue.pop_front() {
+        if id == merge || !seen.insert(id.clone()) {
+            continue;
+        }
+        queue.extend(wf.outgoing(&id).map(|e| e.target.clone()));
+    }
+    seen
 }
 
 /// What templates and expressions see: public state, plus in the `Variables` layout each

@@ -1,22 +1,24 @@
 //! Property test of the scheduler on random acyclic graphs of agents, conditions and merges,
-//! with fake model, tool and store implementations (the engine's own traits). For each graph
-//! and input the run must succeed without hanging, run exactly the nodes that routing
-//! reaches, run each at most once, and run every merge after all its arrived branches.
+//! with fake model and tool implementations (the engine's own traits) and the in-memory
+//! store. For each graph and input the run must succeed without hanging, run exactly the
+//! nodes that routing reaches, run each at most once, and start every merge after all its
+//! arrived branches committed (by the event log's commit order, not by timestamps).
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use weir_core::event::EventKind;
 use weir_core::expr::Template;
 use weir_core::ir::{
     AgentSpec, AttemptPolicy, ConditionSpec, Dialect, Edge, Node, NodeKind, Workflow,
 };
 use weir_core::model::Usage;
-use weir_core::record::{RunRecord, RunStatus, RunSummary, Snapshot, StepRecord};
+use weir_core::record::RunStatus;
 use weir_core::script::{ScriptCall, ScriptError, ScriptResult, ScriptRunner};
-use weir_core::store::{NewRun, RunStore, RunUpdate, StoreError, StoredRun};
+use weir_core::store::RunStore;
 use weir_core::{
     ModelClient, ModelError, ModelRequest, ModelResponse, ToolCall, ToolError, ToolRunner,
 };
@@ -67,76 +69,6 @@ struct NoScripts;
 impl ScriptRunner for NoScripts {
     async fn run(&self, _: ScriptCall) -> Result<ScriptResult, ScriptError> {
         Err(ScriptError::Runtime("no scripts".into()))
-    }
-}
-
-#[derive(Default)]
-struct MemStore {
-    steps: Mutex<BTreeMap<u32, StepRecord>>,
-    run: Mutex<Option<(RunStatus, Snapshot)>>,
-}
-
-#[async_trait]
-impl RunStore for MemStore {
-    async fn create_run(&self, run: &NewRun) -> Result<(), StoreError> {
-        *self.run.lock().unwrap() = Some((RunStatus::Running, run.snapshot.clone()));
-        Ok(())
-    }
-    async fn start_step(&self, _: &str, step: &StepRecord) -> Result<(), StoreError> {
-        self.steps.lock().unwrap().insert(step.seq, step.clone());
-        Ok(())
-    }
-    async fn finish_step(
-        &self,
-        _: &str,
-        step: &StepRecord,
-        started: &[StepRecord],
-        snap: &Snapshot,
-    ) -> Result<(), StoreError> {
-        for s in started {
-            self.steps.lock().unwrap().insert(s.seq, s.clone());
-        }
-        self.steps.lock().unwrap().insert(step.seq, step.clone());
-        if let Some(r) = self.run.lock().unwrap().as_mut() {
-            r.1 = snap.clone();
-        }
-        Ok(())
-    }
-    async fn update_run(&self, _: &str, u: &RunUpdate) -> Result<(), StoreError> {
-        *self.run.lock().unwrap() = Some((u.status, u.snapshot.clone()));
-        Ok(())
-    }
-    async fn add_event(&self, _: &str, _: &Value) -> Result<(), StoreError> {
-        Ok(())
-    }
-    async fn load_run(&self, id: &str) -> Result<StoredRun, StoreError> {
-        Err(StoreError::NotFound(id.into()))
-    }
-    async fn get_step(&self, id: &str, _: u32) -> Result<StepRecord, StoreError> {
-        Err(StoreError::NotFound(id.into()))
-    }
-    async fn get_record(&self, id: &str) -> Result<RunRecord, StoreError> {
-        let (status, snap) = self.run.lock().unwrap().clone().expect("run exists");
-        Ok(RunRecord {
-            run_id: id.into(),
-            workflow: "prop".into(),
-            dialect: "graph".into(),
-            status,
-            input: json!({}),
-            state: Value::Object(snap.state.as_ref().clone()),
-            output: snap.output.clone(),
-            error: None,
-            pending_gate: None,
-            cost_usd: 0.0,
-            events: vec![],
-            started_at: String::new(),
-            finished_at: None,
-            duration_ms: None,
-            steps: self.steps.lock().unwrap().values().cloned().collect(),
-        })
-    }
-    async fn list_runs(&self, _: u32) -> Result<Vec<RunSummary>, StoreError> {
-        Ok(vec![])
     }
 }
 
@@ -265,7 +197,7 @@ fn random_graphs_run_exactly_the_routed_nodes() {
     for case in 0..300 {
         let wf = Arc::new(random_graph(&mut rng));
         let flags = [rng.below(2) == 0, rng.below(2) == 0, rng.below(2) == 0];
-        let store = Arc::new(MemStore::default());
+        let store = Arc::new(weir_store::Memory::new());
         let engine = Engine::new(
             Services {
                 models: Arc::new(FakeModel),
@@ -302,11 +234,21 @@ fn random_graphs_run_exactly_the_routed_nodes() {
             .iter()
             .map(|s| (s.node_id.clone(), s.seq))
             .collect();
-        let finished: HashMap<String, String> = record
-            .steps
-            .iter()
-            .map(|s| (s.node_id.clone(), s.finished_at.clone().unwrap_or_default()))
-            .collect();
+        // Commit order: the sequence number of each node's step_started / step_finished.
+        let events = rt.block_on(store.events_after(&record.run_id, 0)).unwrap();
+        let mut started_at: HashMap<String, u64> = HashMap::new();
+        let mut finished: HashMap<String, u64> = HashMap::new();
+        for e in &events {
+            match &e.kind {
+                EventKind::StepStarted { node_id, .. } => {
+                    started_at.insert(node_id.clone(), e.seq);
+                }
+                EventKind::StepFinished { node_id, .. } => {
+                    finished.insert(node_id.clone(), e.seq);
+                }
+                _ => {}
+            }
+        }
         ran.sort();
         let total = ran.len();
         ran.dedup();
@@ -320,19 +262,14 @@ fn random_graphs_run_exactly_the_routed_nodes() {
             .iter()
             .filter(|n| matches!(n.kind, NodeKind::Merge))
         {
-            let Some(mseq) = seqs.get(&m.id) else {
+            if !seqs.contains_key(&m.id) {
                 continue;
-            };
-            let mstart = &record
-                .steps
-                .iter()
-                .find(|s| s.seq == *mseq)
-                .unwrap()
-                .started_at;
+            }
+            let mstart = started_at[&m.id];
             for e in wf.incoming(&m.id) {
                 if let Some(f) = finished.get(&e.source) {
                     assert!(
-                        f <= mstart,
+                        *f < mstart,
                         "case {case}: merge {} started before {} finished",
                         m.id,
                         e.source

@@ -21,6 +21,8 @@ use crate::rules::{self, ClaimView};
 #[derive(Default)]
 pub struct Memory {
     inner: Mutex<Inner>,
+    /// Forget a run as soon as it ends (benchmarks: like a run without a checkpointer).
+    ephemeral: bool,
 }
 
 #[derive(Default)]
@@ -135,6 +137,15 @@ impl MemRun {
 impl Memory {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A store that forgets each run when it ends, so a benchmark's memory stays flat; a
+    /// finished run's record cannot be read back.
+    pub fn ephemeral() -> Self {
+        Self {
+            ephemeral: true,
+            ..Self::default()
+        }
     }
 
     fn with_lease<T>(
@@ -293,11 +304,7 @@ impl RunStore for Memory {
         Ok(w)
     }
 
-    async fn commit_step(
-        &self,
-        lease: &Lease,
-        c: StepCommit<'_>,
-    ) -> Result<Written, StoreError> {
+    async fn commit_step(&self, lease: &Lease, c: StepCommit<'_>) -> Result<Written, StoreError> {
         let ((), w) = self.with_lease(lease, |run, w| {
             for s in c.started {
                 run.steps.insert(s.seq, s.clone());
@@ -332,6 +339,11 @@ impl RunStore for Memory {
             run.lease_expires_at = None;
             run.append(events, w);
         })?;
+        if self.ephemeral && u.status.is_terminal() {
+            let mut inner = self.inner.lock().expect("memory store lock");
+            inner.runs.remove(&lease.run_id);
+            inner.order.retain(|id| *id != lease.run_id);
+        }
         Ok(w)
     }
 
@@ -471,11 +483,7 @@ impl RunStore for Memory {
 
     async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError> {
         self.run(run_id, |r| {
-            r.events
-                .iter()
-                .filter(|e| e.seq > after)
-                .cloned()
-                .collect()
+            r.events.iter().filter(|e| e.seq > after).cloned().collect()
         })
     }
 }

@@ -72,10 +72,7 @@ pub fn lease_lost(
             "this driver held epoch {epoch}, but the run was claimed again (epoch {now}{})",
             owner.map(|o| format!(", by {o}")).unwrap_or_default()
         ),
-        Some((_, _, status)) => format!(
-            "the lease was released (the run is {})",
-            status.as_str()
-        ),
+        Some((_, _, status)) => format!("the lease was released (the run is {})", status.as_str()),
     };
     StoreError::LeaseLost {
         run_id: run_id.to_string(),

@@ -496,15 +496,14 @@ impl RunStore for Sqlite {
 
     async fn claim_run(&self, run_id: &str, claim: &Claim) -> Result<(Lease, Written), StoreError> {
         let mut tx = self.pool.begin_with(BEGIN).await.map_err(backend)?;
-        let row = sqlx::query(
-            "SELECT id, status, epoch, owner, lease_expires_at FROM runs WHERE id = ?",
-        )
-        .bind(run_id)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(backend)?
-        .map(|r| ClaimRow::from_row(&r))
-        .ok_or_else(|| not_found(run_id))?;
+        let row =
+            sqlx::query("SELECT id, status, epoch, owner, lease_expires_at FROM runs WHERE id = ?")
+                .bind(run_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend)?
+                .map(|r| ClaimRow::from_row(&r))
+                .ok_or_else(|| not_found(run_id))?;
         if let Some(refusal) = rules::claim_refusal(&row.view(), now_ms()) {
             return Err(refusal);
         }
@@ -584,11 +583,7 @@ impl RunStore for Sqlite {
             .await
     }
 
-    async fn commit_step(
-        &self,
-        lease: &Lease,
-        c: StepCommit<'_>,
-    ) -> Result<Written, StoreError> {
+    async fn commit_step(&self, lease: &Lease, c: StepCommit<'_>) -> Result<Written, StoreError> {
         let mut steps: Vec<&StepRecord> = c.started.iter().collect();
         steps.push(c.step);
         self.fenced(&self.pool, lease, Some(c.snapshot), c.events, &steps)

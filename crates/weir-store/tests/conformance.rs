@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 use weir_core::event::EventKind;
 use weir_core::record::{PendingGate, RunStatus, Snapshot, StepRecord, StepStatus, Tokens};
 use weir_core::store::{
-    CancelOutcome, Claim, GateDecision, Lease, NewRun, RunFilter, RunStore, RunUpdate,
-    StepCommit, StoreError,
+    CancelOutcome, Claim, GateDecision, Lease, NewRun, RunFilter, RunStore, RunUpdate, StepCommit,
+    StoreError,
 };
 
 /// A fresh store of each kind; the temp dir lives as long as the store.
@@ -258,8 +258,13 @@ async fn expired_lease_is_taken_over_and_the_old_one_fenced(f: Fixture) {
         Err(StoreError::LeaseLost { .. })
     ));
     assert!(matches!(
-        s.append_events(&old, &[EventKind::RunCreated { workflow: "x".into() }])
-            .await,
+        s.append_events(
+            &old,
+            &[EventKind::RunCreated {
+                workflow: "x".into()
+            }]
+        )
+        .await,
         Err(StoreError::LeaseLost { .. })
     ));
     let after = s.get_record("r1").await.unwrap();
@@ -318,6 +323,7 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
                 events: &[EventKind::StepFinished {
                     step: 1,
                     node_id: "a".into(),
+                    node_type: "agent".into(),
                     status: StepStatus::Succeeded,
                     route: None,
                     error: None,
@@ -332,13 +338,21 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
     assert_eq!(w.events.len(), 1);
     let r = s.get_record("r1").await.unwrap();
     assert_eq!(r.steps.len(), 2);
-    assert_eq!(r.steps[0], a, "the step round-trips exactly, attempts included");
+    assert_eq!(
+        r.steps[0], a,
+        "the step round-trips exactly, attempts included"
+    );
     assert_eq!(r.steps[1].status, StepStatus::Running);
     assert_eq!(r.state, json!({"a": true}));
     assert_eq!(r.cost_usd, 0.5);
     assert_eq!(
         types(&r.events),
-        ["run_created", "run_started", "step_started", "step_finished"]
+        [
+            "run_created",
+            "run_started",
+            "step_started",
+            "step_finished"
+        ]
     );
 }
 
@@ -468,7 +482,12 @@ async fn cancel_rules(f: Fixture) {
     let (mut lease, _) = s.claim_run("r", &claim("x", 30_000)).await.unwrap();
     let (out, _) = s.request_cancel("r", "me").await.unwrap();
     assert_eq!(out, CancelOutcome::Requested);
-    assert!(s.renew(&mut lease, Duration::from_secs(30)).await.unwrap().cancel_requested);
+    assert!(
+        s.renew(&mut lease, Duration::from_secs(30))
+            .await
+            .unwrap()
+            .cancel_requested
+    );
     assert_eq!(s.load_run("r").await.unwrap().status, RunStatus::Running);
 }
 
@@ -481,15 +500,24 @@ async fn claim_next_takes_runnable_runs_oldest_first(f: Fixture) {
     paused_run(s.as_ref(), "p").await;
     let got = s.claim_next(&claim("w1", 30_000), 2).await.unwrap();
     assert_eq!(
-        got.iter().map(|(l, _)| l.run_id.as_str()).collect::<Vec<_>>(),
+        got.iter()
+            .map(|(l, _)| l.run_id.as_str())
+            .collect::<Vec<_>>(),
         ["a", "b"]
     );
     let got = s.claim_next(&claim("w2", 30_000), 10).await.unwrap();
     assert_eq!(
-        got.iter().map(|(l, _)| l.run_id.as_str()).collect::<Vec<_>>(),
+        got.iter()
+            .map(|(l, _)| l.run_id.as_str())
+            .collect::<Vec<_>>(),
         ["c"]
     );
-    assert!(s.claim_next(&claim("w3", 30_000), 10).await.unwrap().is_empty());
+    assert!(
+        s.claim_next(&claim("w3", 30_000), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// A crash between any two writes of a drive leaves a run another driver can continue from
@@ -503,44 +531,50 @@ async fn a_crash_between_writes_leaves_a_run_that_continues(f: Fixture) {
         n.claim = Some(claim("alice", 60));
         let lease: Lease = s.create_run(&n).await.unwrap().lease.unwrap();
         let writes = [
-            |s: Arc<dyn RunStore>, l: Lease| async move {
-                s.start_steps(&l, &[step(1, "a", StepStatus::Running)], &[])
+            |s: Arc<dyn RunStore>, l: Lease| {
+                async move {
+                    s.start_steps(&l, &[step(1, "a", StepStatus::Running)], &[])
+                        .await
+                        .map(|_| ())
+                }
+                .boxed()
+            },
+            |s: Arc<dyn RunStore>, l: Lease| {
+                async move {
+                    let mut a = step(1, "a", StepStatus::Succeeded);
+                    a.finished_at = Some(weir_core::store::now_rfc3339());
+                    s.commit_step(
+                        &l,
+                        StepCommit {
+                            step: &a,
+                            started: &[step(2, "b", StepStatus::Running)],
+                            snapshot: &snap(&["a"], vec![]),
+                            events: &[],
+                        },
+                    )
                     .await
                     .map(|_| ())
-            }
-            .boxed(),
-            |s: Arc<dyn RunStore>, l: Lease| async move {
-                let mut a = step(1, "a", StepStatus::Succeeded);
-                a.finished_at = Some(weir_core::store::now_rfc3339());
-                s.commit_step(
-                    &l,
-                    StepCommit {
-                        step: &a,
-                        started: &[step(2, "b", StepStatus::Running)],
-                        snapshot: &snap(&["a"], vec![]),
-                        events: &[],
-                    },
-                )
-                .await
-                .map(|_| ())
-            }
-            .boxed(),
-            |s: Arc<dyn RunStore>, l: Lease| async move {
-                let mut b = step(2, "b", StepStatus::Succeeded);
-                b.finished_at = Some(weir_core::store::now_rfc3339());
-                s.commit_step(
-                    &l,
-                    StepCommit {
-                        step: &b,
-                        started: &[],
-                        snapshot: &snap(&["a", "b"], vec![]),
-                        events: &[],
-                    },
-                )
-                .await
-                .map(|_| ())
-            }
-            .boxed(),
+                }
+                .boxed()
+            },
+            |s: Arc<dyn RunStore>, l: Lease| {
+                async move {
+                    let mut b = step(2, "b", StepStatus::Succeeded);
+                    b.finished_at = Some(weir_core::store::now_rfc3339());
+                    s.commit_step(
+                        &l,
+                        StepCommit {
+                            step: &b,
+                            started: &[],
+                            snapshot: &snap(&["a", "b"], vec![]),
+                            events: &[],
+                        },
+                    )
+                    .await
+                    .map(|_| ())
+                }
+                .boxed()
+            },
         ];
         for w in writes.into_iter().take(crash_after) {
             w(s.clone(), lease.clone()).await.unwrap();

@@ -42,6 +42,11 @@ pub struct NodeCtx {
     pub visit: u32,
     /// For loop nodes: the value of `__loop_<id>` for this visit.
     pub loop_count: u32,
+    /// The step's sequence number in the run.
+    pub seq: u32,
+    /// Events that must reach the log while the step runs (an attempt that failed and will
+    /// be retried).
+    pub progress: tokio::sync::mpsc::UnboundedSender<weir_core::event::EventKind>,
     /// Shared by every node of every run: one reference count, not one per service.
     pub services: Arc<Services>,
 }

@@ -1,0 +1,241 @@
+//! Decisions at human gates (DESIGN §8 "Decide"): one conditional transition naming the
+//! gate, written with the decision step and its event in one transaction. Deciding never
+//! drives the run; an approved run becomes `queued` for a driver to claim.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use weir_core::Workflow;
+use weir_core::event::EventKind;
+use weir_core::record::{ErrorCode, PendingGate, RunError, RunStatus, StepStatus};
+use weir_core::store::{GateDecision, StoreError};
+
+use crate::{Engine, Error, now, scheduler};
+
+/// A reviewer's decision at a human gate.
+pub struct Decision {
+    pub approved: bool,
+    pub by: String,
+    /// Approve: an object merged into state. Ignored on reject.
+    pub input: Option<Value>,
+    /// Reject: the reason. Approve: an optional comment.
+    pub comment: Option<String>,
+}
+
+/// What a decision did.
+#[derive(Debug, Clone)]
+pub struct Decided {
+    pub run_id: String,
+    pub gate: String,
+    /// `queued` (approved: a driver continues it), `paused` (another gate still waits) or
+    /// `failed` (rejected).
+    pub status: RunStatus,
+}
+
+impl Engine {
+    /// Decides gate `gate` (or, when `None`, the only or oldest waiting gate) of a paused
+    /// run. Of two concurrent decisions exactly one wins; the other gets `Conflict` naming
+    /// the decision that won.
+    pub async fn decide(
+        &self,
+        wf: Arc<Workflow>,
+        run_id: &str,
+        gate: Option<&str>,
+        decision: Decision,
+    ) -> Result<Decided, Error> {
+        let store = &self.services.store;
+        let stored = store.load_run(run_id).await?;
+        if stored.status != RunStatus::Paused {
+            return Err(Error::Conflict(
+                self.why_not_waiting(run_id, gate, stored.status).await,
+            ));
+        }
+        let mut snapshot = stored.snapshot;
+        let index = match gate {
+            None => 0,
+            Some(g) => snapshot
+                .gates
+                .iter()
+                .position(|p| p.node_id == g)
+                .ok_or_else(|| {
+                    let waiting: Vec<&str> =
+                        snapshot.gates.iter().map(|p| p.node_id.as_str()).collect();
+                    Error::Conflict(format!(
+                        "run {run_id} is not waiting at gate `{g}`; it waits at {}",
+                        if waiting.is_empty() {
+                            "no gate".to_string()
+                        } else {
+                            waiting
+                                .iter()
+                                .map(|w| format!("`{w}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        }
+                    ))
+                })?,
+        };
+        let Some(pending) = snapshot.gates.get(index).cloned() else {
+            return Err(Error::Conflict(format!(
+                "run {run_id} is paused but no gate is waiting; continue it with `weir resume {run_id}`"
+            )));
+        };
+        snapshot.gates.remove(index);
+        let at = now();
+        let mut step = store.get_step(run_id, pending.seq).await?;
+        step.finished_at = Some(at.clone());
+        let key = format!("approval_{}", pending.node_id);
+        let decided_event = EventKind::GateDecided {
+            node_id: pending.node_id.clone(),
+            approved: decision.approved,
+            by: decision.by.clone(),
+            comment: decision.comment.clone(),
+        };
+        let mut events = vec![decided_event];
+        let (status, error, finished_at, also) = if decision.approved {
+            let mut record = json!({"approved": true, "by": decision.by, "at": at});
+            if let Some(c) = &decision.comment {
+                record["comment"] = json!(c);
+            }
+            match &decision.input {
+                None | Some(Value::Null) => {}
+                Some(Value::Object(m)) => {
+                    record["input"] = Value::Object(m.clone());
+                    for (k, v) in m {
+                        if !k.starts_with("__") {
+                            Arc::make_mut(&mut snapshot.state).insert(k.clone(), v.clone());
+                        }
+                    }
+                }
+                Some(_) => {
+                    return Err(Error::InvalidInput(vec![
+                        "approval input must be a JSON object".into(),
+                    ]));
+                }
+            }
+            Arc::make_mut(&mut snapshot.state).insert(key, record.clone());
+            step.status = StepStatus::Succeeded;
+            step.route = Some("approved".into());
+            step.output = record;
+            scheduler::complete_gate(&wf, &mut snapshot, &pending.node_id);
+            let status = if snapshot.gates.is_empty() {
+                RunStatus::Queued
+            } else {
+                RunStatus::Paused
+            };
+            (status, None, None, Vec::new())
+        } else {
+            let reason = decision
+                .comment
+                .clone()
+                .unwrap_or_else(|| "no reason given".into());
+            let record = json!({"approved": false, "by": decision.by, "at": at, "reason": reason});
+            Arc::make_mut(&mut snapshot.state).insert(key, record.clone());
+            step.status = StepStatus::Failed;
+            step.route = Some("rejected".into());
+            step.error = Some(format!("rejected: {reason}"));
+            step.output = record;
+            // The run ends: every other waiting gate closes with it.
+            let mut also = Vec::new();
+            for g in std::mem::take(&mut snapshot.gates) {
+                let mut s = store.get_step(run_id, g.seq).await?;
+                s.status = StepStatus::Cancelled;
+                s.error = Some(format!(
+                    "cancelled: gate `{}` was rejected",
+                    pending.node_id
+                ));
+                s.finished_at = Some(at.clone());
+                also.push(s);
+            }
+            snapshot.pending.clear();
+            let error = RunError {
+                code: ErrorCode::GateRejected,
+                message: format!("rejected at human gate `{}`: {reason}", pending.node_id),
+                node_id: Some(pending.node_id.clone()),
+            };
+            events.push(EventKind::RunFinished {
+                status: RunStatus::Failed,
+                error: Some(error.clone()),
+            });
+            (RunStatus::Failed, Some(error), Some(now()), also)
+        };
+        let written = store
+            .decide(&GateDecision {
+                run_id: run_id.to_string(),
+                expect_epoch: stored.epoch,
+                step,
+                status,
+                error,
+                finished_at,
+                snapshot,
+                also,
+                events,
+            })
+            .await;
+        match written {
+            Ok(w) => {
+                self.publish(run_id, &w.events);
+                Ok(Decided {
+                    run_id: run_id.to_string(),
+                    gate: pending.node_id,
+                    status,
+                })
+            }
+            Err(StoreError::Conflict(_)) => {
+                Err(Error::Conflict(self.lost_to(run_id, &pending).await))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Why a run that is not paused cannot take a decision, naming an earlier decision of the
+    /// gate when there is one.
+    async fn why_not_waiting(&self, run_id: &str, gate: Option<&str>, status: RunStatus) -> String {
+        if let Ok(record) = self.services.store.get_record(run_id).await
+            && let Some(d) = record
+                .steps
+                .iter()
+                .rev()
+                .filter(|s| s.node_type == "human_gate" && gate.is_none_or(|g| g == s.node_id))
+                .find_map(|s| describe_decision(&s.node_id, &s.output))
+        {
+            return format!(
+                "run {run_id} is not waiting at a human gate: {d} (status {})",
+                status.as_str()
+            );
+        }
+        format!(
+            "run {run_id} is not waiting at a human gate (status {})",
+            status.as_str()
+        )
+    }
+
+    /// The message of a decision that lost the race: who won and what they decided.
+    async fn lost_to(&self, run_id: &str, gate: &PendingGate) -> String {
+        match self.services.store.get_step(run_id, gate.seq).await {
+            Ok(s) => match describe_decision(&gate.node_id, &s.output) {
+                Some(d) => format!("run {run_id}: {d}"),
+                None => format!(
+                    "run {run_id} changed while this decision was being written; look again with `weir runs show {run_id}`"
+                ),
+            },
+            Err(e) => format!("run {run_id} changed while deciding ({e})"),
+        }
+    }
+}
+
+/// `gate `review` was already approved by alice at 2026-…`, from a gate step's output.
+fn describe_decision(node_id: &str, output: &Value) -> Option<String> {
+    let approved = output.get("approved")?.as_bool()?;
+    let by = output
+        .get("by")
+        .and_then(Value::as_str)
+        .unwrap_or("someone");
+    let at = output
+        .get("at")
+        .and_then(Value::as_str)
+        .unwrap_or("an earlier time");
+    Some(format!(
+        "gate `{node_id}` was already {} by {by} at {at}",
+        if approved { "approved" } else { "rejected" }
+    ))
+}
