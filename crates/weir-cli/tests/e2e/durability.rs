@@ -18,6 +18,7 @@ fn resume_after_kill_reruns_only_the_step_in_flight() {
     fake.always("/second", Reply::text(200, "two"));
     fake.always("/third", Reply::text(200, "three"));
     let w = Weir::new();
+    w.short_lease(1.0, 0.25);
     let f = w.file("chain.json", &format!(r#"{{"name": "chain", "nodes": [
         {{"id": "first", "type": "tool", "config": {{"tool_name": "http_request", "params": {{"url": "{u}/first"}}}}}},
         {{"id": "second", "type": "tool", "config": {{"tool_name": "http_request", "params": {{"url": "{u}/second"}}}}}},
@@ -37,6 +38,16 @@ fn resume_after_kill_reruns_only_the_step_in_flight() {
     assert_eq!(steps(&before, "first")[0]["status"], "succeeded");
     assert_eq!(steps(&before, "second")[0]["status"], "running");
 
+    // The killed driver's lease is still alive: resume refuses, saying who holds it and
+    // when it expires (exit 5, a conflict). Once it expired, resume takes the run over.
+    let early = w.run(&["resume", &id, "--json"]);
+    assert_eq!(early.code, 5, "{}", early.stderr);
+    assert!(
+        early.stderr.contains("is being driven by") && early.stderr.contains("expires at"),
+        "{}",
+        early.stderr
+    );
+    std::thread::sleep(Duration::from_millis(1200));
     let ran = w.run(&["resume", &id, "--json"]);
     assert_eq!(ran.code, 0, "{}", ran.stderr);
     let r = ran.json();
@@ -60,12 +71,25 @@ fn resume_after_kill_reruns_only_the_step_in_flight() {
         .map(|s| s.headers["idempotency-key"].clone())
         .collect();
     assert_eq!(keys[0], keys[1]);
-    assert!(
-        r["events"]
-            .as_array()
-            .unwrap()
-            .contains(&json!({"type": "run_resumed", "at": r["events"][0]["at"]}))
-    );
-    // A finished run cannot be resumed.
-    assert_eq!(w.run(&["resume", &id]).code, 2);
+    let resumed: Vec<&serde_json::Value> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "run_resumed")
+        .collect();
+    assert_eq!(resumed.len(), 1);
+    assert_eq!(resumed[0]["epoch"], json!(2));
+    assert!(resumed[0]["took_over_from"].is_string(), "{}", resumed[0]);
+    // The event log is gap-free.
+    let seqs: Vec<u64> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    // A finished run cannot be resumed: a conflict.
+    let again = w.run(&["resume", &id]);
+    assert_eq!(again.code, 5, "{}", again.stderr);
+    assert!(again.stderr.contains("already ended"), "{}", again.stderr);
 }

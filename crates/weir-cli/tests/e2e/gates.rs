@@ -65,15 +65,24 @@ fn approve_from_a_later_process_continues_the_run() {
         steps(&r, "send")[0]["output"]["text"],
         "mock reply to: Send with note ship it"
     );
+    let decided: Vec<&serde_json::Value> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "gate_decided")
+        .collect();
+    assert_eq!(decided.len(), 1);
+    assert_eq!(decided[0]["node_id"], "approve");
+    assert_eq!(decided[0]["approved"], true);
+    assert_eq!(decided[0]["by"], "lead@example.com");
+    // Approving again is a conflict that names the decision already made.
+    let again = w.run(&["approve", &id]);
+    assert_eq!(again.code, 5, "{}", again.stderr);
     assert!(
-        r["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["type"] == "gate_approved")
+        again.stderr.contains("already approved by lead@example.com"),
+        "{}",
+        again.stderr
     );
-    // Approving again is a usage error.
-    assert_eq!(w.run(&["approve", &id]).code, 2);
 }
 
 #[test]

@@ -239,6 +239,22 @@ impl Weir {
         self
     }
 
+    /// Short leases (`[lease]` in the scratch directory's weir.toml), so a test can wait out
+    /// the lease of a driver it killed.
+    pub fn short_lease(&self, ttl_seconds: f64, heartbeat_seconds: f64) {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("weir.toml"))
+            .expect("weir.toml");
+        writeln!(
+            f,
+            "\n[lease]\nttl_seconds = {ttl_seconds}\nheartbeat_seconds = {heartbeat_seconds}"
+        )
+        .expect("write weir.toml");
+    }
+
     /// Writes a workflow file into the scratch directory and returns its path.
     pub fn file(&self, name: &str, text: &str) -> String {
         let p = self.dir.path().join(name);

@@ -437,9 +437,23 @@ fn a_custom_http_tool_renders_params_and_secrets_and_never_records_the_secret() 
 fn secrets_in_built_in_tool_params_are_redacted() {
     let fake = Fake::start();
     fake.always("/echo", Reply::text(200, "you sent Bearer zz-secret-991"));
-    let w = Weir::new().env("API_TOKEN", "zz-secret-991");
+    let w = Weir::new().env("API_TOKEN_VALUE", "zz-secret-991");
     let f = w.file("s.json", &format!(r#"{{"nodes": [{{"id": "call", "type": "tool", "config": {{"tool_name": "http_request",
         "params": {{"url": "{}/echo", "headers": {{"Authorization": "Bearer {{secrets.API_TOKEN}}"}}}}}}}}], "edges": []}}"#, fake.url));
+    // Only declared secrets resolve: without [secrets] the workflow is refused before it
+    // runs, naming the node, although the environment holds a value.
+    let refused = w.run(&["run", &f, "--json"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("E026") && refused.stderr.contains("node `call`"),
+        "{}",
+        refused.stderr
+    );
+    assert!(fake.seen("/echo").is_empty());
+    w.file(
+        "weir.toml",
+        "[secrets]\nAPI_TOKEN = { env = \"API_TOKEN_VALUE\" }\n",
+    );
     let ran = w.run(&["run", &f, "--json"]);
     assert_eq!(ran.code, 0, "{}", ran.stderr);
     assert_eq!(
@@ -477,16 +491,21 @@ fn a_custom_tool_deleted_after_the_workflow_was_saved() {
         "{}",
         v.stderr
     );
-    // …and the waiting run, once approved, fails clearly instead of skipping the side effect.
+    // …and approving the waiting run is refused with the same diagnostic instead of
+    // skipping the side effect; the run stays paused at its gate, nothing is lost.
     let ran = w.run(&["approve", &id, "--json"]);
-    assert_eq!(ran.code, 1);
-    let r = ran.json();
-    assert_eq!(r["error"]["node_id"], "crm");
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
     assert!(
-        r["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("re-register it or update the node")
+        ran.stderr.contains("re-register it or update the node")
+            && ran.stderr.contains("no longer compiles"),
+        "{}",
+        ran.stderr
     );
     assert!(fake.seen("/leads/1").is_empty());
+    assert_eq!(w.show(&id)["status"], "paused");
+    // Once the tool is back, the approval goes through and the tool is called.
+    w.file("weir.toml", CRM_TOML);
+    let ran = w.run(&["approve", &id, "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert_eq!(fake.seen("/leads/1").len(), 1);
 }
