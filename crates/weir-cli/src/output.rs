@@ -57,7 +57,7 @@ impl Progress {
                     self.paint("33", "↻"),
                     node_id,
                     error_class,
-                    fmt_ms(*backoff_ms),
+                    fmt_wait(*backoff_ms),
                     error
                 );
             }
@@ -112,6 +112,15 @@ impl EventSink for Progress {
         for e in events {
             self.event(run_id, e);
         }
+    }
+}
+
+/// A backoff: whole seconds as `1 s`, else like a duration.
+fn fmt_wait(ms: u64) -> String {
+    if ms >= 1000 && ms % 1000 == 0 {
+        format!("{} s", ms / 1000)
+    } else {
+        fmt_ms(ms)
     }
 }
 

@@ -6,6 +6,7 @@ mod durability;
 mod enrichment;
 mod examples;
 mod gates;
+mod lifecycle;
 mod gateway;
 mod machine;
 mod pipeline;
