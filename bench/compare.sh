@@ -19,8 +19,9 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 
 cargo build --release --quiet -p weir-bench -p weir-cli
+bin="${CARGO_TARGET_DIR:-target}/release"
 for i in $(seq 1 "$runs"); do
-  ./target/release/weir-bench > "$out/weir-$i.jsonl"
+  "$bin/weir-bench" > "$out/weir-$i.jsonl"
   "$venv/bin/python" "$peer_dir/langgraph_bench.py" > "$out/lg-$i.jsonl"
 done
 
@@ -28,7 +29,7 @@ done
 db="$out/startup.db"
 start=$(date +%s%N)
 for _ in $(seq 1 20); do
-  ./target/release/weir --db "$db" run bench/startup.json --input '{"who": "Ada"}' > /dev/null 2>&1
+  "$bin/weir" --db "$db" run bench/startup.json --input '{"who": "Ada"}' > /dev/null 2>&1
 done
 end=$(date +%s%N)
 echo "{\"bench\": \"startup\", \"metric\": \"weir_run_process\", \"value\": $(( (end - start) / 20000 )), \"unit\": \"us\"}" > "$out/startup.jsonl"

@@ -340,7 +340,20 @@ fn lower_node(cx: &mut Cx, id: &str, body: &tree::Node, ids: &[&str]) -> Option<
         }),
         "end" => {
             let status = cx.end_status(id, body);
-            let output = body.get("output").map(|o| jinja_value(o.to_json()));
+            let output = body.get("output").map(|o| {
+                let mut bad = None;
+                let v = jinja_value(o.to_json(), &mut bad);
+                if let Some(message) = bad {
+                    cx.err(
+                        "E010",
+                        Some(id),
+                        o.span,
+                        format!("invalid template in `output`: {message}"),
+                        "placeholders are {{ expr }}, e.g. {{ build.stdout }} or {{ input.diff }}",
+                    );
+                }
+                v
+            });
             NodeKind::End(EndSpec { status, output })
         }
         _ => return None,
@@ -649,8 +662,9 @@ fn transitions(cx: &mut Cx, node: &Node, body: &tree::Node, ids: &[&str]) -> Vec
 }
 
 /// End-node outputs in the machine dialect use `{{ }}` placeholders; convert them to the
-/// shared `{expr}` form so one renderer serves both.
-fn jinja_value(v: serde_json::Value) -> serde_json::Value {
+/// shared `{expr}` form so one renderer serves both. The first template that does not parse
+/// is reported through `bad`.
+fn jinja_value(v: serde_json::Value, bad: &mut Option<String>) -> serde_json::Value {
     use serde_json::Value;
     match v {
         Value::String(s) => match weir_core::expr::Template::parse_jinja(&s) {
@@ -663,12 +677,17 @@ fn jinja_value(v: serde_json::Value) -> serde_json::Value {
                     })
                     .collect(),
             ),
-            Err(_) => Value::String(s),
+            Err(e) => {
+                bad.get_or_insert(e.message);
+                Value::String(s)
+            }
         },
-        Value::Array(a) => Value::Array(a.into_iter().map(jinja_value).collect()),
-        Value::Object(m) => {
-            Value::Object(m.into_iter().map(|(k, v)| (k, jinja_value(v))).collect())
-        }
+        Value::Array(a) => Value::Array(a.into_iter().map(|x| jinja_value(x, bad)).collect()),
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .map(|(k, v)| (k, jinja_value(v, bad)))
+                .collect(),
+        ),
         other => other,
     }
 }

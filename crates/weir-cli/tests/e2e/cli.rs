@@ -1,5 +1,7 @@
 //! The CLI contract: validate output, exit codes, runs list/show.
 
+use serde_json::json;
+
 use crate::support::{Weir, repo_root};
 
 #[test]
@@ -149,47 +151,92 @@ fn runs_list_and_show() {
 #[test]
 fn run_record_has_the_documented_shape() {
     let w = Weir::new();
-    let f = w.file("one.json", r#"{"nodes": [{"id": "a", "type": "agent", "config": {"model": "mock", "user_message": "a"}}], "edges": []}"#);
-    let r = w.run(&["run", &f, "--json"]).json();
-    for key in [
-        "run_id",
-        "workflow",
-        "dialect",
-        "status",
-        "input",
-        "state",
-        "output",
-        "error",
-        "pending_gate",
-        "cost_usd",
-        "events",
-        "started_at",
-        "finished_at",
-        "duration_ms",
-        "steps",
-    ] {
-        assert!(r.get(key).is_some(), "missing {key}");
+    let f = w.file("one.json", r#"{"nodes": [{"id": "a", "type": "agent", "config": {"model": "mock", "user_message": "hi {who}"}}], "edges": []}"#);
+    let r = w
+        .run(&["run", &f, "--input", r#"{"who": "Ada"}"#, "--json"])
+        .json();
+    let keys: Vec<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "run_id",
+            "workflow",
+            "dialect",
+            "status",
+            "input",
+            "state",
+            "output",
+            "error",
+            "pending_gate",
+            "cost_usd",
+            "events",
+            "started_at",
+            "finished_at",
+            "duration_ms",
+            "steps"
+        ]
+    );
+    assert_eq!(r["run_id"].as_str().unwrap().len(), 36);
+    assert_eq!(r["workflow"], "one");
+    assert_eq!(r["dialect"], "graph");
+    assert_eq!(r["status"], "succeeded");
+    assert_eq!(r["input"], json!({"who": "Ada"}));
+    assert_eq!(
+        r["state"],
+        json!({"who": "Ada", "a": "mock reply to: hi Ada"})
+    );
+    // The output of the last node that ran: the agent's reply record.
+    assert_eq!(r["output"]["text"], "mock reply to: hi Ada");
+    assert_eq!(r["output"]["model"], "mock");
+    assert!(r["error"].is_null() && r["pending_gate"].is_null());
+    assert_eq!(r["cost_usd"], 0.0);
+    for t in ["started_at", "finished_at"] {
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(r[t].as_str().unwrap()).is_ok(),
+            "{t}"
+        );
     }
-    let s = &r["steps"][0];
-    for key in [
-        "seq",
-        "node_id",
-        "status",
-        "route",
-        "input",
-        "output",
-        "cost_usd",
-        "tokens",
-        "attempts",
-        "started_at",
-        "finished_at",
-        "duration_ms",
-    ] {
-        assert!(s.get(key).is_some(), "missing step.{key}");
-    }
-    for key in ["n", "status", "error", "duration_ms"] {
-        assert!(s["attempts"][0].get(key).is_some(), "missing attempt.{key}");
-    }
+    assert!(r["duration_ms"].as_u64().is_some());
+    // The event log: gap-free sequence numbers, in the order things happened.
+    let types: Vec<&str> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            assert_eq!(e["seq"], i as u64 + 1);
+            e["type"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "run_created",
+            "run_started",
+            "step_started",
+            "step_finished",
+            "run_finished"
+        ]
+    );
+    let steps = r["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 1);
+    let s = &steps[0];
+    assert_eq!(s["seq"], 1);
+    assert_eq!(s["node_id"], "a");
+    assert_eq!(s["node_type"], "agent");
+    assert_eq!(s["visit"], 1);
+    assert_eq!(s["status"], "succeeded");
+    assert!(s["route"].is_null());
+    assert!(s["input"].is_null(), "agent steps store no input snapshot");
+    assert_eq!(s["output"]["text"], "mock reply to: hi Ada");
+    assert_eq!(s["tokens"], json!({"input": 2, "output": 6}));
+    assert!(s["finished_at"].is_string() && s["duration_ms"].as_u64().is_some());
+    let a = &s["attempts"][0];
+    assert_eq!(a["n"], 1);
+    assert_eq!(a["status"], "succeeded");
+    assert!(a["error"].is_null());
+    assert_eq!(a["request"]["user"], "hi Ada");
+    assert_eq!(a["response"], "mock reply to: hi Ada");
 }
 
 #[test]

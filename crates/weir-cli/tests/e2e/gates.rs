@@ -79,7 +79,9 @@ fn approve_from_a_later_process_continues_the_run() {
     let again = w.run(&["approve", &id]);
     assert_eq!(again.code, 5, "{}", again.stderr);
     assert!(
-        again.stderr.contains("already approved by lead@example.com"),
+        again
+            .stderr
+            .contains("already approved by lead@example.com"),
         "{}",
         again.stderr
     );

@@ -29,7 +29,13 @@ edges:
 
 fn park(w: &Weir, who: &str) -> String {
     let f = w.file("gated.yaml", GATED);
-    let ran = w.run(&["run", &f, "--input", &json!({"who": who}).to_string(), "--json"]);
+    let ran = w.run(&[
+        "run",
+        &f,
+        "--input",
+        &json!({"who": who}).to_string(),
+        "--json",
+    ]);
     assert_eq!(ran.code, 3, "{}", ran.stderr);
     ran.json()["run_id"].as_str().unwrap().to_string()
 }
@@ -170,7 +176,9 @@ edges:
     };
     wait_until("the delay step to start", || {
         let r = w.show(&id);
-        steps(&r, "wait").first().is_some_and(|s| s["status"] == "running")
+        steps(&r, "wait")
+            .first()
+            .is_some_and(|s| s["status"] == "running")
     });
     signal(&zombie, Signal::SIGSTOP);
     std::thread::sleep(Duration::from_millis(1300));

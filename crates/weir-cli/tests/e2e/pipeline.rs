@@ -284,6 +284,7 @@ fn one_workflow_in_three_dialects_behaves_the_same() {
                 {{"match": "Answer the question", "reply": "Use weir resume."}}]"#
         );
         let mut answers = Vec::new();
+        let mut drafts = Vec::new();
         for f in files {
             let (c, r) = mock_run(
                 &root.join(f).to_string_lossy(),
@@ -298,7 +299,32 @@ fn one_workflow_in_three_dialects_behaves_the_same() {
                 other => other.clone(),
             };
             answers.push(answer);
+            // The draft each dialect recorded, wherever its state layout keeps it.
+            let draft = match &r["state"]["variables"]["draft"] {
+                Value::Null => r["state"]["draft"].clone(),
+                Value::Array(a) => a[0].clone(),
+                v => v["response"].clone(),
+            };
+            drafts.push(draft);
+            if status == "aborted" {
+                // The gate stopped the run before the polish step: no dialect ran it.
+                assert!(
+                    r["steps"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .all(|s| !s["node_id"].as_str().unwrap().contains("polish")),
+                    "{f}: {}",
+                    r["steps"]
+                );
+                assert!(
+                    !r.to_string()
+                        .contains("Run weir resume; finished steps are kept."),
+                    "{f}"
+                );
+            }
         }
+        assert_eq!(drafts, vec![json!("Use weir resume."); 3], "{status}");
         if status == "succeeded" {
             assert!(
                 answers

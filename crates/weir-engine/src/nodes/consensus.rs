@@ -69,6 +69,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &ConsensusSpec) -> Result<Outcome, Fai
     let mut answers: BTreeMap<u32, Value> = BTreeMap::new();
     let mut failure = None;
     while let Some(joined) = agents.join_next().await {
+        // A panicked agent leaves its vote missing; it is reported below, never dropped.
         let Ok((i, result, s)) = joined else { continue };
         spent.merge(s);
         match result {
@@ -94,6 +95,18 @@ pub async fn execute(ctx: &NodeCtx, spec: &ConsensusSpec) -> Result<Outcome, Fai
                 f
             }
         });
+    }
+    if let Some(i) = (0..spec.agent_count).find(|i| !answers.contains_key(i)) {
+        let mut f = Failure::fatal(
+            "internal",
+            format!(
+                "agent {}: its call panicked, so its vote is missing; this is a bug in weir",
+                i + 1
+            ),
+        );
+        f.request = Some(Box::new(request));
+        f.spent = Some(Box::new(spent));
+        return Err(f);
     }
     let votes: Vec<Value> = answers.into_values().collect();
     let mut output =

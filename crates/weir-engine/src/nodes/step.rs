@@ -162,6 +162,8 @@ pub async fn execute(ctx: &NodeCtx, spec: &StepSpec) -> Result<Outcome, Failure>
     let mut texts: Vec<Option<String>> = vec![None; spec.nodes as usize];
     let mut failed = None;
     while let Some(joined) = calls.join_next().await {
+        // A panicked call leaves its reply missing; it is reported below, never judged as
+        // an empty reply.
         let Ok((i, result)) = joined else { continue };
         match result {
             Ok(r) => {
@@ -181,7 +183,19 @@ pub async fn execute(ctx: &NodeCtx, spec: &StepSpec) -> Result<Outcome, Failure>
         f.message = format!("node {}: {}", i + 1, f.message);
         return Err(f);
     }
-    let texts: Vec<String> = texts.into_iter().map(Option::unwrap_or_default).collect();
+    if let Some(i) = texts.iter().position(Option::is_none) {
+        let mut f = Failure::fatal(
+            "internal",
+            format!(
+                "node {}: the model call panicked; this is a bug in weir",
+                i + 1
+            ),
+        );
+        f.request = Some(Box::new(request));
+        f.spent = Some(Box::new(spent));
+        return Err(f);
+    }
+    let texts: Vec<String> = texts.into_iter().flatten().collect();
     let schema = match &spec.gate {
         Some(g) => match &g.condition {
             GateCondition::JsonMatches(s) => {
