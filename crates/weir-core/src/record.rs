@@ -106,8 +106,6 @@ pub enum ErrorCode {
     GateRejected,
     /// Someone cancelled the run.
     Cancelled,
-    /// The workflow stored with the run no longer compiles.
-    WorkflowInvalid,
     /// A bug in weir (a node panicked, the snapshot names an unknown node).
     Internal,
 }
@@ -119,7 +117,6 @@ impl ErrorCode {
         ErrorCode::EndFailed,
         ErrorCode::GateRejected,
         ErrorCode::Cancelled,
-        ErrorCode::WorkflowInvalid,
         ErrorCode::Internal,
     ];
 
@@ -130,7 +127,6 @@ impl ErrorCode {
             ErrorCode::EndFailed => "end_failed",
             ErrorCode::GateRejected => "gate_rejected",
             ErrorCode::Cancelled => "cancelled",
-            ErrorCode::WorkflowInvalid => "workflow_invalid",
             ErrorCode::Internal => "internal",
         }
     }
@@ -287,4 +283,27 @@ fn is_zero(n: &u32) -> bool {
 pub struct StepPass {
     pub pass: u32,
     pub visible: Vec<Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorCode;
+
+    #[test]
+    fn every_run_error_code_has_a_docs_page() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/errors/runs");
+        let index = std::fs::read_to_string(root.join("README.md")).expect("index");
+        for code in ErrorCode::ALL {
+            let page = root.join(format!("{code}.md"));
+            assert!(page.exists(), "run error code {code} has no page");
+            assert!(
+                index.contains(&format!("[{code}]({code}.md)")),
+                "{code} not in the index"
+            );
+            assert_eq!(
+                serde_json::to_value(code).unwrap(),
+                serde_json::json!(code.as_str())
+            );
+        }
+    }
 }
