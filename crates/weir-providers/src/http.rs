@@ -69,12 +69,27 @@ impl WithoutUrl for reqwest::Error {
 }
 
 pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let v = headers.get("retry-after")?.to_str().ok()?;
-    v.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|s| *s >= 0.0)
-        .map(Duration::from_secs_f64)
+    parse_retry_after(headers.get("retry-after")?.to_str().ok()?)
+}
+
+/// The longest `retry-after` kept from a reply (the engine waits at most a minute anyway).
+const RETRY_AFTER_CAP: f64 = 3600.0;
+
+/// `retry-after` as seconds (`2`, `0.5`) or an HTTP date, from any server: a value that is
+/// negative, not a number, infinite or absurdly large never panics; it is ignored or capped.
+pub fn parse_retry_after(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    let secs = match v.parse::<f64>() {
+        Ok(s) => s,
+        Err(_) => {
+            let at = chrono::DateTime::parse_from_rfc2822(v).ok()?;
+            (at.timestamp_millis() - chrono::Utc::now().timestamp_millis()) as f64 / 1000.0
+        }
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return None;
+    }
+    Some(Duration::from_secs_f64(secs.min(RETRY_AFTER_CAP)))
 }
 
 /// Builds the error for a non-2xx reply, keeping the provider's own message.
@@ -124,4 +139,30 @@ pub async fn send_json(req: reqwest::RequestBuilder) -> Result<serde_json::Value
     }
     serde_json::from_str(&text)
         .map_err(|e| ModelError::new(ErrorClass::Malformed, format!("reply is not JSON: {e}")))
+}
+
+#[cfg(test)]
+mod retry_after_tests {
+    use super::parse_retry_after;
+    use std::time::Duration;
+
+    #[test]
+    fn any_retry_after_is_survivable() {
+        assert_eq!(parse_retry_after("2"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_retry_after(" 0.5 "), Some(Duration::from_millis(500)));
+        for capped in ["1e30", "2e19", "99999999999999999999", "18446744073709551616"] {
+            assert_eq!(parse_retry_after(capped), Some(Duration::from_secs(3600)), "{capped}");
+        }
+        for ignored in ["inf", "-inf", "NaN", "-1", "2^64", "", "soon", "1e999999"] {
+            let got = parse_retry_after(ignored);
+            assert!(
+                got.is_none() || got == Some(Duration::from_secs(3600)),
+                "{ignored}: {got:?}"
+            );
+        }
+        let later = (chrono::Utc::now() + chrono::Duration::seconds(30)).to_rfc2822();
+        let d = parse_retry_after(&later).unwrap();
+        assert!(d <= Duration::from_secs(30) && d >= Duration::from_secs(28), "{d:?}");
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+    }
 }

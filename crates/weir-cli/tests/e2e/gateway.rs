@@ -368,6 +368,36 @@ fn retry_after_is_honoured() {
 }
 
 #[test]
+fn any_retry_after_header_is_survived() {
+    // Absurd, infinite and malformed values are capped or ignored: never a panic, and the
+    // attempt is recorded and retried like any other rate limit.
+    for value in ["1e30", "inf", "2e19", "2^64", "99999999999999999999", "-5", "soon"] {
+        let fake = Fake::start();
+        fake.queue(
+            "/v1/messages",
+            vec![anthropic_error(429, "rate_limit_error", "wait").header("retry-after", value)],
+        );
+        fake.always("/v1/chat/completions", openai("from the fallback", 5, 5));
+        let w = weir(&fake);
+        let f = w.file(
+            "a.json",
+            &agent(
+                "claude-haiku-4-5",
+                r#", "fallback_models": ["gpt-4o"], "fallback_error_classes": ["rate_limit"]"#,
+            ),
+        );
+        let ran = w.run(&["run", &f, "--input", r#"{"raw": "x"}"#, "--json"]);
+        assert_eq!(ran.code, 0, "retry-after: {value}: {}", ran.stderr);
+        let r = ran.json();
+        let calls = r["steps"][0]["attempts"][0]["calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 2, "retry-after: {value}: {calls:?}");
+        assert_eq!(calls[0]["error_class"], "rate_limit", "{value}");
+        assert_eq!(fake.seen("/v1/messages").len(), 1);
+        assert_eq!(fake.seen("/v1/chat/completions").len(), 1);
+    }
+}
+
+#[test]
 fn fallback_fails_over_in_order_and_charges_every_call() {
     let fake = Fake::start();
     fake.queue(
