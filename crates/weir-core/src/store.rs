@@ -103,12 +103,12 @@ pub struct Written {
 
 /// A finished step, committed atomically with the `running` rows of the steps it launched,
 /// the snapshot it produced and the events reporting all of it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct StepCommit<'a> {
     pub step: &'a StepRecord,
     pub started: &'a [StepRecord],
     pub snapshot: &'a Snapshot,
-    pub events: &'a [EventKind],
+    pub events: Vec<EventKind>,
 }
 
 /// The end of a drive: a terminal status, or `paused` at a gate. The lease is released.
@@ -182,7 +182,7 @@ pub trait RunStore: Send + Sync {
         &self,
         lease: &Lease,
         steps: &[StepRecord],
-        events: &[EventKind],
+        events: Vec<EventKind>,
     ) -> Result<Written, StoreError>;
 
     /// Commits a finished step with everything that goes with it, in one transaction.
@@ -196,7 +196,7 @@ pub trait RunStore: Send + Sync {
     async fn append_events(
         &self,
         lease: &Lease,
-        events: &[EventKind],
+        events: Vec<EventKind>,
     ) -> Result<Written, StoreError>;
 
     /// Ends the drive: the final (or paused) status and snapshot, with its events; releases
@@ -205,7 +205,7 @@ pub trait RunStore: Send + Sync {
         &self,
         lease: &Lease,
         update: &RunUpdate,
-        events: &[EventKind],
+        events: Vec<EventKind>,
     ) -> Result<Written, StoreError>;
 
     /// Lets go of a run without ending it: it becomes `queued` again, claimable by anyone.
@@ -213,7 +213,7 @@ pub trait RunStore: Send + Sync {
         &self,
         lease: &Lease,
         snapshot: &Snapshot,
-        events: &[EventKind],
+        events: Vec<EventKind>,
     ) -> Result<Written, StoreError>;
 
     /// Applies a gate decision, or `Conflict` when the run moved since it was read.
@@ -239,9 +239,50 @@ pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-/// RFC 3339 with milliseconds, as every record timestamp.
+/// RFC 3339 with milliseconds in UTC (`2026-12-01T08:00:00.000Z`), as every record
+/// timestamp. Formatted by hand: it is written several times per step, and chrono's general
+/// formatter costs more than the rest of a step's bookkeeping.
 pub fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    format_millis(now_ms())
+}
+
+/// Formats Unix milliseconds as [`now_rfc3339`] does (years 0 to 9999).
+pub fn format_millis(ms: i64) -> String {
+    let days = ms.div_euclid(86_400_000);
+    let in_day = ms.rem_euclid(86_400_000);
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let mut out = String::with_capacity(24);
+    push_digits(&mut out, y, 4);
+    for (sep, value) in [
+        ('-', m),
+        ('-', d),
+        ('T', in_day / 3_600_000),
+        (':', in_day / 60_000 % 60),
+        (':', in_day / 1000 % 60),
+    ] {
+        out.push(sep);
+        push_digits(&mut out, value, 2);
+    }
+    out.push('.');
+    push_digits(&mut out, in_day % 1000, 3);
+    out.push('Z');
+    out
+}
+
+fn push_digits(out: &mut String, n: i64, width: u32) {
+    let n = n.clamp(0, 9999) as u32;
+    for i in (0..width).rev() {
+        out.push(char::from(b'0' + (n / 10u32.pow(i) % 10) as u8));
+    }
 }
 
 /// A lease expiry as a reader sees it: `2026-01-01T00:00:30Z (in 12 s)`.
@@ -254,5 +295,24 @@ pub fn describe_expiry(at_ms: i64) -> String {
         format!("{when} (in {left:.0} s)")
     } else {
         format!("{when} ({:.0} s ago)", -left)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::format_millis;
+
+    #[test]
+    fn timestamps_match_chrono() {
+        let mut ms: i64 = 0;
+        // Dates across leap years, century rules and month ends, up to 2200.
+        while ms < 7_258_118_400_000 {
+            let want = chrono::DateTime::from_timestamp_millis(ms)
+                .unwrap()
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+            assert_eq!(format_millis(ms), want);
+            ms += 86_399_999 * 3 + 7;
+        }
+        assert_eq!(format_millis(951_782_400_123), "2000-02-29T00:00:00.123Z");
     }
 }

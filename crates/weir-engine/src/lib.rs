@@ -16,6 +16,7 @@
 
 mod attempt;
 mod decide;
+mod heartbeat;
 pub mod nodes;
 mod scheduler;
 pub mod structured;
@@ -172,6 +173,8 @@ pub struct Engine {
     /// When notified, drives stop: in-flight steps are recorded cancelled and the run is
     /// released (`queued`) for a later `weir resume`.
     pub interrupt: Option<Arc<tokio::sync::Notify>>,
+    /// The leases of the drives under way, renewed by one heartbeat task.
+    leases: Arc<heartbeat::Leases>,
 }
 
 pub fn now() -> String {
@@ -201,6 +204,7 @@ impl Engine {
             owner: process_owner(),
             lease: LeaseTiming::default(),
             interrupt: None,
+            leases: Arc::default(),
         }
     }
 
@@ -235,6 +239,17 @@ impl Engine {
         input: Value,
         opts: CreateOptions,
     ) -> Result<CreatedRun, Error> {
+        Ok(self.insert(wf, source, input, opts).await?.0)
+    }
+
+    /// [`create`](Self::create), also returning the snapshot the run starts from.
+    async fn insert(
+        &self,
+        wf: &Workflow,
+        source: Source,
+        input: Value,
+        opts: CreateOptions,
+    ) -> Result<(CreatedRun, Snapshot), Error> {
         if let Some(schema) = &wf.input_schema {
             let errors = weir_core::schema::Schema::compile(schema)
                 .map_err(|e| Error::InvalidInput(vec![e]))?
@@ -251,6 +266,7 @@ impl Engine {
             ]));
         }
         let run_id = uuid::Uuid::new_v4().to_string();
+        let snapshot = initial_snapshot(wf, &input);
         let created = self
             .services
             .store
@@ -260,7 +276,7 @@ impl Engine {
                 dialect: wf.dialect.as_str().into(),
                 source_path: source.path,
                 source_text: source.text,
-                snapshot: initial_snapshot(wf, &input),
+                snapshot: snapshot.clone(),
                 input,
                 created_at: now(),
                 idempotency_key: opts.idempotency_key,
@@ -268,11 +284,14 @@ impl Engine {
             })
             .await?;
         self.publish(&created.run_id, &created.events);
-        Ok(CreatedRun {
-            run_id: created.run_id,
-            created: created.created,
-            lease: created.lease,
-        })
+        Ok((
+            CreatedRun {
+                run_id: created.run_id,
+                created: created.created,
+                lease: created.lease,
+            },
+            snapshot,
+        ))
     }
 
     /// Claims `run_id` for this driver: it must be queued, or running with an expired lease.
@@ -319,12 +338,11 @@ impl Engine {
         source: Source,
         input: Value,
     ) -> Result<RunOutcome, Error> {
-        let snapshot_wf = wf.clone();
-        let created = self
-            .create(
+        let (created, snapshot) = self
+            .insert(
                 &wf,
                 source,
-                input.clone(),
+                input,
                 CreateOptions {
                     claim: true,
                     ..CreateOptions::default()
@@ -334,7 +352,6 @@ impl Engine {
         let lease = created
             .lease
             .ok_or_else(|| Error::Store("the store did not claim the new run".into()))?;
-        let snapshot = initial_snapshot(&snapshot_wf, &input);
         scheduler::Run::new(self, wf, lease, snapshot).drive().await
     }
 

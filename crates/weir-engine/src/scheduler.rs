@@ -30,9 +30,10 @@ use weir_core::ir::{EndStatus, NodeKind, StateLayout};
 use weir_core::record::{
     ErrorCode, PendingGate, RunError, RunStatus, Snapshot, StepRecord, StepStatus, Tokens,
 };
-use weir_core::store::{Lease, RunUpdate, StepCommit, StoreError, Written};
+use weir_core::store::{Lease, RunUpdate, StepCommit, Written};
 
 use crate::attempt::{self, Attempts};
+use crate::heartbeat::Signal;
 use crate::nodes::{NodeCtx, Route};
 use crate::{Engine, Error, RunOutcome, now};
 
@@ -54,12 +55,6 @@ enum Ending {
     Interrupted,
 }
 
-/// What the heartbeat tells the driver.
-enum Signal {
-    Lost(Error),
-    Cancel,
-}
-
 pub struct Run<'e> {
     engine: &'e Engine,
     wf: Arc<Workflow>,
@@ -77,43 +72,6 @@ pub struct Run<'e> {
     /// Attempt events from node futures (a retry shows when it happens).
     progress: mpsc::UnboundedSender<EventKind>,
     progress_rx: Option<mpsc::UnboundedReceiver<EventKind>>,
-}
-
-/// Renews the lease every `heartbeat` until dropped.
-struct Heartbeat(tokio::task::JoinHandle<()>);
-
-impl Drop for Heartbeat {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-impl Heartbeat {
-    fn spawn(engine: &Engine, mut lease: Lease, tx: mpsc::UnboundedSender<Signal>) -> Self {
-        let store = engine.services.store.clone();
-        let timing = engine.lease;
-        Heartbeat(tokio::spawn(async move {
-            let mut cancel_sent = false;
-            loop {
-                tokio::time::sleep(timing.heartbeat).await;
-                match store.renew(&mut lease, timing.ttl).await {
-                    Ok(w) => {
-                        if w.cancel_requested && !cancel_sent {
-                            cancel_sent = true;
-                            let _ = tx.send(Signal::Cancel);
-                        }
-                    }
-                    Err(e @ StoreError::LeaseLost { .. }) => {
-                        let _ = tx.send(Signal::Lost(e.into()));
-                        return;
-                    }
-                    // A failed renewal is retried at the next beat; if the store stays down
-                    // the lease expires and the next write is refused.
-                    Err(e) => tracing::warn!(run_id = %lease.run_id, "lease renewal failed: {e}"),
-                }
-            }
-        }))
-    }
 }
 
 async fn interrupted(n: &Option<Arc<tokio::sync::Notify>>) {
@@ -181,7 +139,7 @@ impl<'e> Run<'e> {
                         step: first,
                         started: rest,
                         snapshot: &run.snapshot,
-                        events: &events,
+                        events,
                     },
                 )
                 .await?;
@@ -198,8 +156,10 @@ impl<'e> Run<'e> {
     }
 
     pub async fn drive(mut self) -> Result<RunOutcome, Error> {
-        let (sig_tx, mut signals) = mpsc::unbounded_channel();
-        let _heartbeat = Heartbeat::spawn(self.engine, self.lease.clone(), sig_tx);
+        let holding =
+            self.engine
+                .leases
+                .hold(&self.lease, &self.engine.services.store, self.engine.lease);
         let interrupt = self.engine.interrupt.clone();
         let mut progress = self.progress_rx.take().expect("a run is driven once");
         // Node futures are polled here, in the run's own task: concurrency without a task
@@ -217,7 +177,7 @@ impl<'e> Run<'e> {
             }
             tokio::select! {
                 biased;
-                Some(sig) = signals.recv() => match sig {
+                sig = holding.held.wait() => match sig {
                     Signal::Lost(e) => return Err(e),
                     Signal::Cancel => {
                         self.ending.get_or_insert(Ending::Cancelled);
@@ -231,7 +191,7 @@ impl<'e> Run<'e> {
                         .engine
                         .services
                         .store
-                        .append_events(&self.lease, &[ev])
+                        .append_events(&self.lease, vec![ev])
                         .await?;
                     self.written(w);
                 }
@@ -273,17 +233,17 @@ impl<'e> Run<'e> {
                             step: &step,
                             started: &self.started,
                             snapshot: &self.snapshot,
-                            events: &events,
+                            events,
                         },
                     )
                     .await?
             }
             None if !self.started.is_empty() => {
                 store
-                    .start_steps(&self.lease, &self.started, &events)
+                    .start_steps(&self.lease, &self.started, events)
                     .await?
             }
-            None if !events.is_empty() => store.append_events(&self.lease, &events).await?,
+            None if !events.is_empty() => store.append_events(&self.lease, events).await?,
             None => return Ok(()),
         };
         self.started.clear();
@@ -636,7 +596,7 @@ impl<'e> Run<'e> {
                         step: first,
                         started: rest,
                         snapshot: &self.snapshot,
-                        events: &events,
+                        events,
                     },
                 )
                 .await?;
@@ -653,7 +613,7 @@ impl<'e> Run<'e> {
                     .release(
                         &self.lease,
                         &self.snapshot,
-                        &[EventKind::RunReleased {
+                        vec![EventKind::RunReleased {
                             owner: self.lease.owner.clone(),
                             reason: "interrupted".into(),
                         }],
@@ -733,7 +693,7 @@ impl<'e> Run<'e> {
                     finished_at: status.is_terminal().then(now),
                     snapshot: std::mem::take(&mut self.snapshot),
                 },
-                &events,
+                events,
             )
             .await?;
         self.written(w);

@@ -150,8 +150,17 @@ mod retry_after_tests {
     fn any_retry_after_is_survivable() {
         assert_eq!(parse_retry_after("2"), Some(Duration::from_secs(2)));
         assert_eq!(parse_retry_after(" 0.5 "), Some(Duration::from_millis(500)));
-        for capped in ["1e30", "2e19", "99999999999999999999", "18446744073709551616"] {
-            assert_eq!(parse_retry_after(capped), Some(Duration::from_secs(3600)), "{capped}");
+        for capped in [
+            "1e30",
+            "2e19",
+            "99999999999999999999",
+            "18446744073709551616",
+        ] {
+            assert_eq!(
+                parse_retry_after(capped),
+                Some(Duration::from_secs(3600)),
+                "{capped}"
+            );
         }
         for ignored in ["inf", "-inf", "NaN", "-1", "2^64", "", "soon", "1e999999"] {
             let got = parse_retry_after(ignored);
@@ -162,7 +171,10 @@ mod retry_after_tests {
         }
         let later = (chrono::Utc::now() + chrono::Duration::seconds(30)).to_rfc2822();
         let d = parse_retry_after(&later).unwrap();
-        assert!(d <= Duration::from_secs(30) && d >= Duration::from_secs(28), "{d:?}");
+        assert!(
+            d <= Duration::from_secs(30) && d >= Duration::from_secs(28),
+            "{d:?}"
+        );
         assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
     }
 }

@@ -21,15 +21,17 @@ use crate::rules::{self, ClaimView};
 #[derive(Default)]
 pub struct Memory {
     inner: Mutex<Inner>,
-    /// Forget a run as soon as it ends (benchmarks: like a run without a checkpointer).
+    /// Keep only what the lifecycle needs (status, epoch, lease, event count) and forget a
+    /// run as soon as it ends: benchmarks, like a run without a checkpointer.
     ephemeral: bool,
 }
 
 #[derive(Default)]
 struct Inner {
     runs: HashMap<String, MemRun>,
-    /// Creation order, for listing and for claiming oldest first.
-    order: Vec<String>,
+    /// Creation order (a counter → run id), for listing and for claiming oldest first.
+    order: BTreeMap<u64, String>,
+    created: u64,
     keys: HashMap<String, String>,
 }
 
@@ -50,6 +52,11 @@ struct MemRun {
     cancel_requested: bool,
     steps: BTreeMap<u32, StepRecord>,
     events: Vec<RunEvent>,
+    event_seq: u64,
+    /// The store's mode: keep no steps, snapshots or events while the run goes.
+    ephemeral: bool,
+    /// Its key in `Inner::order`.
+    order: u64,
 }
 
 impl MemRun {
@@ -63,15 +70,21 @@ impl MemRun {
         }
     }
 
-    fn append(&mut self, kinds: &[EventKind], w: &mut Written) {
+    fn append(&mut self, kinds: Vec<EventKind>, w: &mut Written) {
+        if kinds.is_empty() {
+            return;
+        }
         let at = now_rfc3339();
-        for k in kinds {
+        for kind in kinds {
+            self.event_seq += 1;
             let e = RunEvent {
-                seq: self.events.len() as u64 + 1,
+                seq: self.event_seq,
                 at: at.clone(),
-                kind: k.clone(),
+                kind,
             };
-            self.events.push(e.clone());
+            if !self.ephemeral {
+                self.events.push(e.clone());
+            }
             w.events.push(e);
         }
     }
@@ -88,7 +101,7 @@ impl MemRun {
             cancel_requested: self.cancel_requested,
             ..Written::default()
         };
-        self.append(&[event], &mut w);
+        self.append(vec![event], &mut w);
         (
             Lease {
                 run_id: run_id.to_string(),
@@ -122,7 +135,7 @@ impl MemRun {
         self.finished_at = Some(at);
         self.lease_expires_at = None;
         self.append(
-            &[
+            vec![
                 EventKind::CancelRequested { by: by.to_string() },
                 EventKind::RunFinished {
                     status: RunStatus::Cancelled,
@@ -208,7 +221,11 @@ impl RunStore for Memory {
             source_path: new.source_path.clone(),
             source_text: new.source_text.clone(),
             input: new.input.clone(),
-            snapshot: new.snapshot.clone(),
+            snapshot: if self.ephemeral {
+                Snapshot::default()
+            } else {
+                new.snapshot.clone()
+            },
             status: RunStatus::Queued,
             error: None,
             started_at: new.created_at.clone(),
@@ -219,10 +236,13 @@ impl RunStore for Memory {
             cancel_requested: false,
             steps: BTreeMap::new(),
             events: Vec::new(),
+            event_seq: 0,
+            ephemeral: self.ephemeral,
+            order: 0,
         };
         let mut w = Written::default();
         run.append(
-            &[EventKind::RunCreated {
+            vec![EventKind::RunCreated {
                 workflow: new.workflow.clone(),
             }],
             &mut w,
@@ -232,8 +252,11 @@ impl RunStore for Memory {
             w.events.extend(claimed.events);
             lease
         });
+        inner.created += 1;
+        let order = inner.created;
+        run.order = order;
+        inner.order.insert(order, new.run_id.clone());
         inner.runs.insert(new.run_id.clone(), run);
-        inner.order.push(new.run_id.clone());
         if let Some(key) = &new.idempotency_key {
             inner.keys.insert(key.clone(), new.run_id.clone());
         }
@@ -266,7 +289,7 @@ impl RunStore for Memory {
         let now = now_ms();
         let ids: Vec<String> = inner
             .order
-            .iter()
+            .values()
             .filter(|id| {
                 inner
                     .runs
@@ -293,11 +316,13 @@ impl RunStore for Memory {
         &self,
         lease: &Lease,
         steps: &[StepRecord],
-        events: &[EventKind],
+        events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
         let ((), w) = self.with_lease(lease, |run, w| {
-            for s in steps {
-                run.steps.insert(s.seq, s.clone());
+            if !run.ephemeral {
+                for s in steps {
+                    run.steps.insert(s.seq, s.clone());
+                }
             }
             run.append(events, w);
         })?;
@@ -306,11 +331,14 @@ impl RunStore for Memory {
 
     async fn commit_step(&self, lease: &Lease, c: StepCommit<'_>) -> Result<Written, StoreError> {
         let ((), w) = self.with_lease(lease, |run, w| {
-            for s in c.started {
-                run.steps.insert(s.seq, s.clone());
+            // Holding the snapshot would make the driver's next write copy the state.
+            if !run.ephemeral {
+                for s in c.started {
+                    run.steps.insert(s.seq, s.clone());
+                }
+                run.steps.insert(c.step.seq, c.step.clone());
+                run.snapshot = c.snapshot.clone();
             }
-            run.steps.insert(c.step.seq, c.step.clone());
-            run.snapshot = c.snapshot.clone();
             run.append(c.events, w);
         })?;
         Ok(w)
@@ -319,7 +347,7 @@ impl RunStore for Memory {
     async fn append_events(
         &self,
         lease: &Lease,
-        events: &[EventKind],
+        events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
         let ((), w) = self.with_lease(lease, |run, w| run.append(events, w))?;
         Ok(w)
@@ -329,20 +357,23 @@ impl RunStore for Memory {
         &self,
         lease: &Lease,
         u: &RunUpdate,
-        events: &[EventKind],
+        events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
         let ((), w) = self.with_lease(lease, |run, w| {
             run.status = u.status;
             run.error = u.error.clone();
             run.finished_at = u.finished_at.clone();
-            run.snapshot = u.snapshot.clone();
+            if !(run.ephemeral && u.status.is_terminal()) {
+                run.snapshot = u.snapshot.clone();
+            }
             run.lease_expires_at = None;
             run.append(events, w);
         })?;
         if self.ephemeral && u.status.is_terminal() {
             let mut inner = self.inner.lock().expect("memory store lock");
-            inner.runs.remove(&lease.run_id);
-            inner.order.retain(|id| *id != lease.run_id);
+            if let Some(run) = inner.runs.remove(&lease.run_id) {
+                inner.order.remove(&run.order);
+            }
         }
         Ok(w)
     }
@@ -351,7 +382,7 @@ impl RunStore for Memory {
         &self,
         lease: &Lease,
         snapshot: &Snapshot,
-        events: &[EventKind],
+        events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
         let ((), w) = self.with_lease(lease, |run, w| {
             run.status = RunStatus::Queued;
@@ -386,7 +417,7 @@ impl RunStore for Memory {
             run.steps.insert(s.seq, s.clone());
         }
         let mut w = Written::default();
-        run.append(&d.events, &mut w);
+        run.append(d.events.clone(), &mut w);
         Ok(w)
     }
 
@@ -407,7 +438,10 @@ impl RunStore for Memory {
             RunStatus::Running if live => {
                 if !run.cancel_requested {
                     run.cancel_requested = true;
-                    run.append(&[EventKind::CancelRequested { by: by.to_string() }], &mut w);
+                    run.append(
+                        vec![EventKind::CancelRequested { by: by.to_string() }],
+                        &mut w,
+                    );
                 }
                 w.cancel_requested = true;
                 Ok((CancelOutcome::Requested, w))
@@ -465,7 +499,7 @@ impl RunStore for Memory {
         let inner = self.inner.lock().expect("memory store lock");
         Ok(inner
             .order
-            .iter()
+            .values()
             .rev()
             .filter_map(|id| inner.runs.get(id).map(|r| (id, r)))
             .filter(|(_, r)| filter.status.is_none_or(|s| s == r.status))

@@ -125,6 +125,7 @@ ALTER TABLE runs ADD COLUMN idempotency_key TEXT;
 ALTER TABLE runs ADD COLUMN event_seq INTEGER NOT NULL DEFAULT 0;
 CREATE UNIQUE INDEX runs_idempotency ON runs (idempotency_key) WHERE idempotency_key IS NOT NULL;
 CREATE INDEX runs_runnable ON runs (status, lease_expires_at) WHERE status IN ('queued', 'running');
+-- `body` is the event without its `seq` (the key): `{"at", "type", …}`.
 CREATE TABLE run_events (
     run_id  TEXT NOT NULL,
     seq     INTEGER NOT NULL,
@@ -132,7 +133,7 @@ CREATE TABLE run_events (
     PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID;
 INSERT INTO run_events (run_id, seq, body)
-    SELECT run_id, n, json_object('seq', n, 'at', COALESCE(body ->> '$.at', ''),
+    SELECT run_id, n, json_object('at', COALESCE(body ->> '$.at', ''),
                                   'type', 'legacy', 'body', json(body))
     FROM (SELECT run_id, body, ROW_NUMBER() OVER (PARTITION BY run_id ORDER BY id) AS n
           FROM events);

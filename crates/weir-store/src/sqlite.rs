@@ -1,7 +1,10 @@
 //! The SQLite store (embedded default): WAL journal, explicit statements, one `BEGIN
 //! IMMEDIATE` transaction per change. Every write of a drive is fenced by the run's epoch:
 //! the first statement of its transaction is an `UPDATE … WHERE id = ? AND epoch = ?` that
-//! also reserves the event sequence numbers, so a stale driver's write changes nothing.
+//! also reserves the event sequence numbers, and every statement after it is guarded by the
+//! same condition, so a stale driver's write changes nothing. A drive's writes (a step
+//! commit, started steps, events, the end of the drive) are sent as one multi-statement
+//! batch, `BEGIN IMMEDIATE; …; COMMIT`: one round trip to the database thread per write.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -191,26 +194,6 @@ impl Sqlite {
         }
         Ok(steps)
     }
-
-    /// A fenced write on `pool`: `f` runs inside the transaction after the fence.
-    async fn fenced(
-        &self,
-        pool: &SqlitePool,
-        lease: &Lease,
-        snapshot: Option<&Snapshot>,
-        events: &[EventKind],
-        steps: &[&StepRecord],
-    ) -> Result<Written, StoreError> {
-        let mut tx = pool.begin_with(BEGIN).await.map_err(backend)?;
-        let (first, cancel) = fence(&mut tx, lease, snapshot, events.len()).await?;
-        insert_steps(&mut tx, &lease.run_id, steps).await?;
-        let events = insert_events(&mut tx, &lease.run_id, first, events).await?;
-        tx.commit().await.map_err(backend)?;
-        Ok(Written {
-            events,
-            cancel_requested: cancel,
-        })
-    }
 }
 
 /// The fence: bumps the event sequence (and writes the snapshot) only while the run's epoch
@@ -316,36 +299,258 @@ async fn insert_steps(
     Ok(())
 }
 
+/// The stored body of an event: everything but its sequence number, which is the row's key.
+#[derive(serde::Serialize)]
+struct Body<'a> {
+    at: &'a str,
+    #[serde(flatten)]
+    kind: &'a EventKind,
+}
+
+/// An event as readers see it, `{"seq", "at", "type", …}`, from its row.
+fn event_value(seq: i64, body: &str) -> Result<Value, StoreError> {
+    let Value::Object(rest) = parse::<Value>(body)? else {
+        return Err(StoreError::Backend("corrupt stored event".into()));
+    };
+    let mut m = serde_json::Map::with_capacity(rest.len() + 1);
+    m.insert("seq".into(), Value::from(seq));
+    m.extend(rest);
+    Ok(Value::Object(m))
+}
+
+fn event_of(seq: i64, body: &str) -> Result<RunEvent, StoreError> {
+    serde_json::from_value(event_value(seq, body)?)
+        .map_err(|e| StoreError::Backend(format!("corrupt stored event: {e}")))
+}
+
 /// Appends events from sequence number `first` on (reserved by the caller's `UPDATE`).
 async fn insert_events(
     conn: &mut SqliteConnection,
     run_id: &str,
     first: i64,
-    kinds: &[EventKind],
+    kinds: Vec<EventKind>,
 ) -> Result<Vec<RunEvent>, StoreError> {
     if kinds.is_empty() {
         return Ok(Vec::new());
     }
     let at = now_rfc3339();
-    let events: Vec<RunEvent> = kinds
-        .iter()
-        .enumerate()
-        .map(|(i, k)| RunEvent {
-            seq: (first + i as i64) as u64,
-            at: at.clone(),
-            kind: k.clone(),
-        })
-        .collect();
-    let mut rows = Vec::with_capacity(events.len());
-    for e in &events {
-        rows.push((e.seq as i64, json(e)?));
+    let mut rows = Vec::with_capacity(kinds.len());
+    for (i, kind) in kinds.iter().enumerate() {
+        rows.push((first + i as i64, json(&Body { at: &at, kind })?));
     }
     let mut q: QueryBuilder<Db> = QueryBuilder::new("INSERT INTO run_events (run_id, seq, body) ");
     q.push_values(rows, |mut b, (seq, body)| {
         b.push_bind(run_id).push_bind(seq).push_bind(body);
     });
     q.build().execute(&mut *conn).await.map_err(backend)?;
-    Ok(events)
+    Ok(kinds
+        .into_iter()
+        .enumerate()
+        .map(|(i, kind)| RunEvent {
+            seq: (first + i as i64) as u64,
+            at: at.clone(),
+            kind,
+        })
+        .collect())
+}
+
+/// How a fenced batch ends the drive, if it does.
+enum End<'a> {
+    /// A terminal status or `paused`; the lease is released.
+    Finish(&'a RunUpdate),
+    /// Back to `queued`; the lease is released.
+    Release,
+}
+
+/// One write of a drive, sent as a single batch.
+struct Fenced<'a> {
+    lease: &'a Lease,
+    snapshot: Option<&'a Snapshot>,
+    steps: Vec<&'a StepRecord>,
+    events: Vec<EventKind>,
+    end: Option<End<'a>>,
+}
+
+/// ` WHERE EXISTS (the lease is still the run's)`: the guard of every statement after the fence.
+fn push_guard(q: &mut QueryBuilder<Db>, lease: &Lease) {
+    q.push(" WHERE EXISTS (SELECT 1 FROM runs WHERE id = ")
+        .push_bind(lease.run_id.clone())
+        .push(" AND epoch = ")
+        .push_bind(lease.epoch as i64)
+        .push(" AND lease_expires_at IS NOT NULL)");
+}
+
+fn push_step_rows(
+    q: &mut QueryBuilder<Db>,
+    run_id: &str,
+    steps: &[&StepRecord],
+) -> Result<(), StoreError> {
+    q.push(
+        "INSERT OR REPLACE INTO steps (run_id, seq, node_id, node_type, visit, status, route,
+             input, output, error, cost_usd, tokens_in, tokens_out, started_at, finished_at,
+             duration_ms) SELECT * FROM (VALUES ",
+    );
+    for (i, s) in steps.iter().enumerate() {
+        if i > 0 {
+            q.push(", ");
+        }
+        let mut b = q.separated(", ");
+        b.push_unseparated("(");
+        b.push_bind(run_id.to_string())
+            .push_bind(i64::from(s.seq))
+            .push_bind(s.node_id.clone())
+            .push_bind(s.node_type.clone())
+            .push_bind(i64::from(s.visit))
+            .push_bind(s.status.as_str())
+            .push_bind(s.route.clone())
+            .push_bind(json(&s.input)?)
+            .push_bind(json(&s.output)?)
+            .push_bind(s.error.clone())
+            .push_bind(s.cost_usd)
+            .push_bind(s.tokens.input as i64)
+            .push_bind(s.tokens.output as i64)
+            .push_bind(s.started_at.clone())
+            .push_bind(s.finished_at.clone())
+            .push_bind(s.duration_ms.map(|d| d as i64));
+        b.push_unseparated(")");
+    }
+    q.push(")");
+    Ok(())
+}
+
+impl Sqlite {
+    /// Sends one fenced write as a single batch: `BEGIN IMMEDIATE`, the fence (which
+    /// reserves the event numbers and writes the snapshot), the guarded inserts, the end of
+    /// the drive if any, `COMMIT`. When the fence refuses, every guarded statement changes
+    /// nothing and the write is `LeaseLost`.
+    async fn fenced(&self, pool: &SqlitePool, w: Fenced<'_>) -> Result<Written, StoreError> {
+        let run_id = w.lease.run_id.as_str();
+        let n = w.events.len() as i64;
+        let mut q: QueryBuilder<Db> =
+            QueryBuilder::new("BEGIN IMMEDIATE; UPDATE runs SET event_seq = event_seq + ");
+        q.push_bind(n);
+        if let Some(s) = w.snapshot {
+            q.push(", snapshot = ")
+                .push_bind(json(s)?)
+                .push(", cost_usd = ")
+                .push_bind(s.cost_usd);
+        }
+        q.push(" WHERE id = ")
+            .push_bind(run_id.to_string())
+            .push(" AND epoch = ")
+            .push_bind(w.lease.epoch as i64)
+            .push(" AND lease_expires_at IS NOT NULL RETURNING event_seq, cancel_requested; ");
+        if !w.steps.is_empty() {
+            push_step_rows(&mut q, run_id, &w.steps)?;
+            push_guard(&mut q, w.lease);
+            q.push("; ");
+            let mut attempts = Vec::new();
+            for s in &w.steps {
+                for a in &s.attempts {
+                    attempts.push((s.seq, a.n, json(a)?));
+                }
+            }
+            if !attempts.is_empty() {
+                q.push(
+                    "INSERT OR REPLACE INTO attempts (run_id, seq, n, body) SELECT * FROM (VALUES ",
+                );
+                for (i, (seq, an, body)) in attempts.into_iter().enumerate() {
+                    if i > 0 {
+                        q.push(", ");
+                    }
+                    q.push("(")
+                        .push_bind(run_id.to_string())
+                        .push(", ")
+                        .push_bind(i64::from(seq))
+                        .push(", ")
+                        .push_bind(i64::from(an))
+                        .push(", ")
+                        .push_bind(body)
+                        .push(")");
+                }
+                q.push(")");
+                push_guard(&mut q, w.lease);
+                q.push("; ");
+            }
+        }
+        let at = now_rfc3339();
+        if n > 0 {
+            // Event k of n gets the reserved number `event_seq - (n - 1 - k)`.
+            q.push("INSERT INTO run_events (run_id, seq, body) SELECT ")
+                .push_bind(run_id.to_string())
+                .push(", (SELECT event_seq FROM runs WHERE id = ")
+                .push_bind(run_id.to_string())
+                .push(") - column1, column2 FROM (VALUES ");
+            for (k, kind) in w.events.iter().enumerate() {
+                if k > 0 {
+                    q.push(", ");
+                }
+                q.push("(")
+                    .push_bind(n - 1 - k as i64)
+                    .push(", ")
+                    .push_bind(json(&Body { at: &at, kind })?)
+                    .push(")");
+            }
+            q.push(")");
+            push_guard(&mut q, w.lease);
+            q.push("; ");
+        }
+        match &w.end {
+            Some(End::Finish(u)) => {
+                q.push("UPDATE runs SET status = ")
+                    .push_bind(u.status.as_str())
+                    .push(", error = ")
+                    .push_bind(u.error.as_ref().map(json).transpose()?)
+                    .push(", finished_at = ")
+                    .push_bind(u.finished_at.clone())
+                    .push(", lease_expires_at = NULL");
+            }
+            Some(End::Release) => {
+                q.push("UPDATE runs SET status = 'queued', lease_expires_at = NULL");
+            }
+            None => {}
+        }
+        if w.end.is_some() {
+            q.push(" WHERE id = ")
+                .push_bind(run_id.to_string())
+                .push(" AND epoch = ")
+                .push_bind(w.lease.epoch as i64)
+                .push(" AND lease_expires_at IS NOT NULL; ");
+        }
+        q.push("COMMIT");
+        let mut conn = pool.acquire().await.map_err(backend)?;
+        let rows = match q.build().fetch_all(&mut *conn).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                // A statement failed inside the batch: closing the connection rolls back
+                // whatever the batch had begun.
+                conn.close().await.ok();
+                return Err(backend(e));
+            }
+        };
+        let Some(row) = rows.first() else {
+            return Err(fence(&mut conn, w.lease, None, 0)
+                .await
+                .err()
+                .unwrap_or_else(|| rules::lease_lost(run_id, w.lease.epoch, None)));
+        };
+        let last: i64 = row.get(0);
+        let cancel = row.get::<i64, _>(1) != 0;
+        let first = last - n + 1;
+        Ok(Written {
+            events: w
+                .events
+                .into_iter()
+                .enumerate()
+                .map(|(k, kind)| RunEvent {
+                    seq: (first + k as i64) as u64,
+                    at: at.clone(),
+                    kind,
+                })
+                .collect(),
+            cancel_requested: cancel,
+        })
+    }
 }
 
 /// The claim columns of one run.
@@ -402,7 +607,7 @@ async fn claim_row(
     .await
     .map_err(backend)?
     .ok_or_else(|| StoreError::Conflict(format!("run {} was claimed by someone else", row.id)))?;
-    let events = insert_events(conn, &row.id, r.get(0), &[event]).await?;
+    let events = insert_events(conn, &row.id, r.get(0), vec![event]).await?;
     Ok((
         Lease {
             run_id: row.id.clone(),
@@ -465,7 +670,7 @@ impl RunStore for Sqlite {
             &mut tx,
             &run.run_id,
             1,
-            &[EventKind::RunCreated {
+            vec![EventKind::RunCreated {
                 workflow: run.workflow.clone(),
             }],
         )
@@ -576,74 +781,91 @@ impl RunStore for Sqlite {
         &self,
         lease: &Lease,
         steps: &[StepRecord],
-        events: &[EventKind],
+        events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        let steps: Vec<&StepRecord> = steps.iter().collect();
-        self.fenced(&self.visible, lease, None, events, &steps)
-            .await
+        self.fenced(
+            &self.visible,
+            Fenced {
+                lease,
+                snapshot: None,
+                steps: steps.iter().collect(),
+                events,
+                end: None,
+            },
+        )
+        .await
     }
 
     async fn commit_step(&self, lease: &Lease, c: StepCommit<'_>) -> Result<Written, StoreError> {
         let mut steps: Vec<&StepRecord> = c.started.iter().collect();
         steps.push(c.step);
-        self.fenced(&self.pool, lease, Some(c.snapshot), c.events, &steps)
-            .await
+        self.fenced(
+            &self.pool,
+            Fenced {
+                lease,
+                snapshot: Some(c.snapshot),
+                steps,
+                events: c.events,
+                end: None,
+            },
+        )
+        .await
     }
 
     async fn append_events(
         &self,
         lease: &Lease,
-        events: &[EventKind],
+        events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        self.fenced(&self.visible, lease, None, events, &[]).await
+        self.fenced(
+            &self.visible,
+            Fenced {
+                lease,
+                snapshot: None,
+                steps: Vec::new(),
+                events,
+                end: None,
+            },
+        )
+        .await
     }
 
     async fn finish_run(
         &self,
         lease: &Lease,
         u: &RunUpdate,
-        events: &[EventKind],
+        events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        let mut tx = self.pool.begin_with(BEGIN).await.map_err(backend)?;
-        let (first, cancel) = fence(&mut tx, lease, Some(&u.snapshot), events.len()).await?;
-        sqlx::query(
-            "UPDATE runs SET status = ?, error = ?, finished_at = ?, lease_expires_at = NULL
-             WHERE id = ?",
+        self.fenced(
+            &self.pool,
+            Fenced {
+                lease,
+                snapshot: Some(&u.snapshot),
+                steps: Vec::new(),
+                events,
+                end: Some(End::Finish(u)),
+            },
         )
-        .bind(u.status.as_str())
-        .bind(u.error.as_ref().map(json).transpose()?)
-        .bind(u.finished_at.as_deref())
-        .bind(lease.run_id.as_str())
-        .execute(&mut *tx)
         .await
-        .map_err(backend)?;
-        let events = insert_events(&mut tx, &lease.run_id, first, events).await?;
-        tx.commit().await.map_err(backend)?;
-        Ok(Written {
-            events,
-            cancel_requested: cancel,
-        })
     }
 
     async fn release(
         &self,
         lease: &Lease,
         snapshot: &Snapshot,
-        events: &[EventKind],
+        events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        let mut tx = self.pool.begin_with(BEGIN).await.map_err(backend)?;
-        let (first, cancel) = fence(&mut tx, lease, Some(snapshot), events.len()).await?;
-        sqlx::query("UPDATE runs SET status = 'queued', lease_expires_at = NULL WHERE id = ?")
-            .bind(lease.run_id.as_str())
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
-        let events = insert_events(&mut tx, &lease.run_id, first, events).await?;
-        tx.commit().await.map_err(backend)?;
-        Ok(Written {
-            events,
-            cancel_requested: cancel,
-        })
+        self.fenced(
+            &self.pool,
+            Fenced {
+                lease,
+                snapshot: Some(snapshot),
+                steps: Vec::new(),
+                events,
+                end: Some(End::Release),
+            },
+        )
+        .await
     }
 
     async fn decide(&self, d: &GateDecision) -> Result<Written, StoreError> {
@@ -687,7 +909,7 @@ impl RunStore for Sqlite {
             &mut tx,
             &d.run_id,
             last - d.events.len() as i64 + 1,
-            &d.events,
+            d.events.clone(),
         )
         .await?;
         tx.commit().await.map_err(backend)?;
@@ -732,7 +954,7 @@ impl RunStore for Sqlite {
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(backend)?;
-                insert_events(&mut tx, run_id, r.get(0), &[requested]).await?
+                insert_events(&mut tx, run_id, r.get(0), vec![requested]).await?
             };
             tx.commit().await.map_err(backend)?;
             return Ok((
@@ -779,7 +1001,7 @@ impl RunStore for Sqlite {
             &mut tx,
             run_id,
             r.get::<i64, _>(0) - 1,
-            &[
+            vec![
                 requested,
                 EventKind::RunFinished {
                     status: RunStatus::Cancelled,
@@ -842,13 +1064,13 @@ impl RunStore for Sqlite {
         .ok_or_else(|| not_found(run_id))?;
         let snapshot: Snapshot = parse(row.get::<&str, _>("snapshot"))?;
         let error: Option<String> = row.get("error");
-        let events = sqlx::query("SELECT body FROM run_events WHERE run_id = ? ORDER BY seq")
+        let events = sqlx::query("SELECT seq, body FROM run_events WHERE run_id = ? ORDER BY seq")
             .bind(run_id)
             .fetch_all(&self.pool)
             .await
             .map_err(backend)?
             .iter()
-            .map(|r| parse::<Value>(r.get::<&str, _>("body")))
+            .map(|r| event_value(r.get(0), r.get::<&str, _>(1)))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(crate::record(crate::RecordParts {
             run_id,
@@ -891,14 +1113,14 @@ impl RunStore for Sqlite {
     }
 
     async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError> {
-        sqlx::query("SELECT body FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq")
+        sqlx::query("SELECT seq, body FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq")
             .bind(run_id)
             .bind(after as i64)
             .fetch_all(&self.pool)
             .await
             .map_err(backend)?
             .iter()
-            .map(|r| parse::<RunEvent>(r.get::<&str, _>("body")))
+            .map(|r| event_of(r.get(0), r.get::<&str, _>(1)))
             .collect()
     }
 }

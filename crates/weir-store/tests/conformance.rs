@@ -125,7 +125,7 @@ async fn paused_run(store: &dyn RunStore, id: &str) -> u64 {
                 step: &gate,
                 started: &[],
                 snapshot: &snap(&[], gates.clone()),
-                events: &[],
+                events: vec![],
             },
         )
         .await
@@ -139,7 +139,7 @@ async fn paused_run(store: &dyn RunStore, id: &str) -> u64 {
                 finished_at: None,
                 snapshot: snap(&[], gates),
             },
-            &[EventKind::RunPaused {
+            vec![EventKind::RunPaused {
                 node_id: "g".into(),
                 prompt: "ok?".into(),
             }],
@@ -225,7 +225,7 @@ async fn expired_lease_is_taken_over_and_the_old_one_fenced(f: Fixture) {
                 step: &st,
                 started: &[],
                 snapshot: &snap(&["a"], vec![]),
-                events: &[],
+                events: vec![],
             },
         )
         .await
@@ -235,7 +235,7 @@ async fn expired_lease_is_taken_over_and_the_old_one_fenced(f: Fixture) {
         other => panic!("expected LeaseLost, got {other:?}"),
     }
     assert!(matches!(
-        s.start_steps(&old, &[step(1, "a", StepStatus::Running)], &[])
+        s.start_steps(&old, &[step(1, "a", StepStatus::Running)], vec![])
             .await,
         Err(StoreError::LeaseLost { .. })
     ));
@@ -250,17 +250,17 @@ async fn expired_lease_is_taken_over_and_the_old_one_fenced(f: Fixture) {
         snapshot: snap(&["a"], vec![]),
     };
     assert!(matches!(
-        s.finish_run(&old, &done, &[]).await,
+        s.finish_run(&old, &done, vec![]).await,
         Err(StoreError::LeaseLost { .. })
     ));
     assert!(matches!(
-        s.release(&old, &snap(&[], vec![]), &[]).await,
+        s.release(&old, &snap(&[], vec![]), vec![]).await,
         Err(StoreError::LeaseLost { .. })
     ));
     assert!(matches!(
         s.append_events(
             &old,
-            &[EventKind::RunCreated {
+            vec![EventKind::RunCreated {
                 workflow: "x".into()
             }]
         )
@@ -270,11 +270,11 @@ async fn expired_lease_is_taken_over_and_the_old_one_fenced(f: Fixture) {
     let after = s.get_record("r1").await.unwrap();
     assert_eq!(after, before, "a refused write must change nothing");
     // The new lease still works.
-    s.finish_run(&new, &done, &[]).await.unwrap();
+    s.finish_run(&new, &done, vec![]).await.unwrap();
     assert_eq!(s.load_run("r1").await.unwrap().status, RunStatus::Succeeded);
     // A finished run's lease is released: writing with it is refused too.
     assert!(matches!(
-        s.start_steps(&new, &[step(2, "b", StepStatus::Running)], &[])
+        s.start_steps(&new, &[step(2, "b", StepStatus::Running)], vec![])
             .await,
         Err(StoreError::LeaseLost { .. })
     ));
@@ -289,7 +289,7 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
     s.start_steps(
         &lease,
         std::slice::from_ref(&a_run),
-        &[EventKind::StepStarted {
+        vec![EventKind::StepStarted {
             step: 1,
             node_id: "a".into(),
             node_type: "agent".into(),
@@ -320,7 +320,7 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
                 step: &a,
                 started: std::slice::from_ref(&b),
                 snapshot: &snap(&["a"], vec![]),
-                events: &[EventKind::StepFinished {
+                events: vec![EventKind::StepFinished {
                     step: 1,
                     node_id: "a".into(),
                     node_type: "agent".into(),
@@ -409,7 +409,7 @@ async fn event_sequence_is_gap_free_and_ordered(f: Fixture) {
             };
             (i % 3 + 1) as usize
         ];
-        s.append_events(&lease, &kinds).await.unwrap();
+        s.append_events(&lease, kinds).await.unwrap();
     }
     s.request_cancel("r1", "tester").await.unwrap();
     let all = s.events_after("r1", 0).await.unwrap();
@@ -533,7 +533,7 @@ async fn a_crash_between_writes_leaves_a_run_that_continues(f: Fixture) {
         let writes = [
             |s: Arc<dyn RunStore>, l: Lease| {
                 async move {
-                    s.start_steps(&l, &[step(1, "a", StepStatus::Running)], &[])
+                    s.start_steps(&l, &[step(1, "a", StepStatus::Running)], vec![])
                         .await
                         .map(|_| ())
                 }
@@ -549,7 +549,7 @@ async fn a_crash_between_writes_leaves_a_run_that_continues(f: Fixture) {
                             step: &a,
                             started: &[step(2, "b", StepStatus::Running)],
                             snapshot: &snap(&["a"], vec![]),
-                            events: &[],
+                            events: vec![],
                         },
                     )
                     .await
@@ -567,7 +567,7 @@ async fn a_crash_between_writes_leaves_a_run_that_continues(f: Fixture) {
                             step: &b,
                             started: &[],
                             snapshot: &snap(&["a", "b"], vec![]),
-                            events: &[],
+                            events: vec![],
                         },
                     )
                     .await

@@ -371,7 +371,15 @@ fn retry_after_is_honoured() {
 fn any_retry_after_header_is_survived() {
     // Absurd, infinite and malformed values are capped or ignored: never a panic, and the
     // attempt is recorded and retried like any other rate limit.
-    for value in ["1e30", "inf", "2e19", "2^64", "99999999999999999999", "-5", "soon"] {
+    for value in [
+        "1e30",
+        "inf",
+        "2e19",
+        "2^64",
+        "99999999999999999999",
+        "-5",
+        "soon",
+    ] {
         let fake = Fake::start();
         fake.queue(
             "/v1/messages",
