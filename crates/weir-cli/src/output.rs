@@ -117,7 +117,7 @@ impl EventSink for Progress {
 
 /// A backoff: whole seconds as `1 s`, else like a duration.
 fn fmt_wait(ms: u64) -> String {
-    if ms >= 1000 && ms % 1000 == 0 {
+    if ms >= 1000 && ms.is_multiple_of(1000) {
         format!("{} s", ms / 1000)
     } else {
         fmt_ms(ms)

@@ -11,6 +11,7 @@ mod memory;
 mod rules;
 mod schema;
 mod sqlite;
+mod writer;
 
 pub use memory::Memory;
 pub use sqlite::Sqlite;

@@ -1,13 +1,13 @@
 //! The SQLite store (embedded default): WAL journal, explicit statements, one `BEGIN
 //! IMMEDIATE` transaction per change. Every write of a drive is fenced by the run's epoch:
 //! the first statement of its transaction is an `UPDATE … WHERE id = ? AND epoch = ?` that
-//! also reserves the event sequence numbers, and every statement after it is guarded by the
-//! same condition, so a stale driver's write changes nothing. A drive's writes (a step
-//! commit, started steps, events, the end of the drive) are sent as one multi-statement
-//! batch, `BEGIN IMMEDIATE; …; COMMIT`: one round trip to the database thread per write.
+//! also reserves the event sequence numbers, so a stale driver's write changes nothing. A
+//! drive's writes (a step commit, started steps, events, the end of the drive, lease
+//! renewals) go to a dedicated writer thread (`writer.rs`, rusqlite, cached statements): one
+//! hand-off per write. Reads, migrations and the per-run changes (create, claim, decide,
+//! cancel) go through sqlx.
 
 use std::path::Path;
-use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -28,14 +28,16 @@ use weir_core::store::{
 
 use crate::rules::{self, ClaimView};
 use crate::schema::MIGRATIONS;
+use crate::writer::{self, EndRow, FencedWrite, StepRow, Writer};
 
 pub struct Sqlite {
     pool: SqlitePool,
-    /// One connection with `synchronous=OFF` for writes that only make progress visible (a
-    /// step's `running` row, an attempt's failure): they ride along with the next synced
-    /// commit instead of paying an fsync of their own. Completed steps always go through
-    /// `pool`.
-    visible: SqlitePool,
+    /// The drive's writes. Its unsynced connection takes the writes that only make progress
+    /// visible (a step's `running` row, an attempt's failure, a renewal): they ride along with
+    /// the next synced commit instead of paying an fsync of their own.
+    writer: Writer,
+    /// The folder of a throwaway database (`sqlite::memory:`), removed with the store.
+    _scratch: Option<tempfile::TempDir>,
 }
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
@@ -67,46 +69,46 @@ impl Sqlite {
     /// Like [`open`](Self::open); `full_sync` sets `synchronous=FULL`, so every commit is on
     /// disk before it returns, even across power loss (the benchmarks' durable mode).
     pub async fn open_with(path: Option<&Path>, full_sync: bool) -> Result<Self, StoreError> {
-        let opts = match path {
-            Some(p) => {
-                if let Some(dir) = p.parent()
-                    && !dir.as_os_str().is_empty()
-                {
-                    std::fs::create_dir_all(dir).map_err(|e| {
-                        StoreError::Backend(format!("cannot create {}: {e}", dir.display()))
-                    })?;
-                }
-                SqliteConnectOptions::new()
-                    .filename(p)
-                    .create_if_missing(true)
-                    .journal_mode(SqliteJournalMode::Wal)
-                    .synchronous(if full_sync {
-                        SqliteSynchronous::Full
-                    } else {
-                        SqliteSynchronous::Normal
-                    })
-            }
-            None => SqliteConnectOptions::from_str("sqlite::memory:").map_err(backend)?,
+        // A throwaway database lives in a temporary file: the writer thread and the pool
+        // must see the same database, which two connections to `:memory:` would not.
+        let scratch = match path {
+            Some(_) => None,
+            None => Some(tempfile::tempdir().map_err(backend)?),
+        };
+        let path: std::path::PathBuf = match (&scratch, path) {
+            (Some(dir), _) => dir.path().join("weir.db"),
+            (None, Some(p)) => p.to_path_buf(),
+            (None, None) => unreachable!("a scratch folder exists when there is no path"),
+        };
+        if let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                StoreError::Backend(format!("cannot create {}: {e}", dir.display()))
+            })?;
         }
-        .busy_timeout(Duration::from_secs(30))
-        .foreign_keys(true);
-        // One connection for an in-memory database (each connection would get its own).
-        let max = if path.is_some() { 4 } else { 1 };
+        let opts = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(if full_sync {
+                SqliteSynchronous::Full
+            } else {
+                SqliteSynchronous::Normal
+            })
+            .busy_timeout(Duration::from_secs(30))
+            .foreign_keys(true);
         let pool = SqlitePoolOptions::new()
-            .max_connections(max)
-            .connect_with(opts.clone())
+            .max_connections(4)
+            .connect_with(opts)
             .await
             .map_err(backend)?;
-        let visible = if path.is_some() {
-            SqlitePoolOptions::new()
-                .max_connections(1)
-                .connect_with(opts.synchronous(SqliteSynchronous::Off))
-                .await
-                .map_err(backend)?
-        } else {
-            pool.clone()
+        let store = Self {
+            writer: Writer::open(&path, full_sync)
+                .map_err(|e| StoreError::Backend(format!("cannot open {}: {e}", path.display())))?,
+            pool,
+            _scratch: scratch,
         };
-        let store = Self { pool, visible };
         store.migrate().await?;
         Ok(store)
     }
@@ -193,52 +195,6 @@ impl Sqlite {
             });
         }
         Ok(steps)
-    }
-}
-
-/// The fence: bumps the event sequence (and writes the snapshot) only while the run's epoch
-/// is the lease's and the lease is held. Returns the first reserved sequence number and the
-/// cancel flag; `LeaseLost` when the fence refuses.
-async fn fence(
-    conn: &mut SqliteConnection,
-    lease: &Lease,
-    snapshot: Option<&Snapshot>,
-    n_events: usize,
-) -> Result<(i64, bool), StoreError> {
-    let row = sqlx::query(
-        "UPDATE runs SET event_seq = event_seq + ?1,
-                         snapshot = COALESCE(?2, snapshot), cost_usd = COALESCE(?3, cost_usd)
-         WHERE id = ?4 AND epoch = ?5 AND lease_expires_at IS NOT NULL
-         RETURNING event_seq, cancel_requested",
-    )
-    .bind(n_events as i64)
-    .bind(snapshot.map(json).transpose()?)
-    .bind(snapshot.map(|s| s.cost_usd))
-    .bind(lease.run_id.as_str())
-    .bind(lease.epoch as i64)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(backend)?;
-    match row {
-        Some(r) => {
-            let last: i64 = r.get(0);
-            Ok((last - n_events as i64 + 1, r.get::<i64, _>(1) != 0))
-        }
-        None => {
-            let cur = sqlx::query("SELECT epoch, owner, status FROM runs WHERE id = ?")
-                .bind(lease.run_id.as_str())
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(backend)?
-                .map(|r| {
-                    (
-                        r.get::<i64, _>(0) as u64,
-                        r.get::<Option<String>, _>(1),
-                        status_of(&r, "status"),
-                    )
-                });
-            Err(rules::lease_lost(&lease.run_id, lease.epoch, cur))
-        }
     }
 }
 
@@ -354,7 +310,7 @@ async fn insert_events(
         .collect())
 }
 
-/// How a fenced batch ends the drive, if it does.
+/// How a fenced write ends the drive, if it does.
 enum End<'a> {
     /// A terminal status or `paused`; the lease is released.
     Finish(&'a RunUpdate),
@@ -362,193 +318,83 @@ enum End<'a> {
     Release,
 }
 
-/// One write of a drive, sent as a single batch.
+/// One write of a drive.
 struct Fenced<'a> {
     lease: &'a Lease,
+    visible: bool,
     snapshot: Option<&'a Snapshot>,
     steps: Vec<&'a StepRecord>,
     events: Vec<EventKind>,
     end: Option<End<'a>>,
 }
 
-/// ` WHERE EXISTS (the lease is still the run's)`: the guard of every statement after the fence.
-fn push_guard(q: &mut QueryBuilder<Db>, lease: &Lease) {
-    q.push(" WHERE EXISTS (SELECT 1 FROM runs WHERE id = ")
-        .push_bind(lease.run_id.clone())
-        .push(" AND epoch = ")
-        .push_bind(lease.epoch as i64)
-        .push(" AND lease_expires_at IS NOT NULL)");
-}
-
-fn push_step_rows(
-    q: &mut QueryBuilder<Db>,
-    run_id: &str,
-    steps: &[&StepRecord],
-) -> Result<(), StoreError> {
-    q.push(
-        "INSERT OR REPLACE INTO steps (run_id, seq, node_id, node_type, visit, status, route,
-             input, output, error, cost_usd, tokens_in, tokens_out, started_at, finished_at,
-             duration_ms) SELECT * FROM (VALUES ",
-    );
-    for (i, s) in steps.iter().enumerate() {
-        if i > 0 {
-            q.push(", ");
-        }
-        let mut b = q.separated(", ");
-        b.push_unseparated("(");
-        b.push_bind(run_id.to_string())
-            .push_bind(i64::from(s.seq))
-            .push_bind(s.node_id.clone())
-            .push_bind(s.node_type.clone())
-            .push_bind(i64::from(s.visit))
-            .push_bind(s.status.as_str())
-            .push_bind(s.route.clone())
-            .push_bind(json(&s.input)?)
-            .push_bind(json(&s.output)?)
-            .push_bind(s.error.clone())
-            .push_bind(s.cost_usd)
-            .push_bind(s.tokens.input as i64)
-            .push_bind(s.tokens.output as i64)
-            .push_bind(s.started_at.clone())
-            .push_bind(s.finished_at.clone())
-            .push_bind(s.duration_ms.map(|d| d as i64));
-        b.push_unseparated(")");
-    }
-    q.push(")");
-    Ok(())
+fn step_row(s: &StepRecord) -> Result<StepRow, StoreError> {
+    Ok(StepRow {
+        seq: i64::from(s.seq),
+        node_id: s.node_id.clone(),
+        node_type: s.node_type.clone(),
+        visit: i64::from(s.visit),
+        status: s.status.as_str(),
+        route: s.route.clone(),
+        input: json(&s.input)?,
+        output: json(&s.output)?,
+        error: s.error.clone(),
+        cost_usd: s.cost_usd,
+        tokens_in: s.tokens.input as i64,
+        tokens_out: s.tokens.output as i64,
+        started_at: s.started_at.clone(),
+        finished_at: s.finished_at.clone(),
+        duration_ms: s.duration_ms.map(|d| d as i64),
+        attempts: s
+            .attempts
+            .iter()
+            .map(|a| Ok((i64::from(a.n), json(a)?)))
+            .collect::<Result<_, StoreError>>()?,
+    })
 }
 
 impl Sqlite {
-    /// Sends one fenced write as a single batch: `BEGIN IMMEDIATE`, the fence (which
-    /// reserves the event numbers and writes the snapshot), the guarded inserts, the end of
-    /// the drive if any, `COMMIT`. When the fence refuses, every guarded statement changes
-    /// nothing and the write is `LeaseLost`.
-    async fn fenced(&self, pool: &SqlitePool, w: Fenced<'_>) -> Result<Written, StoreError> {
-        let run_id = w.lease.run_id.as_str();
-        let n = w.events.len() as i64;
-        let mut q: QueryBuilder<Db> =
-            QueryBuilder::new("BEGIN IMMEDIATE; UPDATE runs SET event_seq = event_seq + ");
-        q.push_bind(n);
-        if let Some(s) = w.snapshot {
-            q.push(", snapshot = ")
-                .push_bind(json(s)?)
-                .push(", cost_usd = ")
-                .push_bind(s.cost_usd);
-        }
-        q.push(" WHERE id = ")
-            .push_bind(run_id.to_string())
-            .push(" AND epoch = ")
-            .push_bind(w.lease.epoch as i64)
-            .push(" AND lease_expires_at IS NOT NULL RETURNING event_seq, cancel_requested; ");
-        if !w.steps.is_empty() {
-            push_step_rows(&mut q, run_id, &w.steps)?;
-            push_guard(&mut q, w.lease);
-            q.push("; ");
-            let mut attempts = Vec::new();
-            for s in &w.steps {
-                for a in &s.attempts {
-                    attempts.push((s.seq, a.n, json(a)?));
-                }
-            }
-            if !attempts.is_empty() {
-                q.push(
-                    "INSERT OR REPLACE INTO attempts (run_id, seq, n, body) SELECT * FROM (VALUES ",
-                );
-                for (i, (seq, an, body)) in attempts.into_iter().enumerate() {
-                    if i > 0 {
-                        q.push(", ");
-                    }
-                    q.push("(")
-                        .push_bind(run_id.to_string())
-                        .push(", ")
-                        .push_bind(i64::from(seq))
-                        .push(", ")
-                        .push_bind(i64::from(an))
-                        .push(", ")
-                        .push_bind(body)
-                        .push(")");
-                }
-                q.push(")");
-                push_guard(&mut q, w.lease);
-                q.push("; ");
-            }
-        }
+    /// Serializes one write of a drive and runs it on the writer thread.
+    async fn fenced(&self, w: Fenced<'_>) -> Result<Written, StoreError> {
         let at = now_rfc3339();
-        if n > 0 {
-            // Event k of n gets the reserved number `event_seq - (n - 1 - k)`.
-            q.push("INSERT INTO run_events (run_id, seq, body) SELECT ")
-                .push_bind(run_id.to_string())
-                .push(", (SELECT event_seq FROM runs WHERE id = ")
-                .push_bind(run_id.to_string())
-                .push(") - column1, column2 FROM (VALUES ");
-            for (k, kind) in w.events.iter().enumerate() {
-                if k > 0 {
-                    q.push(", ");
-                }
-                q.push("(")
-                    .push_bind(n - 1 - k as i64)
-                    .push(", ")
-                    .push_bind(json(&Body { at: &at, kind })?)
-                    .push(")");
-            }
-            q.push(")");
-            push_guard(&mut q, w.lease);
-            q.push("; ");
-        }
-        match &w.end {
-            Some(End::Finish(u)) => {
-                q.push("UPDATE runs SET status = ")
-                    .push_bind(u.status.as_str())
-                    .push(", error = ")
-                    .push_bind(u.error.as_ref().map(json).transpose()?)
-                    .push(", finished_at = ")
-                    .push_bind(u.finished_at.clone())
-                    .push(", lease_expires_at = NULL");
-            }
-            Some(End::Release) => {
-                q.push("UPDATE runs SET status = 'queued', lease_expires_at = NULL");
-            }
-            None => {}
-        }
-        if w.end.is_some() {
-            q.push(" WHERE id = ")
-                .push_bind(run_id.to_string())
-                .push(" AND epoch = ")
-                .push_bind(w.lease.epoch as i64)
-                .push(" AND lease_expires_at IS NOT NULL; ");
-        }
-        q.push("COMMIT");
-        let mut conn = pool.acquire().await.map_err(backend)?;
-        let rows = match q.build().fetch_all(&mut *conn).await {
-            Ok(rows) => rows,
-            Err(e) => {
-                // A statement failed inside the batch: closing the connection rolls back
-                // whatever the batch had begun.
-                conn.close().await.ok();
-                return Err(backend(e));
-            }
+        let write = FencedWrite {
+            run_id: w.lease.run_id.clone(),
+            epoch: w.lease.epoch as i64,
+            visible: w.visible,
+            snapshot: w.snapshot.map(|s| Ok((json(s)?, s.cost_usd))).transpose()?,
+            steps: w
+                .steps
+                .iter()
+                .map(|s| step_row(s))
+                .collect::<Result<_, _>>()?,
+            events: w
+                .events
+                .iter()
+                .map(|kind| json(&Body { at: &at, kind }))
+                .collect::<Result<_, _>>()?,
+            end: match w.end {
+                Some(End::Finish(u)) => Some(EndRow::Finish {
+                    status: u.status.as_str(),
+                    error: u.error.as_ref().map(json).transpose()?,
+                    finished_at: u.finished_at.clone(),
+                }),
+                Some(End::Release) => Some(EndRow::Release),
+                None => None,
+            },
         };
-        let Some(row) = rows.first() else {
-            return Err(fence(&mut conn, w.lease, None, 0)
-                .await
-                .err()
-                .unwrap_or_else(|| rules::lease_lost(run_id, w.lease.epoch, None)));
-        };
-        let last: i64 = row.get(0);
-        let cancel = row.get::<i64, _>(1) != 0;
-        let first = last - n + 1;
+        let done = self.writer.run(move |c| writer::fenced(c, write)).await?;
         Ok(Written {
             events: w
                 .events
                 .into_iter()
                 .enumerate()
                 .map(|(k, kind)| RunEvent {
-                    seq: (first + k as i64) as u64,
+                    seq: (done.first_seq + k as i64) as u64,
                     at: at.clone(),
                     kind,
                 })
                 .collect(),
-            cancel_requested: cancel,
+            cancel_requested: done.cancel_requested,
         })
     }
 }
@@ -747,34 +593,16 @@ impl RunStore for Sqlite {
 
     async fn renew(&self, lease: &mut Lease, ttl: Duration) -> Result<Written, StoreError> {
         let expires = now_ms() + ttl.as_millis() as i64;
-        let row = sqlx::query(
-            "UPDATE runs SET lease_expires_at = ?
-             WHERE id = ? AND epoch = ? AND lease_expires_at IS NOT NULL
-             RETURNING cancel_requested",
-        )
-        .bind(expires)
-        .bind(lease.run_id.as_str())
-        .bind(lease.epoch as i64)
-        .fetch_optional(&self.visible)
-        .await
-        .map_err(backend)?;
-        match row {
-            Some(r) => {
-                lease.expires_at = expires;
-                Ok(Written {
-                    events: Vec::new(),
-                    cancel_requested: r.get::<i64, _>(0) != 0,
-                })
-            }
-            None => {
-                let mut conn = self.pool.acquire().await.map_err(backend)?;
-                // Reports who holds it now.
-                Err(fence(&mut conn, lease, None, 0)
-                    .await
-                    .err()
-                    .unwrap_or_else(|| rules::lease_lost(&lease.run_id, lease.epoch, None)))
-            }
-        }
+        let (run_id, epoch) = (lease.run_id.clone(), lease.epoch as i64);
+        let cancel = self
+            .writer
+            .run(move |c| writer::renew(c, &run_id, epoch, expires))
+            .await?;
+        lease.expires_at = expires;
+        Ok(Written {
+            events: Vec::new(),
+            cancel_requested: cancel,
+        })
     }
 
     async fn start_steps(
@@ -783,32 +611,28 @@ impl RunStore for Sqlite {
         steps: &[StepRecord],
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        self.fenced(
-            &self.visible,
-            Fenced {
-                lease,
-                snapshot: None,
-                steps: steps.iter().collect(),
-                events,
-                end: None,
-            },
-        )
+        self.fenced(Fenced {
+            lease,
+            visible: true,
+            snapshot: None,
+            steps: steps.iter().collect(),
+            events,
+            end: None,
+        })
         .await
     }
 
     async fn commit_step(&self, lease: &Lease, c: StepCommit<'_>) -> Result<Written, StoreError> {
         let mut steps: Vec<&StepRecord> = c.started.iter().collect();
         steps.push(c.step);
-        self.fenced(
-            &self.pool,
-            Fenced {
-                lease,
-                snapshot: Some(c.snapshot),
-                steps,
-                events: c.events,
-                end: None,
-            },
-        )
+        self.fenced(Fenced {
+            lease,
+            visible: false,
+            snapshot: Some(c.snapshot),
+            steps,
+            events: c.events,
+            end: None,
+        })
         .await
     }
 
@@ -817,16 +641,14 @@ impl RunStore for Sqlite {
         lease: &Lease,
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        self.fenced(
-            &self.visible,
-            Fenced {
-                lease,
-                snapshot: None,
-                steps: Vec::new(),
-                events,
-                end: None,
-            },
-        )
+        self.fenced(Fenced {
+            lease,
+            visible: true,
+            snapshot: None,
+            steps: Vec::new(),
+            events,
+            end: None,
+        })
         .await
     }
 
@@ -836,16 +658,14 @@ impl RunStore for Sqlite {
         u: &RunUpdate,
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        self.fenced(
-            &self.pool,
-            Fenced {
-                lease,
-                snapshot: Some(&u.snapshot),
-                steps: Vec::new(),
-                events,
-                end: Some(End::Finish(u)),
-            },
-        )
+        self.fenced(Fenced {
+            lease,
+            visible: false,
+            snapshot: Some(&u.snapshot),
+            steps: Vec::new(),
+            events,
+            end: Some(End::Finish(u)),
+        })
         .await
     }
 
@@ -855,16 +675,14 @@ impl RunStore for Sqlite {
         snapshot: &Snapshot,
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        self.fenced(
-            &self.pool,
-            Fenced {
-                lease,
-                snapshot: Some(snapshot),
-                steps: Vec::new(),
-                events,
-                end: Some(End::Release),
-            },
-        )
+        self.fenced(Fenced {
+            lease,
+            visible: false,
+            snapshot: Some(snapshot),
+            steps: Vec::new(),
+            events,
+            end: Some(End::Release),
+        })
         .await
     }
 

@@ -1,0 +1,306 @@
+//! The SQLite store's writer thread: it owns two rusqlite connections (one synced, one with
+//! `synchronous=OFF` for writes that only make progress visible) and runs each write of a
+//! drive as one job: a `BEGIN IMMEDIATE` transaction of cached prepared statements. A
+//! write costs one hand-off to the thread and one back, where sqlx's worker hands every
+//! statement's result back on its own (see BENCHMARKS.md).
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
+use weir_core::record::RunStatus;
+use weir_core::store::StoreError;
+
+use crate::rules;
+
+/// The two connections a job may use.
+pub struct Conns {
+    pub synced: Connection,
+    pub visible: Connection,
+}
+
+type Job = Box<dyn FnOnce(&mut Conns) + Send>;
+
+pub struct Writer {
+    jobs: mpsc::Sender<Job>,
+}
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+fn connect(path: &Path, synchronous: &str) -> Result<Connection, StoreError> {
+    let c = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(backend)?;
+    c.busy_timeout(Duration::from_secs(30)).map_err(backend)?;
+    c.execute_batch(&format!(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"
+    ))
+    .map_err(backend)?;
+    c.set_prepared_statement_cache_capacity(64);
+    Ok(c)
+}
+
+impl Writer {
+    /// Opens the connections (the database exists: sqlx created and migrated it) and starts
+    /// the thread; it ends when the store is dropped.
+    pub fn open(path: &Path, full_sync: bool) -> Result<Self, StoreError> {
+        let mut conns = Conns {
+            synced: connect(path, if full_sync { "FULL" } else { "NORMAL" })?,
+            visible: connect(path, "OFF")?,
+        };
+        let (jobs, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("weir-sqlite-writer".into())
+            .spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    job(&mut conns);
+                }
+            })
+            .map_err(backend)?;
+        Ok(Self { jobs })
+    }
+
+    /// Runs `f` on the writer thread and waits for its result.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Conns) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.jobs
+            .send(Box::new(move |c| {
+                let _ = tx.send(f(c));
+            }))
+            .map_err(|_| StoreError::Backend("the SQLite writer thread stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Backend("the SQLite writer thread stopped".into()))?
+    }
+}
+
+/// One step row, owned, ready to bind.
+pub struct StepRow {
+    pub seq: i64,
+    pub node_id: String,
+    pub node_type: String,
+    pub visit: i64,
+    pub status: &'static str,
+    pub route: Option<String>,
+    pub input: String,
+    pub output: String,
+    pub error: Option<String>,
+    pub cost_usd: f64,
+    pub tokens_in: i64,
+    pub tokens_out: i64,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub duration_ms: Option<i64>,
+    /// `(n, body)` of each attempt.
+    pub attempts: Vec<(i64, String)>,
+}
+
+/// How a write ends the drive, if it does.
+pub enum EndRow {
+    Finish {
+        status: &'static str,
+        error: Option<String>,
+        finished_at: Option<String>,
+    },
+    Release,
+}
+
+/// One fenced write of a drive, owned so it can travel to the writer thread.
+pub struct FencedWrite {
+    pub run_id: String,
+    pub epoch: i64,
+    /// Write on the unsynced connection (progress only).
+    pub visible: bool,
+    pub snapshot: Option<(String, f64)>,
+    pub steps: Vec<StepRow>,
+    /// Event bodies (`{"at", "type", …}`), numbered from the reserved range.
+    pub events: Vec<String>,
+    pub end: Option<EndRow>,
+}
+
+/// What a fenced write reports: the first event number it got, and the cancel flag.
+pub struct Fenced {
+    pub first_seq: i64,
+    pub cancel_requested: bool,
+}
+
+/// Runs one fenced write in a `BEGIN IMMEDIATE` transaction: the fence first (it reserves
+/// the event numbers and writes the snapshot, only while the run's epoch is the lease's and
+/// the lease is held), then the rows. A refused fence rolls back and is `LeaseLost`.
+pub fn fenced(conns: &mut Conns, w: FencedWrite) -> Result<Fenced, StoreError> {
+    let conn = if w.visible {
+        &mut conns.visible
+    } else {
+        &mut conns.synced
+    };
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(backend)?;
+    let n = w.events.len() as i64;
+    let (snapshot, cost) = match &w.snapshot {
+        Some((s, c)) => (Some(s.as_str()), Some(*c)),
+        None => (None, None),
+    };
+    let fence: Option<(i64, i64)> = tx
+        .prepare_cached(
+            "UPDATE runs SET event_seq = event_seq + ?1,
+                             snapshot = COALESCE(?2, snapshot), cost_usd = COALESCE(?3, cost_usd)
+             WHERE id = ?4 AND epoch = ?5 AND lease_expires_at IS NOT NULL
+             RETURNING event_seq, cancel_requested",
+        )
+        .map_err(backend)?
+        .query_row(params![n, snapshot, cost, w.run_id, w.epoch], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .optional()
+        .map_err(backend)?;
+    let Some((last, cancel)) = fence else {
+        let current = tx
+            .query_row(
+                "SELECT epoch, owner, status FROM runs WHERE id = ?1",
+                params![w.run_id],
+                |r| {
+                    Ok((
+                        r.get::<_, i64>(0)? as u64,
+                        r.get::<_, Option<String>>(1)?,
+                        r.get::<_, String>(2)?,
+                    ))
+                },
+            )
+            .optional()
+            .map_err(backend)?
+            .map(|(e, o, s)| (e, o, RunStatus::parse(&s).unwrap_or(RunStatus::Failed)));
+        drop(tx);
+        return Err(rules::lease_lost(&w.run_id, w.epoch as u64, current));
+    };
+    if !w.steps.is_empty() {
+        let mut step = tx
+            .prepare_cached(
+                "INSERT OR REPLACE INTO steps (run_id, seq, node_id, node_type, visit, status,
+                     route, input, output, error, cost_usd, tokens_in, tokens_out, started_at,
+                     finished_at, duration_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+            )
+            .map_err(backend)?;
+        let mut attempt = tx
+            .prepare_cached(
+                "INSERT OR REPLACE INTO attempts (run_id, seq, n, body) VALUES (?1, ?2, ?3, ?4)",
+            )
+            .map_err(backend)?;
+        for s in &w.steps {
+            step.execute(params![
+                w.run_id,
+                s.seq,
+                s.node_id,
+                s.node_type,
+                s.visit,
+                s.status,
+                s.route,
+                s.input,
+                s.output,
+                s.error,
+                s.cost_usd,
+                s.tokens_in,
+                s.tokens_out,
+                s.started_at,
+                s.finished_at,
+                s.duration_ms
+            ])
+            .map_err(backend)?;
+            for (an, body) in &s.attempts {
+                attempt
+                    .execute(params![w.run_id, s.seq, an, body])
+                    .map_err(backend)?;
+            }
+        }
+    }
+    let first = last - n + 1;
+    if n > 0 {
+        let mut ev = tx
+            .prepare_cached("INSERT INTO run_events (run_id, seq, body) VALUES (?1, ?2, ?3)")
+            .map_err(backend)?;
+        for (k, body) in w.events.iter().enumerate() {
+            ev.execute(params![w.run_id, first + k as i64, body])
+                .map_err(backend)?;
+        }
+    }
+    match &w.end {
+        Some(EndRow::Finish {
+            status,
+            error,
+            finished_at,
+        }) => {
+            tx.prepare_cached(
+                "UPDATE runs SET status = ?1, error = ?2, finished_at = ?3, lease_expires_at = NULL
+                 WHERE id = ?4",
+            )
+            .map_err(backend)?
+            .execute(params![status, error, finished_at, w.run_id])
+            .map_err(backend)?;
+        }
+        Some(EndRow::Release) => {
+            tx.prepare_cached(
+                "UPDATE runs SET status = 'queued', lease_expires_at = NULL WHERE id = ?1",
+            )
+            .map_err(backend)?
+            .execute(params![w.run_id])
+            .map_err(backend)?;
+        }
+        None => {}
+    }
+    tx.commit().map_err(backend)?;
+    Ok(Fenced {
+        first_seq: first,
+        cancel_requested: cancel != 0,
+    })
+}
+
+/// Extends a lease (on the unsynced connection: a lost renewal only shortens the lease).
+/// Returns the cancel flag, or `LeaseLost`.
+pub fn renew(
+    conns: &mut Conns,
+    run_id: &str,
+    epoch: i64,
+    expires: i64,
+) -> Result<bool, StoreError> {
+    let row: Option<i64> = conns
+        .visible
+        .prepare_cached(
+            "UPDATE runs SET lease_expires_at = ?1
+             WHERE id = ?2 AND epoch = ?3 AND lease_expires_at IS NOT NULL
+             RETURNING cancel_requested",
+        )
+        .map_err(backend)?
+        .query_row(params![expires, run_id, epoch], |r| r.get(0))
+        .optional()
+        .map_err(backend)?;
+    match row {
+        Some(c) => Ok(c != 0),
+        None => {
+            let current = conns
+                .visible
+                .query_row(
+                    "SELECT epoch, owner, status FROM runs WHERE id = ?1",
+                    params![run_id],
+                    |r| {
+                        Ok((
+                            r.get::<_, i64>(0)? as u64,
+                            r.get::<_, Option<String>>(1)?,
+                            r.get::<_, String>(2)?,
+                        ))
+                    },
+                )
+                .optional()
+                .map_err(backend)?
+                .map(|(e, o, s)| (e, o, RunStatus::parse(&s).unwrap_or(RunStatus::Failed)));
+            Err(rules::lease_lost(run_id, epoch as u64, current))
+        }
+    }
+}
