@@ -162,21 +162,7 @@ pub fn fenced(conns: &mut Conns, w: FencedWrite) -> Result<Fenced, StoreError> {
         .optional()
         .map_err(backend)?;
     let Some((last, cancel)) = fence else {
-        let current = tx
-            .query_row(
-                "SELECT epoch, owner, status FROM runs WHERE id = ?1",
-                params![w.run_id],
-                |r| {
-                    Ok((
-                        r.get::<_, i64>(0)? as u64,
-                        r.get::<_, Option<String>>(1)?,
-                        r.get::<_, String>(2)?,
-                    ))
-                },
-            )
-            .optional()
-            .map_err(backend)?
-            .map(|(e, o, s)| (e, o, RunStatus::parse(&s).unwrap_or(RunStatus::Failed)));
+        let current = holder(&tx, &w.run_id)?;
         drop(tx);
         return Err(rules::lease_lost(&w.run_id, w.epoch as u64, current));
     };
@@ -262,6 +248,27 @@ pub fn fenced(conns: &mut Conns, w: FencedWrite) -> Result<Fenced, StoreError> {
     })
 }
 
+/// Who holds the run now, for the message of a refused write.
+fn holder(
+    conn: &Connection,
+    run_id: &str,
+) -> Result<Option<(u64, Option<String>, RunStatus)>, StoreError> {
+    conn.query_row(
+        "SELECT epoch, owner, status FROM runs WHERE id = ?1",
+        params![run_id],
+        |r| {
+            Ok((
+                r.get::<_, i64>(0)? as u64,
+                r.get::<_, Option<String>>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        },
+    )
+    .optional()
+    .map_err(backend)
+    .map(|row| row.map(|(e, o, s)| (e, o, RunStatus::parse(&s).unwrap_or(RunStatus::Failed))))
+}
+
 /// Extends a lease (on the unsynced connection: a lost renewal only shortens the lease).
 /// Returns the cancel flag, or `LeaseLost`.
 pub fn renew(
@@ -284,22 +291,7 @@ pub fn renew(
     match row {
         Some(c) => Ok(c != 0),
         None => {
-            let current = conns
-                .visible
-                .query_row(
-                    "SELECT epoch, owner, status FROM runs WHERE id = ?1",
-                    params![run_id],
-                    |r| {
-                        Ok((
-                            r.get::<_, i64>(0)? as u64,
-                            r.get::<_, Option<String>>(1)?,
-                            r.get::<_, String>(2)?,
-                        ))
-                    },
-                )
-                .optional()
-                .map_err(backend)?
-                .map(|(e, o, s)| (e, o, RunStatus::parse(&s).unwrap_or(RunStatus::Failed)));
+            let current = holder(&conns.visible, run_id)?;
             Err(rules::lease_lost(run_id, epoch as u64, current))
         }
     }

@@ -97,16 +97,11 @@ pub async fn execute(ctx: &NodeCtx, spec: &ConsensusSpec) -> Result<Outcome, Fai
         });
     }
     if let Some(i) = (0..spec.agent_count).find(|i| !answers.contains_key(i)) {
-        let mut f = Failure::fatal(
-            "internal",
-            format!(
-                "agent {}: its call panicked, so its vote is missing; this is a bug in weir",
-                i + 1
-            ),
-        );
-        f.request = Some(Box::new(request));
-        f.spent = Some(Box::new(spent));
-        return Err(f);
+        return Err(Failure::internal(
+            format!("agent {}: its call panicked, so its vote is missing", i + 1),
+            request,
+            spent,
+        ));
     }
     let votes: Vec<Value> = answers.into_values().collect();
     let mut output =

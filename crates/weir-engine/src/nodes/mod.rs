@@ -157,6 +157,18 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// A bug in weir (a call that panicked), failing the node instead of passing on a
+    /// missing value; the request and what was spent stay on the record.
+    pub fn internal(message: impl Into<String>, request: Value, spent: Spent) -> Self {
+        let mut f = Self::fatal(
+            "internal",
+            format!("{}; this is a bug in weir", message.into()),
+        );
+        f.request = Some(Box::new(request));
+        f.spent = Some(Box::new(spent));
+        f
+    }
+
     pub fn fatal(class: &str, message: impl Into<String>) -> Self {
         Self {
             message: message.into(),

@@ -184,16 +184,11 @@ pub async fn execute(ctx: &NodeCtx, spec: &StepSpec) -> Result<Outcome, Failure>
         return Err(f);
     }
     if let Some(i) = texts.iter().position(Option::is_none) {
-        let mut f = Failure::fatal(
-            "internal",
-            format!(
-                "node {}: the model call panicked; this is a bug in weir",
-                i + 1
-            ),
-        );
-        f.request = Some(Box::new(request));
-        f.spent = Some(Box::new(spent));
-        return Err(f);
+        return Err(Failure::internal(
+            format!("node {}: the model call panicked", i + 1),
+            request,
+            spent,
+        ));
     }
     let texts: Vec<String> = texts.into_iter().flatten().collect();
     let schema = match &spec.gate {
