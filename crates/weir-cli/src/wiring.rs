@@ -50,7 +50,7 @@ pub async fn services(env: &Env) -> Result<Services> {
     Ok(Services {
         models: Arc::new(models(env)?),
         tools: Arc::new(weir_tools::Registry::new(env.settings.clone())),
-        scripts: Arc::new(weir_script::Bun::from_env()),
+        scripts: Arc::new(weir_script::Bun::from_env().with_env(env.settings.scripts.env.clone())),
         store: Arc::new(store),
         secrets: Arc::new(env.settings.clone()),
     })

@@ -14,11 +14,141 @@ pub trait Secrets: Send + Sync {
     fn is_declared(&self, name: &str) -> bool;
     /// Every declared name, for messages.
     fn declared(&self) -> Vec<String>;
+    /// Every value that must never be recorded: the declared secrets that are set, and the
+    /// credentials the providers and tools use (API keys, webhook and SMTP URLs).
+    fn values(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// Replaces every known secret value, wherever it appears in a string, with `[redacted]`:
+/// the engine passes everything it records through one (step outputs, errors, attempts,
+/// state, events), so a provider that echoes its API key or a script that prints a secret
+/// leaves no trace of it. Redaction goes by value, never by the name of a variable.
+#[derive(Debug, Clone, Default)]
+pub struct Redactor {
+    /// Longest first, so a secret that contains another is replaced whole.
+    values: Vec<String>,
+}
+
+/// Values shorter than this are not secrets worth hiding (and would mangle ordinary text).
+const MIN_SECRET_LEN: usize = 4;
+
+impl Redactor {
+    pub fn new(values: impl IntoIterator<Item = String>) -> Self {
+        let mut values: Vec<String> = values
+            .into_iter()
+            .filter(|v| v.len() >= MIN_SECRET_LEN)
+            .collect();
+        values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        values.dedup();
+        Self { values }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// `s` with every secret replaced, or `None` when it holds none.
+    pub fn redacted(&self, s: &str) -> Option<String> {
+        if !self.values.iter().any(|v| s.contains(v.as_str())) {
+            return None;
+        }
+        let mut out = s.to_string();
+        for v in &self.values {
+            if out.contains(v.as_str()) {
+                out = out.replace(v.as_str(), "[redacted]");
+            }
+        }
+        Some(out)
+    }
+
+    pub fn string(&self, s: &mut String) {
+        if let Some(r) = self.redacted(s) {
+            *s = r;
+        }
+    }
+
+    /// Every string in `v`, object keys included.
+    pub fn value(&self, v: &mut Value) {
+        if self.is_empty() {
+            return;
+        }
+        match v {
+            Value::String(s) => self.string(s),
+            Value::Array(a) => a.iter_mut().for_each(|x| self.value(x)),
+            Value::Object(m) => {
+                if m.keys().any(|k| self.redacted(k).is_some()) {
+                    let old = std::mem::take(m);
+                    for (k, mut x) in old {
+                        self.value(&mut x);
+                        m.insert(self.redacted(&k).unwrap_or(k), x);
+                    }
+                } else {
+                    m.values_mut().for_each(|x| self.value(x));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Everything a step record carries: output, error, input and each attempt's error,
+    /// request, reply and calls.
+    pub fn step(&self, s: &mut crate::record::StepRecord) {
+        if self.is_empty() {
+            return;
+        }
+        self.value(&mut s.output);
+        self.value(&mut s.input);
+        if let Some(e) = &mut s.error {
+            self.string(e);
+        }
+        for a in &mut s.attempts {
+            if let Some(e) = &mut a.error {
+                self.string(e);
+            }
+            if let Some(r) = &mut a.request {
+                self.value(r);
+            }
+            if let Some(r) = &mut a.response {
+                self.string(r);
+            }
+            a.calls.iter_mut().for_each(|c| self.value(c));
+        }
+    }
 }
 
 impl Secrets for Settings {
     fn secret(&self, name: &str) -> Result<String, String> {
         Settings::secret(self, name)
+    }
+    fn values(&self) -> Vec<String> {
+        let mut vars: Vec<&str> = vec![
+            "ANTHROPIC_API_KEY",
+            "OPENAI_API_KEY",
+            "SLACK_WEBHOOK_URL",
+            "SMTP_URL",
+        ];
+        vars.extend(self.secrets.values().map(|r| r.env.as_str()));
+        vars.extend(
+            self.providers
+                .named
+                .values()
+                .filter_map(|p| p.api_key_env.as_deref()),
+        );
+        let mut out: Vec<String> = vars
+            .iter()
+            .filter_map(|v| std::env::var(v).ok())
+            .filter(|v| !v.is_empty())
+            .collect();
+        // The password inside an SMTP URL is a secret on its own too.
+        if let Ok(url) = std::env::var("SMTP_URL")
+            && let Some((userinfo, _)) = url.split_once("://").and_then(|(_, r)| r.split_once('@'))
+            && let Some((_, password)) = userinfo.split_once(':')
+        {
+            out.push(password.to_string());
+        }
+        out
     }
     fn is_declared(&self, name: &str) -> bool {
         self.secrets.contains_key(name)
@@ -88,6 +218,18 @@ pub fn redact_str(s: &str, values: &[String]) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_redactor_replaces_every_value_everywhere() {
+        let r = Redactor::new(["sk-ant-0123456789".to_string(), "xyz".to_string()]);
+        let mut v = json!({"text": "key sk-ant-0123456789!", "sk-ant-0123456789": ["a sk-ant-0123456789"], "n": 3, "short": "xyz"});
+        r.value(&mut v);
+        assert_eq!(
+            v,
+            json!({"text": "key [redacted]!", "[redacted]": ["a [redacted]"], "n": 3, "short": "xyz"})
+        );
+        assert!(Redactor::new(Vec::new()).is_empty());
+    }
 
     #[test]
     fn finds_and_redacts() {

@@ -30,6 +30,18 @@ pub struct Settings {
     /// How long a driver's lease lives without a heartbeat, and how often it renews.
     #[serde(default)]
     pub lease: LeaseSettings,
+    /// What `script` nodes may see of the environment.
+    #[serde(default)]
+    pub scripts: ScriptSettings,
+}
+
+/// `[scripts] env = ["ENV", "CI"]`: the environment variables passed to script nodes, besides
+/// `PATH`, `HOME`, `TMPDIR`, `LANG`, `LC_ALL` and `TZ`. Nothing else reaches a script.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptSettings {
+    #[serde(default)]
+    pub env: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -157,7 +169,8 @@ impl Settings {
         let raw: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
         for key in raw.keys() {
             match key.as_str() {
-                "models" | "providers" | "pricing" | "mcp" | "tools" | "secrets" | "lease" => {}
+                "models" | "providers" | "pricing" | "mcp" | "tools" | "secrets" | "lease"
+                | "scripts" => {}
                 "network" => {
                     return Err(format!(
                         "section [{key}] is not available in this version of weir; remove it"
@@ -165,7 +178,7 @@ impl Settings {
                 }
                 other => {
                     return Err(format!(
-                        "unknown section [{other}]; weir.toml has [models], [providers], [pricing], [mcp], [tools], [secrets] and [lease]"
+                        "unknown section [{other}]; weir.toml has [models], [providers], [pricing], [mcp], [tools], [secrets], [lease] and [scripts]"
                     ));
                 }
             }

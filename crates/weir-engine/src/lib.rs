@@ -175,6 +175,8 @@ pub struct Engine {
     pub interrupt: Option<Arc<tokio::sync::Notify>>,
     /// The leases of the drives under way, renewed by one heartbeat task.
     leases: Arc<heartbeat::Leases>,
+    /// Every secret value; nothing the engine records contains one.
+    pub(crate) redactor: weir_core::secrets::Redactor,
 }
 
 pub fn now() -> String {
@@ -197,7 +199,9 @@ pub fn process_owner() -> String {
 
 impl Engine {
     pub fn new(services: Services, sink: Arc<dyn EventSink>) -> Self {
+        let redactor = weir_core::secrets::Redactor::new(services.secrets.values());
         Self {
+            redactor,
             services: Arc::new(services),
             sink,
             max_concurrency: 16,

@@ -186,7 +186,10 @@ impl<'e> Run<'e> {
                 _ = interrupted(&interrupt) => {
                     self.ending.get_or_insert(Ending::Interrupted);
                 }
-                Some(ev) = progress.recv() => {
+                Some(mut ev) = progress.recv() => {
+                    if let EventKind::AttemptFailed { error, .. } = &mut ev {
+                        self.engine.redactor.string(error);
+                    }
                     let w = self
                         .engine
                         .services
@@ -378,7 +381,7 @@ impl<'e> Run<'e> {
     }
 
     /// Records a finished node and routes from it, in one committed step.
-    fn finish(&mut self, node_id: &str, result: Attempts) {
+    fn finish(&mut self, node_id: &str, mut result: Attempts) {
         let Some(InFlight { mut step, started }) = self.in_flight.remove(node_id) else {
             return;
         };
@@ -407,6 +410,16 @@ impl<'e> Run<'e> {
         let node = wf
             .node(node_id)
             .expect("in-flight nodes come from the workflow");
+        let redactor = &self.engine.redactor;
+        match &mut result.result {
+            Ok(outcome) => {
+                redactor.value(&mut outcome.output);
+                if let Some(w) = &mut outcome.write {
+                    redactor.value(w);
+                }
+            }
+            Err(f) => redactor.string(&mut f.message),
+        }
         match result.result {
             Err(f) => {
                 step.status = StepStatus::Failed;
@@ -467,6 +480,7 @@ impl<'e> Run<'e> {
                 }
             }
         }
+        self.engine.redactor.step(&mut step);
         self.events.push(finished_event(&step));
         self.unsaved = Some(step);
     }

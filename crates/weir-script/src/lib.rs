@@ -6,8 +6,9 @@
 //! validators need it, to a result file. stdout and stderr are captured (1 MiB each). bun runs
 //! in its own process group, so a timeout kills the whole tree (shell commands included). A
 //! throw, or a shell command that fails without `.nothrow()`, exits non-zero: a failure, not a
-//! value. Values of environment variables that look like secrets are redacted from the
-//! captured output.
+//! value. The script sees only the environment variables it is allowed (`[scripts] env` in
+//! weir.toml, plus `PATH`, `HOME`, `TMPDIR`, `LANG`, `LC_ALL`, `TZ`); the engine redacts
+//! every secret value from what it records, the captured output included.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -44,6 +45,8 @@ const MAX_OUTPUT: usize = 1 << 20;
 /// Runs scripts with the `bun` found as `$WEIR_BUN`, else on `PATH`.
 pub struct Bun {
     program: PathBuf,
+    /// Environment variables passed through besides the base ones.
+    env: Vec<String>,
 }
 
 impl Bun {
@@ -52,7 +55,14 @@ impl Bun {
             program: std::env::var_os("WEIR_BUN")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from("bun")),
+            env: Vec::new(),
         }
+    }
+
+    /// Also passes these environment variables to scripts (`[scripts] env`).
+    pub fn with_env(mut self, env: Vec<String>) -> Self {
+        self.env = env;
+        self
     }
 }
 
@@ -83,30 +93,8 @@ async fn read_capped<R: tokio::io::AsyncRead + Unpin>(mut r: R) -> String {
     String::from_utf8_lossy(&buf).into_owned()
 }
 
-/// Environment values that look like secrets, longest first.
-fn secret_values() -> Vec<String> {
-    let mut v: Vec<String> = std::env::vars()
-        .filter(|(k, val)| {
-            let k = k.to_ascii_uppercase();
-            val.len() >= 8
-                && ["KEY", "TOKEN", "SECRET", "PASSWORD", "WEBHOOK"]
-                    .iter()
-                    .any(|s| k.contains(s))
-        })
-        .map(|(_, v)| v)
-        .collect();
-    v.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    v
-}
-
-fn redact(mut text: String, secrets: &[String]) -> String {
-    for s in secrets {
-        if text.contains(s.as_str()) {
-            text = text.replace(s.as_str(), "[redacted]");
-        }
-    }
-    text
-}
+/// What every script may see of the environment.
+const BASE_ENV: &[&str] = &["PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ"];
 
 #[async_trait]
 impl ScriptRunner for Bun {
@@ -128,6 +116,14 @@ impl ScriptRunner for Bun {
             .arg("--no-install")
             .arg(dir.path().join("runner.ts"))
             .current_dir(std::env::current_dir().unwrap_or_else(|_| dir.path().to_path_buf()))
+            .env_clear()
+            .envs(
+                BASE_ENV
+                    .iter()
+                    .map(|k| k.to_string())
+                    .chain(self.env.iter().cloned())
+                    .filter_map(|k| std::env::var_os(&k).map(|v| (k, v))),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -156,9 +152,8 @@ impl ScriptRunner for Bun {
         };
         // Children the script left behind must not outlive the node.
         kill_tree(pid);
-        let secrets = secret_values();
-        let stdout = redact(stdout.await.unwrap_or_default(), &secrets);
-        let stderr = redact(stderr.await.unwrap_or_default(), &secrets);
+        let stdout = stdout.await.unwrap_or_default();
+        let stderr = stderr.await.unwrap_or_default();
         let exit_code = status.code().unwrap_or(-1);
         if !status.success() {
             let message = stderr

@@ -532,7 +532,15 @@ fn a_script_timeout_kills_the_whole_process_tree() {
 
 #[test]
 fn scripts_see_state_capture_output_and_keep_secrets_out() {
-    let w = Weir::new().env("SERVICE_API_KEY", "sk-live-supersecret-123");
+    let w = Weir::new()
+        .env("SERVICE_API_KEY", "sk-live-supersecret-123")
+        .env("UNDECLARED_VAR", "not-for-scripts");
+    // The script may see SERVICE_API_KEY (declared for scripts), and its value is a declared
+    // secret, so it is redacted from everything recorded. UNDECLARED_VAR never reaches it.
+    w.file(
+        "weir.toml",
+        "[scripts]\nenv = [\"SERVICE_API_KEY\"]\n[secrets]\nSERVICE = { env = \"SERVICE_API_KEY\" }\n",
+    );
     let f = w.file(
         "s.yaml",
         r#"
@@ -541,7 +549,7 @@ nodes:
     type: script
     script: |
       console.log("hello from", weir.input.who);
-      console.error("warn: key is", process.env.SERVICE_API_KEY);
+      console.error("warn: key is", process.env.SERVICE_API_KEY, process.env.UNDECLARED_VAR);
       export default { n: 41 };
     next: second
   second:
@@ -556,7 +564,7 @@ nodes:
     let first = &r["state"]["variables"]["first"];
     assert_eq!(first["stdout"], "hello from Ada\n");
     assert_eq!(first["exitCode"], 0);
-    assert!(first["stderr"].as_str().unwrap().contains("[redacted]"));
+    assert_eq!(first["stderr"], "warn: key is [redacted] undefined\n");
     assert!(!ran.stdout.contains("supersecret"));
     assert_eq!(r["state"]["variables"]["second"]["value"], 42);
 }

@@ -12,5 +12,6 @@ mod machine;
 mod pipeline;
 mod providers;
 mod scheduling;
+mod secrets;
 mod support;
 mod tools;

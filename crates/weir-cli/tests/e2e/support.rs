@@ -255,6 +255,11 @@ impl Weir {
         .expect("write weir.toml");
     }
 
+    /// A path inside the scratch directory (the database is `weir.db` there).
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
     /// Writes a workflow file into the scratch directory and returns its path.
     pub fn file(&self, name: &str, text: &str) -> String {
         let p = self.dir.path().join(name);

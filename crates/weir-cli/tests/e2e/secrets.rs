@@ -1,0 +1,116 @@
+//! The secrets sweep: providers, tools and scripts that all try to echo secrets back. No
+//! secret value may appear in the database file, its WAL, stdout or stderr.
+
+use serde_json::json;
+
+use crate::support::{Fake, Reply, Weir};
+
+const API_KEY: &str = "sk-ant-sweep-7f3a9c2e41";
+const OPENAI_KEY: &str = "sk-openai-sweep-b81d22";
+/// A declared secret whose variable name does not look secret.
+const CRED: &str = "crm-cred-5521-zz";
+
+#[test]
+fn no_secret_reaches_the_record_the_database_or_the_terminal() {
+    let fake = Fake::start();
+    // Providers that echo the key they were sent.
+    fake.queue(
+        "/v1/messages",
+        vec![
+            Reply::json(
+                401,
+                json!({"type": "error", "error": {"type": "authentication_error", "message": format!("invalid x-api-key {API_KEY}")}}),
+            ),
+            Reply::json(
+                500,
+                json!({"type": "error", "error": {"type": "api_error", "message": format!("internal error for key {API_KEY}")}}),
+            ),
+        ],
+    );
+    fake.always(
+        "/v1/chat/completions",
+        Reply::json(
+            500,
+            json!({"error": {"message": format!("boom, Bearer {OPENAI_KEY}"), "type": "server_error"}}),
+        ),
+    );
+    // An API that echoes the declared secret in a failing reply and in a good one.
+    fake.queue(
+        "/crm",
+        vec![Reply::text(500, &format!("upstream refused token {CRED}"))],
+    );
+    fake.always("/crm", Reply::text(200, &format!("hello {CRED}")));
+    let w = Weir::new()
+        .env("ANTHROPIC_BASE_URL", &fake.url)
+        .env("ANTHROPIC_API_KEY", API_KEY)
+        .env("OPENAI_BASE_URL", &format!("{}/v1", fake.url))
+        .env("OPENAI_API_KEY", OPENAI_KEY)
+        .env("CRM_CRED", CRED);
+    w.file(
+        "weir.toml",
+        "[secrets]\nCRM = { env = \"CRM_CRED\" }\n[scripts]\nenv = [\"CRM_CRED\"]\n",
+    );
+    let runs = [
+        (
+            "p1.json",
+            r#"{"nodes": [{"id": "ask", "type": "agent", "config": {"model": "claude-haiku-4-5", "user_message": "hi"}}], "edges": []}"#.to_string(),
+        ),
+        (
+            "p2.json",
+            r#"{"nodes": [{"id": "ask", "type": "agent", "config": {"model": "claude-haiku-4-5", "user_message": "hi", "fallback_models": ["gpt-4o"]}}], "edges": []}"#.to_string(),
+        ),
+        (
+            "t.json",
+            format!(
+                r#"{{"nodes": [{{"id": "crm", "type": "tool", "config": {{"tool_name": "http_request", "retry_count": 1,
+                    "params": {{"url": "{}/crm", "headers": {{"Authorization": "Bearer {{secrets.CRM}}"}}}}}}}}], "edges": []}}"#,
+                fake.url
+            ),
+        ),
+        (
+            "s.yaml",
+            "nodes:\n  leak:\n    type: script\n    script: |\n      console.log('env', process.env.CRM_CRED);\n      console.error(process.env.CRM_CRED);\n      export default process.env.CRM_CRED;\n    next: fail\n  fail:\n    type: script\n    script: |\n      throw new Error('no ' + process.env.CRM_CRED);\n".to_string(),
+        ),
+    ];
+    let mut printed = String::new();
+    for (name, text) in &runs {
+        let f = w.file(name, text);
+        for args in [vec!["run", f.as_str(), "--json"], vec!["run", f.as_str()]] {
+            let ran = w.run(&args);
+            printed.push_str(&ran.stdout);
+            printed.push_str(&ran.stderr);
+        }
+    }
+    let list = w.run(&["runs", "list", "--json"]).json();
+    let ids: Vec<String> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 8);
+    for id in &ids {
+        let shown = w.run(&["runs", "show", id]);
+        printed.push_str(&shown.stdout);
+        printed.push_str(&w.run(&["runs", "show", id, "--json"]).stdout);
+    }
+    // The echoes were really there: they show redacted.
+    assert!(printed.contains("[redacted]"), "{printed}");
+    let mut stored = Vec::new();
+    for f in ["weir.db", "weir.db-wal"] {
+        if let Ok(bytes) = std::fs::read(w.path(f)) {
+            stored.extend(bytes);
+        }
+    }
+    assert!(!stored.is_empty());
+    for secret in [API_KEY, OPENAI_KEY, CRED] {
+        assert!(
+            !printed.contains(secret),
+            "{secret} was printed:\n{printed}"
+        );
+        assert!(
+            !stored.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "{secret} is in the database"
+        );
+    }
+}
