@@ -223,7 +223,7 @@ fn main() -> ExitCode {
 
 /// The one place errors become exit codes.
 fn exit_code_of(e: &anyhow::Error) -> u8 {
-    if e.downcast_ref::<Usage>().is_some() {
+    if e.downcast_ref::<Usage>().is_some() || e.downcast_ref::<wiring::NoDatabase>().is_some() {
         return exit::INVALID;
     }
     let engine = e

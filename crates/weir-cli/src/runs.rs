@@ -15,22 +15,38 @@ use crate::output::{self, DbHint, Progress};
 use crate::wiring::Env;
 use crate::{Usage, exit, validate, wiring};
 
-fn parse_input(raw: Option<&str>) -> Result<Value> {
+fn parse_input(raw: Option<&str>, limit: usize) -> Result<Value> {
     let Some(raw) = raw else {
         return Ok(Value::Object(Default::default()));
     };
     let text = match raw.strip_prefix('@') {
         Some(path) => {
+            let size = std::fs::metadata(path)
+                .map_err(|e| Usage(format!("--input {raw}: {e}")))?
+                .len();
+            if size > limit as u64 {
+                return Err(too_big(size as usize, limit));
+            }
             std::fs::read_to_string(path).map_err(|e| Usage(format!("--input {raw}: {e}")))?
         }
         None => raw.to_string(),
     };
-    let v: Value = serde_json::from_str(&text)
+    if text.len() > limit {
+        return Err(too_big(text.len(), limit));
+    }
+    let v: Value = weir_core::json::from_str(&text)
         .map_err(|e| Usage(format!("--input is not valid JSON: {e}")))?;
     if !v.is_object() {
         return Err(Usage("--input must be a JSON object".into()).into());
     }
     Ok(v)
+}
+
+fn too_big(size: usize, limit: usize) -> anyhow::Error {
+    Usage(format!(
+        "--input is {size} bytes; the limit is {limit} ([limits] input_bytes in weir.toml)"
+    ))
+    .into()
 }
 
 /// An engine printing progress (unless `--json`), stopped by Ctrl-C: the first one
@@ -39,6 +55,7 @@ fn parse_input(raw: Option<&str>) -> Result<Value> {
 fn engine(env: &Env, services: Services, as_json: bool) -> Engine {
     let mut eng = Engine::new(services, Arc::new(Progress::new(!as_json)));
     eng.lease = wiring::lease_timing(&env.settings);
+    eng.max_input_bytes = env.settings.limits.input_bytes;
     let notify = Arc::new(tokio::sync::Notify::new());
     eng.interrupt = Some(notify.clone());
     tokio::spawn(async move {
@@ -96,7 +113,7 @@ fn hint(env: &Env) -> DbHint {
 
 pub async fn run(env: &Env, file: &str, input: Option<&str>, as_json: bool) -> Result<u8> {
     let text = validate::read(file)?;
-    let input = parse_input(input)?;
+    let input = parse_input(input, env.settings.limits.input_bytes)?;
     let wf = match validate::compile(env, file, &text) {
         Ok(v) => {
             for d in &v.warnings {
@@ -112,7 +129,7 @@ pub async fn run(env: &Env, file: &str, input: Option<&str>, as_json: bool) -> R
             return Ok(exit::INVALID);
         }
     };
-    let services = wiring::services(env).await?;
+    let services = wiring::services(env, wiring::Open::CreateIfMissing).await?;
     let eng = engine(env, services, as_json);
     let source = Source {
         path: file.to_string(),
@@ -150,8 +167,10 @@ pub async fn decide(
     by: Option<String>,
     as_json: bool,
 ) -> Result<u8> {
-    let input = input.map(|i| parse_input(Some(i))).transpose()?;
-    let services = wiring::services(env).await?;
+    let input = input
+        .map(|i| parse_input(Some(i), env.settings.limits.input_bytes))
+        .transpose()?;
+    let services = wiring::services(env, wiring::Open::MustExist).await?;
     let eng = engine(env, services, as_json);
     let stored = eng.store().load_run(run_id).await?;
     let wf = stored_workflow(env, &stored)?;
@@ -191,7 +210,7 @@ async fn outcome_of(eng: &Engine, run_id: &str) -> Result<RunOutcome> {
 }
 
 pub async fn resume(env: &Env, run_id: &str, as_json: bool) -> Result<u8> {
-    let services = wiring::services(env).await?;
+    let services = wiring::services(env, wiring::Open::MustExist).await?;
     let eng = engine(env, services, as_json);
     let stored = eng.store().load_run(run_id).await?;
     let wf = stored_workflow(env, &stored)?;
@@ -200,7 +219,7 @@ pub async fn resume(env: &Env, run_id: &str, as_json: bool) -> Result<u8> {
 }
 
 pub async fn cancel(env: &Env, run_id: &str, by: Option<String>) -> Result<u8> {
-    let services = wiring::services(env).await?;
+    let services = wiring::services(env, wiring::Open::MustExist).await?;
     let eng = Engine::new(services, Arc::new(Progress::new(false)));
     let by = by
         .or_else(|| std::env::var("USER").ok())
@@ -236,7 +255,19 @@ pub async fn cancel(env: &Env, run_id: &str, by: Option<String>) -> Result<u8> {
 }
 
 pub async fn list(env: &Env, limit: u32, as_json: bool) -> Result<u8> {
-    let services = wiring::services(env).await?;
+    let services = match wiring::services(env, wiring::Open::MustExist).await {
+        Ok(s) => s,
+        // Nothing has run here yet: an empty list, and no database created for it.
+        Err(e) if e.downcast_ref::<wiring::NoDatabase>().is_some() => {
+            if as_json {
+                println!("[]");
+            } else {
+                println!("no runs yet ({e})");
+            }
+            return Ok(0);
+        }
+        Err(e) => return Err(e),
+    };
     let runs = services
         .store
         .list_runs(&RunFilter {
@@ -255,7 +286,7 @@ pub async fn list(env: &Env, limit: u32, as_json: bool) -> Result<u8> {
 /// Prints a run's record; exits like `run` would for its status (0 while it is still
 /// queued or running).
 pub async fn show(env: &Env, run_id: &str, as_json: bool) -> Result<u8> {
-    let services = wiring::services(env).await?;
+    let services = wiring::services(env, wiring::Open::MustExist).await?;
     let record = services.store.get_record(run_id).await?;
     if as_json {
         println!("{}", serde_json::to_string_pretty(&record)?);

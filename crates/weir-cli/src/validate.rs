@@ -25,6 +25,13 @@ pub fn compile(env: &Env, path: &str, text: &str) -> Result<Validated, Vec<Diagn
     )
 }
 
+fn unreadable(path: &str, message: String) -> Diagnostic {
+    let mut d = Diagnostic::error("E001", message)
+        .hint("check the path; workflows are UTF-8 YAML or JSON files");
+    d.file = Some(path.to_string());
+    d
+}
+
 pub fn read(path: &str) -> Result<String> {
     std::fs::read_to_string(path)
         .map_err(|e| crate::Usage(format!("cannot read {path}: {e}")).into())
@@ -34,8 +41,24 @@ pub fn run(env: &Env, files: &[String], as_json: bool) -> Result<u8> {
     let mut reports = Vec::new();
     let mut any_error = false;
     for f in files {
-        let text = read(f)?;
-        let diags = compile(env, f, &text).map_or_else(|d| d, |v| v.warnings);
+        // A file that cannot be read is reported like any other error, so every file named
+        // gets its entry (and `--json` its object).
+        let (text, diags) = match std::fs::read(f) {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => {
+                    let diags = compile(env, f, &text).map_or_else(|d| d, |v| v.warnings);
+                    (text, diags)
+                }
+                Err(e) => (
+                    String::new(),
+                    vec![unreadable(f, format!("{f} is not UTF-8 text ({e})"))],
+                ),
+            },
+            Err(e) => (
+                String::new(),
+                vec![unreadable(f, format!("cannot read {f}: {e}"))],
+            ),
+        };
         let (errors, warnings) = diag::count(&diags);
         any_error |= errors > 0;
         if as_json {

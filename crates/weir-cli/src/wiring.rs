@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+
 use weir_core::settings::Settings;
 use weir_engine::Services;
 
@@ -41,12 +42,35 @@ pub fn models(env: &Env) -> Result<weir_providers::Router> {
     weir_providers::Router::new(env.settings.clone()).map_err(anyhow::Error::msg)
 }
 
-pub async fn services(env: &Env) -> Result<Services> {
+/// Whether a command may create the database (only `weir run` does: reading, deciding,
+/// resuming or cancelling a run in a database that does not exist is a mistyped `--db`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Open {
+    CreateIfMissing,
+    MustExist,
+}
+
+/// The database a command named does not exist (and was not created).
+#[derive(Debug, thiserror::Error)]
+#[error("no weir database at {0} (check --db or WEIR_DB; `weir run` creates one)")]
+pub struct NoDatabase(pub String);
+
+pub async fn services(env: &Env, open: Open) -> Result<Services> {
     let db = &env.db;
     let path = weir_store::sqlite_path(db).map_err(|e| crate::Usage(format!("--db {db}: {e}")))?;
+    if open == Open::MustExist
+        && let Some(p) = &path
+        && !p.exists()
+    {
+        return Err(NoDatabase(p.display().to_string()).into());
+    }
     let store = weir_store::Sqlite::open(path.as_deref())
         .await
-        .with_context(|| format!("opening the run store at {db}"))?;
+        .map_err(|e| {
+            crate::Usage(format!(
+                "cannot open the run store at {db}: {e} (it must be a weir SQLite database, or a path where one can be created)"
+            ))
+        })?;
     Ok(Services {
         models: Arc::new(models(env)?),
         tools: Arc::new(weir_tools::Registry::new(env.settings.clone())),

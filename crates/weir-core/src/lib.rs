@@ -10,6 +10,7 @@ pub mod diag;
 pub mod event;
 pub mod expr;
 pub mod ir;
+pub mod json;
 pub mod model;
 pub mod record;
 pub mod schema;

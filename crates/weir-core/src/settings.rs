@@ -33,6 +33,30 @@ pub struct Settings {
     /// What `script` nodes may see of the environment.
     #[serde(default)]
     pub scripts: ScriptSettings,
+    /// Size limits on what a run is given.
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// `[limits] input_bytes = 1048576`: the largest run input (and approval input) accepted, as
+/// JSON; a larger one is refused before anything is written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    #[serde(default = "default_input_bytes")]
+    pub input_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            input_bytes: default_input_bytes(),
+        }
+    }
+}
+
+fn default_input_bytes() -> usize {
+    1 << 20
 }
 
 /// `[scripts] env = ["ENV", "CI"]`: the environment variables passed to script nodes, besides
@@ -170,7 +194,7 @@ impl Settings {
         for key in raw.keys() {
             match key.as_str() {
                 "models" | "providers" | "pricing" | "mcp" | "tools" | "secrets" | "lease"
-                | "scripts" => {}
+                | "scripts" | "limits" => {}
                 "network" => {
                     return Err(format!(
                         "section [{key}] is not available in this version of weir; remove it"
@@ -178,7 +202,7 @@ impl Settings {
                 }
                 other => {
                     return Err(format!(
-                        "unknown section [{other}]; weir.toml has [models], [providers], [pricing], [mcp], [tools], [secrets], [lease] and [scripts]"
+                        "unknown section [{other}]; weir.toml has [models], [providers], [pricing], [mcp], [tools], [secrets], [lease], [scripts] and [limits]"
                     ));
                 }
             }

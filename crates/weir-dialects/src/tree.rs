@@ -183,9 +183,10 @@ pub fn parse(text: &str) -> Result<Node, ParseError> {
     match serde_saphyr::from_str_with_options::<Node>(text, opts) {
         Ok(n) => Ok(n),
         Err(e) => {
-            let looks_json = text.trim_start().starts_with('{');
+            let looks_json = text.trim_start().starts_with(['{', '[']);
             if looks_json {
-                match serde_json::from_str::<Value>(text) {
+                // Strict: a repeated key is an error here too, never "the last one wins".
+                match weir_core::json::from_str(text) {
                     Ok(v) => return Ok(Node::from_json(v)),
                     Err(je) => {
                         return Err(ParseError {

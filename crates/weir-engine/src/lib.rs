@@ -177,6 +177,8 @@ pub struct Engine {
     leases: Arc<heartbeat::Leases>,
     /// Every secret value; nothing the engine records contains one.
     pub(crate) redactor: weir_core::secrets::Redactor,
+    /// The largest run input accepted, in bytes of JSON.
+    pub max_input_bytes: usize,
 }
 
 pub fn now() -> String {
@@ -209,6 +211,7 @@ impl Engine {
             lease: LeaseTiming::default(),
             interrupt: None,
             leases: Arc::default(),
+            max_input_bytes: 1 << 20,
         }
     }
 
@@ -268,6 +271,13 @@ impl Engine {
             return Err(Error::InvalidInput(vec![
                 "the run input must be a JSON object".into(),
             ]));
+        }
+        let size = serde_json::to_vec(&input).map_or(usize::MAX, |v| v.len());
+        if size > self.max_input_bytes {
+            return Err(Error::InvalidInput(vec![format!(
+                "the run input is {size} bytes of JSON; the limit is {} ([limits] input_bytes in weir.toml)",
+                self.max_input_bytes
+            )]));
         }
         let run_id = uuid::Uuid::new_v4().to_string();
         let snapshot = initial_snapshot(wf, &input);

@@ -400,6 +400,8 @@ fn run_script(w: &Weir, yaml: &str) -> (i32, Value) {
 #[test]
 fn script_values_map_through_validators_as_the_spec_says() {
     let w = Weir::new().env("DEPLOY_ENV", "production");
+    // Scripts see the variables declared for them (the spec's process.env.ENV example).
+    w.file("weir.toml", "[scripts]\nenv = [\"DEPLOY_ENV\"]\n");
     let b = |code: &str| script(code, "{kind: boolean}", "{'true': 'yes', 'false': 'no'}");
     for (code, went) in [
         ("export default 0;", "no"),

@@ -7,6 +7,7 @@ mod enrichment;
 mod examples;
 mod gates;
 mod gateway;
+mod hardening;
 mod lifecycle;
 mod machine;
 mod pipeline;
