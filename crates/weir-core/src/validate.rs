@@ -86,7 +86,8 @@ pub fn structure(wf: &Workflow) -> Vec<Diagnostic> {
             }
         }
     }
-    if !wf.nodes.is_empty() && wf.entries().is_empty() {
+    let entries = wf.entries();
+    if !wf.nodes.is_empty() && entries.is_empty() {
         out.push(
             Diagnostic::error("E012", "no entry node: every node has an incoming edge")
                 .hint("a graph starts at the nodes with no incoming edge; remove an edge into the first node"),
@@ -98,9 +99,9 @@ pub fn structure(wf: &Workflow) -> Vec<Diagnostic> {
         );
     }
     // Reachability from the entries.
-    let reach = reachable(wf, wf.entries().iter().map(|n| n.id.as_str()));
+    let reach = reachable(wf, entries.iter().map(|n| n.id.as_str()));
     for n in &wf.nodes {
-        if !reach.contains(n.id.as_str()) && !wf.entries().is_empty() {
+        if !reach.contains(n.id.as_str()) && !entries.is_empty() {
             out.push(
                 Diagnostic::warning("W102", format!("node `{}` is unreachable", n.id))
                     .node(&n.id)

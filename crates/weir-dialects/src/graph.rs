@@ -96,7 +96,7 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
         ),
     }
     // Ids of nodes that failed to lower still exist as far as edges are concerned.
-    let mut known: Vec<String> = Vec::new();
+    let mut known: std::collections::HashSet<String> = std::collections::HashSet::new();
     let had_errors = cx.diags.iter().any(Diagnostic::is_error);
     let mut had_errors_dup = false;
     if let Some(Kind::Seq(items)) = doc.get("nodes").map(|n| &n.kind) {
@@ -104,7 +104,7 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
             if let Some(v) = item.get("id")
                 && let Some(id) = v.as_str()
             {
-                if known.iter().any(|k| k == id) && had_errors {
+                if had_errors && known.contains(id) {
                     had_errors_dup = true;
                     cx.err(
                         "E002",
@@ -114,7 +114,7 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
                         "node ids must be unique per graph; rename one of them",
                     );
                 }
-                known.push(id.to_string());
+                known.insert(id.to_string());
             }
         }
     }
@@ -127,13 +127,13 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
         layout: StateLayout::Flat,
         input_schema: None,
         start: None,
+        index: Default::default(),
     };
     for d in weir_core::validate::structure(&wf) {
-        let lowered = |id: &str| wf.nodes.iter().any(|n| n.id == id);
         let about_failed_node = d.code == "E003"
             && d.node_id
                 .as_deref()
-                .is_some_and(|id| !lowered(id) && known.iter().any(|k| k == id));
+                .is_some_and(|id| wf.node(id).is_none() && known.contains(id));
         // With nodes missing, entry and reachability findings would be guesses.
         let unreliable = had_errors && (d.code.starts_with('W') || d.code == "E012");
         let duplicate_reported = d.code == "E002" && had_errors_dup;
@@ -154,6 +154,7 @@ fn empty_workflow(name: &str) -> Workflow {
         layout: StateLayout::Flat,
         input_schema: None,
         start: None,
+        index: Default::default(),
     }
 }
 

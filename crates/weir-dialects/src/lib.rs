@@ -37,15 +37,29 @@ pub fn compile(
     text: &str,
     caps: &Capabilities<'_>,
 ) -> Result<Validated, Vec<Diagnostic>> {
-    let loaded = load(path, text);
-    let mut diags = loaded.diagnostics;
-    if let Some(wf) = &loaded.workflow {
-        for mut d in weir_core::validate::capabilities(wf, caps.tools, caps.models, caps.secrets) {
-            d.file = Some(path.to_string());
-            diags.push(d);
+    let check = |loaded: Loaded| {
+        let mut diags = loaded.diagnostics;
+        let mut found = false;
+        if let Some(wf) = &loaded.workflow {
+            for mut d in
+                weir_core::validate::capabilities(wf, caps.tools, caps.models, caps.secrets)
+            {
+                d.file = Some(path.to_string());
+                diags.push(d);
+                found = true;
+            }
         }
+        (loaded.workflow, diags, found)
+    };
+    let loaded = load(path, text);
+    let fast = !loaded.positioned;
+    let (mut workflow, mut diags, found) = check(loaded);
+    if fast && found {
+        // The fast parse had nothing to report, but the capability checks do: load again
+        // with positions so their diagnostics point at their nodes.
+        (workflow, diags, _) = check(load_positioned(path, text));
     }
-    match loaded.workflow {
+    match workflow {
         Some(wf) if !diags.iter().any(Diagnostic::is_error) => Ok(Validated {
             workflow: Arc::new(wf),
             warnings: diags,
@@ -61,6 +75,9 @@ pub fn compile(
 pub struct Loaded {
     pub workflow: Option<Workflow>,
     pub diagnostics: Vec<Diagnostic>,
+    /// Whether the tree carried source positions (false: a clean JSON document read by the
+    /// fast parse; its nodes have no spans).
+    pub positioned: bool,
 }
 
 impl Loaded {
@@ -85,8 +102,28 @@ pub fn load(path: &str, text: &str) -> Loaded {
         .and_then(|s| s.to_str())
         .unwrap_or("workflow")
         .to_string();
+    // A clean JSON document needs no positions: the fast parse is enough. Anything to
+    // report sends it through the positioned parse, so every diagnostic has its line.
+    if let Some(doc) = tree::parse_json_unspanned(text) {
+        let mut fast = load_tree(&doc, &stem);
+        if fast.diagnostics.is_empty() {
+            fast.positioned = false;
+            return fast;
+        }
+    }
+    load_positioned(path, text)
+}
+
+/// [`load`] through the positioned parse only.
+pub fn load_positioned(path: &str, text: &str) -> Loaded {
+    let stem = std::path::Path::new(path)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("workflow")
+        .to_string();
     let mut out = match tree::parse(text) {
         Err(e) => Loaded {
+            positioned: true,
             workflow: None,
             diagnostics: vec![
                 Diagnostic::error("E001", e.message)
@@ -117,6 +154,7 @@ fn load_tree(doc: &tree::Node, stem: &str) -> Loaded {
             Loaded {
                 workflow: Some(wf),
                 diagnostics: diags,
+                positioned: true,
             }
         }
         Some("machine") => {
@@ -124,6 +162,7 @@ fn load_tree(doc: &tree::Node, stem: &str) -> Loaded {
             Loaded {
                 workflow: Some(wf),
                 diagnostics: diags,
+                positioned: true,
             }
         }
         Some("pipeline") => {
@@ -131,9 +170,11 @@ fn load_tree(doc: &tree::Node, stem: &str) -> Loaded {
             Loaded {
                 workflow: Some(wf),
                 diagnostics: diags,
+                positioned: true,
             }
         }
         Some(other) => Loaded {
+            positioned: true,
             workflow: None,
             diagnostics: vec![
                 Diagnostic::error("E016", format!("unknown dialect `{other}`"))
@@ -142,6 +183,7 @@ fn load_tree(doc: &tree::Node, stem: &str) -> Loaded {
             ],
         },
         None => Loaded {
+            positioned: true,
             workflow: None,
             diagnostics: vec![
                 Diagnostic::error("E001", "cannot tell the workflow's dialect")

@@ -121,6 +121,7 @@ fn workflow(
         layout: StateLayout::Variables,
         input_schema,
         start,
+        index: Default::default(),
     }
 }
 

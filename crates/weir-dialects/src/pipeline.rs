@@ -126,6 +126,7 @@ fn workflow(name: String, nodes: Vec<Node>, edges: Vec<Edge>, hop_ceiling: u32) 
         name,
         dialect: Dialect::Pipeline,
         start: nodes.first().map(|n| n.id.clone()),
+        index: Default::default(),
         nodes,
         edges,
         hop_ceiling,

@@ -177,9 +177,26 @@ pub struct ParseError {
     pub span: Option<Span>,
 }
 
+/// A JSON document parsed without positions, much faster than [`parse`]: the loader tries it
+/// first and re-parses with positions only when it has something to report.
+pub fn parse_json_unspanned(text: &str) -> Option<Node> {
+    if !text.trim_start().starts_with(['{', '[']) {
+        return None;
+    }
+    weir_core::json::from_str(text).ok().map(Node::from_json)
+}
+
 /// Parses YAML or JSON into a spanned tree.
 pub fn parse(text: &str) -> Result<Node, ParseError> {
-    let opts = serde_saphyr::options! { strict_booleans: true };
+    // saphyr's default budget (250,000 YAML nodes) would fail a 20,000-node graph, which
+    // would then lose its positions; the limits that stop alias and nesting bombs stay.
+    let opts = serde_saphyr::options! {
+        strict_booleans: true,
+        budget: serde_saphyr::budget! {
+            max_nodes: 5_000_000,
+            max_events: 10_000_000,
+        },
+    };
     match serde_saphyr::from_str_with_options::<Node>(text, opts) {
         Ok(n) => Ok(n),
         Err(e) => {

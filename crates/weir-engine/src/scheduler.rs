@@ -294,7 +294,7 @@ impl<'e> Run<'e> {
                 });
                 return;
             }
-            let Some(index) = self.wf.nodes.iter().position(|n| n.id == node_id) else {
+            let Some(index) = self.wf.position(&node_id) else {
                 self.fail(RunError {
                     code: ErrorCode::Internal,
                     message: format!("node `{node_id}` is pending but not in the workflow"),
@@ -530,7 +530,7 @@ impl<'e> Run<'e> {
         if let Route::Key(k) = &outcome.route
             && let Some(target) = k.strip_prefix("jump:")
         {
-            let at = |id: &str| self.wf.nodes.iter().position(|n| n.id == id);
+            let at = |id: &str| self.wf.position(id);
             if at(target) <= at(&node.id) {
                 self.snapshot.pass = pass + 1;
             }

@@ -157,6 +157,7 @@ fn random_graph(rng: &mut Rng) -> Workflow {
         layout: weir_core::ir::StateLayout::Flat,
         input_schema: None,
         start: None,
+        index: Default::default(),
     }
 }
 

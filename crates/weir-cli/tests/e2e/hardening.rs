@@ -158,3 +158,78 @@ fn oversized_input_is_refused_before_anything_is_written() {
     w.file("weir.toml", "[limits]\ninput_bytes = 4194304\n");
     assert_eq!(w.run(&["run", &f, "--input", &format!("@{input}")]).code, 0);
 }
+
+fn chain(n: usize, broken: bool) -> String {
+    let nodes: Vec<String> = (0..n)
+        .map(|i| format!(r#"{{"id": "n{i}", "type": "agent", "config": {{"model": "mock", "user_message": "x"}}}}"#))
+        .collect();
+    let mut edges: Vec<String> = (1..n)
+        .map(|i| format!(r#"{{"source": "n{}", "target": "n{i}"}}"#, i - 1))
+        .collect();
+    if broken {
+        edges.push(r#"{"source": "n0", "target": "nowhere"}"#.into());
+    }
+    format!(
+        "{{\"name\": \"big\",\n\"nodes\": [\n{}],\n\"edges\": [\n{}]}}",
+        nodes.join(",\n"),
+        edges.join(",\n")
+    )
+}
+
+#[test]
+fn large_graphs_load_and_their_errors_are_located() {
+    let w = Weir::new();
+    let n = 20_000;
+    let ok = w.file("big.json", &chain(n, false));
+    let ran = w.run(&["validate", "--json", &ok]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let bad = w.file("bad.json", &chain(n, true));
+    let ran = w.run(&["validate", "--json", &bad]);
+    assert_eq!(ran.code, 2);
+    let e = &ran.json()["errors"][0];
+    assert_eq!(e["code"], "E003");
+    // The broken edge is the last line but one.
+    assert_eq!(e["line"], 2 * n as u64 + 3, "{e}");
+}
+
+#[test]
+fn hostile_documents_fail_cleanly_with_a_location() {
+    let w = Weir::new();
+    let laughs = "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n\
+        b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n\
+        d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n\
+        f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\ng: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n\
+        h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]\ni: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]\n\
+        nodes: *i\n";
+    let deep_yaml = format!("nodes:\n{}x: 1\n", "- ".repeat(2_000));
+    let cases = [
+        ("laughs.yaml", laughs.to_string()),
+        ("deep.yaml", deep_yaml),
+        (
+            "nan.json",
+            r#"{"nodes": [], "edges": [], "hop_ceiling": NaN}"#.to_string(),
+        ),
+        (
+            "huge.json",
+            r#"{"nodes": [], "edges": [], "hop_ceiling": 1e999}"#.to_string(),
+        ),
+        (
+            "big-int.yaml",
+            "hop_ceiling: 99999999999999999999999999\nnodes: []\nedges: []\n".to_string(),
+        ),
+    ];
+    for (name, text) in cases {
+        let f = w.file(name, &text);
+        let ran = w.run(&["validate", "--json", &f]);
+        assert_eq!(ran.code, 2, "{name}: {}", ran.stderr);
+        let e = &ran.json()["errors"][0];
+        assert!(e["line"].as_u64().is_some(), "{name}: no location: {e}");
+    }
+    // A byte-order mark is not an error.
+    let bom = w.file(
+        "bom.json",
+        &format!("\u{feff}{}", r#"{"nodes": [{"id": "a", "type": "agent", "config": {"model": "mock", "user_message": "a"}}], "edges": []}"#),
+    );
+    let ran = w.run(&["validate", &bom]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+}
