@@ -139,6 +139,9 @@ impl ModelClient for Router {
         let mut calls = Vec::new();
         let mut events = Vec::new();
         let mut last: Option<ModelError> = None;
+        // The request's timeout is the budget of the whole chain: each call gets an equal
+        // share of what is left of it, so a primary that hangs leaves its fallbacks time.
+        let chain_started = Instant::now();
         for (i, model) in candidates.iter().enumerate() {
             let (provider, target, name) = match self.route(model) {
                 Ok(r) => r,
@@ -171,8 +174,12 @@ impl ModelClient for Router {
                 }));
                 continue;
             }
+            let left = (candidates.len() - i) as u32;
+            let share = req.timeout.saturating_sub(chain_started.elapsed()) / left;
+            let mut this = req.clone();
+            this.timeout = share.max(std::time::Duration::from_millis(1));
             let started = Instant::now();
-            let result = self.call(target, &req, name).await;
+            let result = self.call(target, &this, name).await;
             let duration_ms = started.elapsed().as_millis() as u64;
             match result {
                 Ok(reply) => {

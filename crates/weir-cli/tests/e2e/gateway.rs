@@ -368,6 +368,39 @@ fn retry_after_is_honoured() {
 }
 
 #[test]
+fn a_timeout_fails_over_within_the_attempt_budget() {
+    let fake = Fake::start();
+    fake.always(
+        "/v1/messages",
+        anthropic("too late", 5, 5).delayed(Duration::from_secs(3)),
+    );
+    fake.always("/v1/chat/completions", openai("from the fallback", 5, 5));
+    let w = weir(&fake);
+    let f = w.file(
+        "a.json",
+        &agent(
+            "claude-haiku-4-5",
+            r#", "timeout_seconds": 1, "fallback_models": ["gpt-4o"], "fallback_error_classes": ["timeout"]"#,
+        ),
+    );
+    let t = Instant::now();
+    let ran = w.run(&["run", &f, "--input", r#"{"raw": "x"}"#, "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    let r = ran.json();
+    let attempts = r["steps"][0]["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1);
+    let calls = attempts[0]["calls"].as_array().unwrap();
+    // The timed-out call is on the record, then the fallback's.
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[0]["model"], "claude-haiku-4-5");
+    assert_eq!(calls[0]["error_class"], "timeout");
+    assert_eq!(calls[1]["model"], "gpt-4o");
+    assert_eq!(calls[1]["status"], "succeeded");
+    assert_eq!(r["steps"][0]["output"]["text"], "from the fallback");
+}
+
+#[test]
 fn any_retry_after_header_is_survived() {
     // Absurd, infinite and malformed values are capped or ignored: never a panic, and the
     // attempt is recorded and retried like any other rate limit.

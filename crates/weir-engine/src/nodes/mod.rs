@@ -205,7 +205,17 @@ impl NodeCtx {
 
     /// The HTTP timeout of one model call: a little past the attempt timeout, so the
     /// engine's own timeout decides.
+    /// The time budget of a model request: the node's attempt timeout, less a small margin
+    /// so the gateway's own per-call timeouts (which split this budget across the primary
+    /// and its fallbacks) fire, and are recorded, before the attempt's.
     pub fn call_timeout(&self) -> std::time::Duration {
+        let t = self.node().policy.timeout;
+        t.saturating_sub((t / 10).min(std::time::Duration::from_millis(100)))
+    }
+
+    /// A tool's own timeout: past the attempt's, so the attempt timeout is what ends a call
+    /// that hangs (and says so).
+    pub fn tool_timeout(&self) -> std::time::Duration {
         self.node().policy.timeout + std::time::Duration::from_secs(1)
     }
 }

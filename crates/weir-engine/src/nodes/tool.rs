@@ -48,7 +48,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &ToolSpec) -> Result<Outcome, Failure>
         params,
         idempotency_key: idempotency_key(&ctx.run_id, &ctx.node().id, ctx.visit),
         // A little past the attempt timeout, so the engine's own timeout decides.
-        timeout: ctx.call_timeout(),
+        timeout: ctx.tool_timeout(),
     };
     let request = json!({"tool": spec.tool_name, "idempotency_key": call.idempotency_key});
     match ctx.services.tools.call(call).await {
