@@ -346,3 +346,130 @@ fn cancel_ends_paused_and_running_runs() {
     assert_eq!(steps(&r, "wait")[0]["status"], "cancelled");
     assert_eq!(events_of(&r, "cancel_requested").len(), 1);
 }
+
+/// The crash suite: `weir run` killed at 100 moments of a workflow with parallel branches,
+/// a tool with side effects and a gate; every run is then continued. No completed step runs
+/// again, and a side effect is delivered twice only for a step that was in flight when the
+/// process died (and then with the same idempotency key).
+#[test]
+fn runs_killed_at_100_moments_continue_without_repeating_completed_work() {
+    let fake = Fake::start();
+    for p in ["/effect/a", "/effect/c"] {
+        fake.always(
+            p,
+            Reply::text(200, "done").delayed(Duration::from_millis(15)),
+        );
+    }
+    let w = Weir::new();
+    w.short_lease(0.3, 0.1);
+    let f = w.file(
+        "crash.yaml",
+        &format!(
+            r#"
+name: crash
+nodes:
+  - {{id: start, type: agent, config: {{model: mock, user_message: "go {{n}}"}}}}
+  - {{id: a, type: tool, config: {{tool_name: http_request, params: {{method: POST, url: "{u}/effect/a", body: {{n: "{{n}}"}}}}}}}}
+  - {{id: b, type: tool, config: {{tool_name: delay, params: {{ms: 20}}}}}}
+  - {{id: join, type: merge}}
+  - {{id: gate, type: human_gate, config: {{prompt: "ship {{n}}?"}}}}
+  - {{id: c, type: tool, config: {{tool_name: http_request, params: {{method: POST, url: "{u}/effect/c", body: {{n: "{{n}}"}}}}}}}}
+edges:
+  - {{source: start, target: a}}
+  - {{source: start, target: b}}
+  - {{source: a, target: join}}
+  - {{source: b, target: join}}
+  - {{source: join, target: gate}}
+  - {{source: gate, target: c}}
+"#,
+            u = fake.url
+        ),
+    );
+    let runs = 100;
+    for i in 0..runs {
+        let mut child = w.spawn(&["run", &f, "--input", &json!({"n": i}).to_string()]);
+        std::thread::sleep(Duration::from_millis((i as u64 * 7) % 90));
+        signal(&child, Signal::SIGKILL);
+        child.wait().unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    let list = w.run(&["runs", "list", "--limit", "1000", "--json"]).json();
+    let ids: Vec<String> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap().to_string())
+        .collect();
+    // A kill before the run was created leaves nothing; every other run is continued.
+    assert!(ids.len() >= runs / 2, "only {} runs were created", ids.len());
+    let mut states = std::collections::BTreeMap::new();
+    // Idempotency key → whether that node's step was interrupted in flight (and re-run).
+    let mut keys: std::collections::HashMap<String, bool> = Default::default();
+    for id in &ids {
+        let mut status = w.show(id)["status"].as_str().unwrap().to_string();
+        *states.entry(status.clone()).or_insert(0) += 1;
+        for _ in 0..4 {
+            let ran = match status.as_str() {
+                "paused" => w.run(&["approve", id, "--json"]),
+                "queued" | "running" => w.run(&["resume", id, "--json"]),
+                _ => break,
+            };
+            assert!(
+                matches!(ran.code, 0 | 3),
+                "run {id} ({status}): {}",
+                ran.stderr
+            );
+            status = ran.json()["status"].as_str().unwrap().to_string();
+        }
+        assert_eq!(status, "succeeded", "run {id}");
+        let r = w.show(id);
+        no_step_completed_twice(&r);
+        for node in ["start", "a", "b", "join", "gate", "c"] {
+            assert_eq!(
+                steps(&r, node)
+                    .iter()
+                    .filter(|s| s["status"] == "succeeded")
+                    .count(),
+                1,
+                "run {id}: {node} completed once"
+            );
+        }
+        for node in ["a", "c"] {
+            let all = steps(&r, node);
+            let done = all.iter().find(|s| s["status"] == "succeeded").unwrap();
+            let key = done["attempts"][0]["request"]["idempotency_key"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            let interrupted = all.iter().any(|s| {
+                s["status"] == "cancelled"
+                    && s["error"].as_str().unwrap_or("").contains("interrupted")
+            });
+            keys.insert(key, interrupted);
+        }
+    }
+    // Side effects: grouped by idempotency key, a key seen twice belongs to a step that was
+    // interrupted in flight, never to one that had completed.
+    let mut twice = 0;
+    for p in ["/effect/a", "/effect/c"] {
+        let mut by_key: std::collections::HashMap<String, usize> = Default::default();
+        for s in fake.seen(p) {
+            *by_key.entry(s.headers["idempotency-key"].clone()).or_default() += 1;
+        }
+        for (key, n) in by_key {
+            assert!(n <= 2, "{p}: key {key} delivered {n} times");
+            if n == 2 {
+                assert_eq!(
+                    keys.get(&key),
+                    Some(&true),
+                    "{p}: key {key} was delivered twice but its step had not been interrupted"
+                );
+                twice += 1;
+            }
+        }
+    }
+    eprintln!(
+        "crash suite: {} runs created of {runs} kills; states after the kills: {states:?}; side effects delivered twice (in flight at the kill, same key): {twice}",
+        ids.len()
+    );
+}
