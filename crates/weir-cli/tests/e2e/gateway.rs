@@ -655,3 +655,223 @@ fn a_broken_weir_toml_is_reported() {
         ran.stderr
     );
 }
+
+/// The provider fault matrix (RELIABILITY.md): each fault, from both providers, on a node
+/// with one retry and no fallback, then with a fallback to the other provider. For each: the
+/// error class, the number of requests, the backoff slept, whether the fallback ran.
+#[test]
+fn provider_fault_matrix() {
+    #[derive(Clone)]
+    struct Case {
+        name: &'static str,
+        anthropic: Reply,
+        openai: Reply,
+        class: &'static str,
+        /// Retried after the backoff (else one request only).
+        retried: bool,
+        /// The backoff before the retry, when retried.
+        backoff_ms: u64,
+        /// The fallback runs after it (default fallback classes: all but auth).
+        fails_over: bool,
+    }
+    let quota = || {
+        openai_error(
+            429,
+            "insufficient_quota",
+            "You exceeded your current quota, please check your plan and billing details.",
+        )
+    };
+    let both = |name, status: u16, a_kind: &str, o_code: &str, class, retried, over| Case {
+        name,
+        anthropic: anthropic_error(status, a_kind, "fault"),
+        openai: openai_error(status, o_code, "fault"),
+        class,
+        retried,
+        backoff_ms: 1000,
+        fails_over: over,
+    };
+    let mut cases = vec![
+        both(
+            "429",
+            429,
+            "rate_limit_error",
+            "rate_limit_exceeded",
+            "rate_limit",
+            true,
+            true,
+        ),
+        both(
+            "400",
+            400,
+            "invalid_request_error",
+            "invalid_request",
+            "http_error",
+            true,
+            true,
+        ),
+        both(
+            "401",
+            401,
+            "authentication_error",
+            "invalid_api_key",
+            "auth",
+            false,
+            false,
+        ),
+        both(
+            "403",
+            403,
+            "permission_error",
+            "forbidden",
+            "auth",
+            false,
+            false,
+        ),
+        both(
+            "404",
+            404,
+            "not_found_error",
+            "model_not_found",
+            "http_error",
+            true,
+            true,
+        ),
+        both(
+            "500",
+            500,
+            "api_error",
+            "server_error",
+            "server_error",
+            true,
+            true,
+        ),
+        both(
+            "503",
+            503,
+            "api_error",
+            "server_error",
+            "server_error",
+            true,
+            true,
+        ),
+        both(
+            "529",
+            529,
+            "overloaded_error",
+            "server_error",
+            "server_error",
+            true,
+            true,
+        ),
+        Case {
+            name: "malformed",
+            anthropic: Reply::json(200, json!({"no": "content"})),
+            openai: Reply::text(200, "not json"),
+            class: "malformed",
+            retried: true,
+            backoff_ms: 1000,
+            fails_over: true,
+        },
+        Case {
+            name: "insufficient_quota",
+            anthropic: quota(),
+            openai: quota(),
+            class: "rate_limit",
+            retried: false,
+            backoff_ms: 0,
+            fails_over: true,
+        },
+    ];
+    for (value, wait) in [("2", 2000), ("0.5", 500), ("1e30", 60_000), ("inf", 1000)] {
+        let name: &'static str = Box::leak(format!("429 retry-after {value}").into_boxed_str());
+        let mut c = both(
+            name,
+            429,
+            "rate_limit_error",
+            "rate_limit_exceeded",
+            "rate_limit",
+            true,
+            true,
+        );
+        c.anthropic = c.anthropic.header("retry-after", value);
+        c.openai = c.openai.header("retry-after", value);
+        // The engine waits at most a minute; the long forms are checked without waiting.
+        c.backoff_ms = wait;
+        cases.push(c);
+    }
+    let rows = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for c in &cases {
+            for primary in ["claude-haiku-4-5", "gpt-4o"] {
+                let rows = &rows;
+                scope.spawn(move || {
+                    let (path, other, reply) = if primary.starts_with("claude") {
+                        ("/v1/messages", "gpt-4o", c.anthropic.clone())
+                    } else {
+                        ("/v1/chat/completions", "claude-haiku-4-5", c.openai.clone())
+                    };
+                    // No fallback, one retry (skipped when the wait would be a minute).
+                    let fake = Fake::start();
+                    fake.always(path, reply.clone());
+                    let w = weir(&fake);
+                    let retries = if c.backoff_ms > 5000 { 0 } else { 1 };
+                    let f = w.file(
+                        "a.json",
+                        &agent(primary, &format!(r#", "retry_count": {retries}"#)),
+                    );
+                    let r = w
+                        .run(&["run", &f, "--input", r#"{"raw": "x"}"#, "--json"])
+                        .json();
+                    let a = &steps(&r, "summarize")[0]["attempts"];
+                    assert_eq!(a[0]["error_class"], c.class, "{} {primary}", c.name);
+                    let want = if c.retried && retries == 1 { 2 } else { 1 };
+                    assert_eq!(
+                        fake.seen(path).len(),
+                        want,
+                        "{} {primary}: requests",
+                        c.name
+                    );
+                    let backoff: Vec<u64> = r["events"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .filter(|e| e["type"] == "attempt_failed")
+                        .map(|e| e["backoff_ms"].as_u64().unwrap())
+                        .collect();
+                    if want == 2 {
+                        assert_eq!(backoff, [c.backoff_ms], "{} {primary}: backoff", c.name);
+                    }
+                    // With a fallback to the other provider.
+                    let fake2 = Fake::start();
+                    fake2.always("/v1/messages", anthropic("from the fallback", 1, 1));
+                    fake2.always("/v1/chat/completions", openai("from the fallback", 1, 1));
+                    // The primary's path faults; the other provider answers.
+                    fake2.always(path, reply);
+                    let w2 = weir(&fake2);
+                    let f2 = w2.file(
+                        "b.json",
+                        &agent(primary, &format!(r#", "fallback_models": ["{other}"]"#)),
+                    );
+                    let r2 = w2
+                        .run(&["run", &f2, "--input", r#"{"raw": "x"}"#, "--json"])
+                        .json();
+                    let ran_fallback = r2["status"] == "succeeded";
+                    assert_eq!(ran_fallback, c.fails_over, "{} {primary}: fallback", c.name);
+                    rows.lock().unwrap().push(format!(
+                        "| {} | {primary} | {} | {want} | {} | {} |",
+                        c.name,
+                        c.class,
+                        backoff.first().map_or("-".into(), |b| format!("{b} ms")),
+                        if ran_fallback { "yes" } else { "no" }
+                    ));
+                });
+            }
+        }
+    });
+    let mut rows = rows.into_inner().unwrap();
+    rows.sort();
+    eprintln!(
+        "| fault | primary | class | requests | backoff | fallback ran |\n|---|---|---|---|---|---|\n{}",
+        rows.join("\n")
+    );
+}

@@ -401,7 +401,11 @@ edges:
         .map(|r| r["run_id"].as_str().unwrap().to_string())
         .collect();
     // A kill before the run was created leaves nothing; every other run is continued.
-    assert!(ids.len() >= runs / 2, "only {} runs were created", ids.len());
+    assert!(
+        ids.len() >= runs / 2,
+        "only {} runs were created",
+        ids.len()
+    );
     let mut states = std::collections::BTreeMap::new();
     // Idempotency key → whether that node's step was interrupted in flight (and re-run).
     let mut keys: std::collections::HashMap<String, bool> = Default::default();
@@ -454,7 +458,9 @@ edges:
     for p in ["/effect/a", "/effect/c"] {
         let mut by_key: std::collections::HashMap<String, usize> = Default::default();
         for s in fake.seen(p) {
-            *by_key.entry(s.headers["idempotency-key"].clone()).or_default() += 1;
+            *by_key
+                .entry(s.headers["idempotency-key"].clone())
+                .or_default() += 1;
         }
         for (key, n) in by_key {
             assert!(n <= 2, "{p}: key {key} delivered {n} times");

@@ -1,0 +1,15 @@
+//! The pipeline loader never panics: whatever follows `steps:` yields diagnostics or a
+//! workflow.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let doc = format!("name: fuzz\nmodel: mock\nsteps:\n{text}");
+        let loaded = weir_dialects::load("fuzz.yaml", &doc);
+        for d in &loaded.diagnostics {
+            let _ = d.render(Some(&doc));
+        }
+    }
+});
