@@ -479,3 +479,51 @@ edges:
         ids.len()
     );
 }
+
+#[test]
+fn two_resumes_of_a_dead_run_one_drives_the_other_conflicts() {
+    let fake = Fake::start();
+    fake.always(
+        "/effect",
+        Reply::text(200, "done").delayed(Duration::from_millis(300)),
+    );
+    let w = Weir::new();
+    w.short_lease(0.5, 0.1);
+    let f = w.file(
+        "dead.yaml",
+        &format!(
+            "name: dead\nnodes:\n  - {{id: wait, type: tool, config: {{tool_name: delay, params: {{ms: 2000}}}}}}\n  - {{id: effect, type: tool, config: {{tool_name: http_request, params: {{method: POST, url: \"{}/effect\"}}}}}}\nedges:\n  - {{source: wait, target: effect}}\n",
+            fake.url
+        ),
+    );
+    let mut child = w.spawn(&["run", &f]);
+    let lines = stderr_lines(&mut child);
+    wait_until("the run id", || !lines.lock().unwrap().is_empty());
+    let id = lines.lock().unwrap()[0][4..].to_string();
+    signal(&child, Signal::SIGKILL);
+    child.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let a = w.spawn(&["resume", &id, "--json"]);
+    let b = w.spawn(&["resume", &id, "--json"]);
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let mut codes = [a.status.code().unwrap(), b.status.code().unwrap()];
+    codes.sort();
+    assert_eq!(
+        codes,
+        [0, 5],
+        "{}\n{}",
+        String::from_utf8_lossy(&a.stderr),
+        String::from_utf8_lossy(&b.stderr)
+    );
+    let loser = if a.status.code() == Some(5) { &a } else { &b };
+    assert!(
+        String::from_utf8_lossy(&loser.stderr).contains("is being driven by"),
+        "{}",
+        String::from_utf8_lossy(&loser.stderr)
+    );
+    // The side effect happened once.
+    assert_eq!(fake.seen("/effect").len(), 1);
+    let r = w.show(&id);
+    assert_eq!(r["status"], "succeeded");
+    no_step_completed_twice(&r);
+}
