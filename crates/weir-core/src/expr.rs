@@ -169,10 +169,19 @@ fn fn_int(v: JValue) -> Result<i64, JError> {
 
 fn fn_float(v: JValue) -> Result<f64, JError> {
     if let Some(s) = v.as_str() {
-        return s
+        let f = s
             .trim()
             .parse::<f64>()
-            .map_err(|_| invalid(format!("float(): cannot convert {:?}", truncate(s, 60))));
+            .map_err(|_| invalid(format!("float(): cannot convert {:?}", truncate(s, 60))))?;
+        // NaN compares true where Python says false, and infinity cannot be rounded: neither
+        // is a number an expression may compute with.
+        if !f.is_finite() {
+            return Err(invalid(format!(
+                "float(): {:?} is not a finite number",
+                truncate(s, 60)
+            )));
+        }
+        return Ok(f);
     }
     match v.kind() {
         minijinja::value::ValueKind::Bool => Ok(if v.is_true() { 1.0 } else { 0.0 }),
@@ -206,7 +215,11 @@ fn fn_abs(v: JValue) -> Result<JValue, JError> {
 
 fn fn_round(v: JValue, digits: Option<i32>) -> Result<JValue, JError> {
     let f = f64::try_from(v).map_err(|_| invalid("round(): not a number"))?;
+    if !f.is_finite() {
+        return Err(invalid("round(): cannot round infinity or NaN"));
+    }
     match digits {
+        None if f.abs() >= 9.2e18 => Err(invalid("round(): number out of range")),
         None => Ok(JValue::from(f.round() as i64)),
         Some(d) => {
             let m = 10f64.powi(d.clamp(-15, 15));
@@ -215,17 +228,26 @@ fn fn_round(v: JValue, digits: Option<i32>) -> Result<JValue, JError> {
     }
 }
 
+/// The most values `min()` / `max()` look at.
+const MAX_PICK_ITEMS: usize = 100_000;
+
 fn pick(args: Rest<JValue>, want: std::cmp::Ordering) -> Result<JValue, JError> {
-    let items: Vec<JValue> = if args.0.len() == 1 {
-        args.0[0]
-            .try_iter()
-            .map_err(|_| invalid("min()/max(): expected an iterable or several values"))?
-            .collect()
+    let items: Box<dyn Iterator<Item = JValue>> = if args.0.len() == 1 {
+        Box::new(
+            args.0[0]
+                .try_iter()
+                .map_err(|_| invalid("min()/max(): expected an iterable or several values"))?,
+        )
     } else {
-        args.0
+        Box::new(args.0.into_iter())
     };
     let mut best: Option<JValue> = None;
-    for item in items {
+    for (n, item) in items.enumerate() {
+        if n >= MAX_PICK_ITEMS {
+            return Err(invalid(format!(
+                "min()/max(): more than {MAX_PICK_ITEMS} values"
+            )));
+        }
         best = Some(match best {
             None => item,
             Some(b) => {
@@ -587,6 +609,22 @@ pub fn check_value(v: &Value) -> Result<(), ExprError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn non_finite_numbers_are_errors() {
+        use super::eval_bool;
+        let s = serde_json::json!({});
+        for src in [
+            "float('nan') > 1",
+            "float('inf') > 1",
+            "round(1e300 * 1e300) > 0",
+            "round(1e19) > 0",
+            "max([0] * 1000000) == 0",
+        ] {
+            assert!(eval_bool(src, &s).is_err(), "{src}");
+        }
+        assert!(eval_bool("round(2.4) == 2 and float(' 1.5 ') == 1.5", &s).unwrap());
+    }
+
     use super::*;
     use serde_json::json;
 
