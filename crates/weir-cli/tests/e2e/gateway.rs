@@ -875,3 +875,57 @@ fn provider_fault_matrix() {
         rows.join("\n")
     );
 }
+
+/// A provider that sends headers and part of the body, then closes the connection.
+fn cut_mid_body() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = hits.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut buf = [0u8; 65536];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{\"id\": \"msg\", \"con",
+            );
+            let _ = s.flush();
+            drop(s);
+        }
+    });
+    (url, hits)
+}
+
+#[test]
+fn a_connection_cut_mid_body_is_classified_and_retried() {
+    let (url, hits) = cut_mid_body();
+    let w = Weir::new()
+        .env("ANTHROPIC_BASE_URL", &url)
+        .env("ANTHROPIC_API_KEY", "k");
+    let f = w.file(
+        "a.json",
+        &agent("claude-haiku-4-5", r#", "retry_count": 1"#),
+    );
+    let ran = w.run(&["run", &f, "--input", r#"{"raw": "x"}"#, "--json"]);
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    let r = ran.json();
+    let attempts = steps(&r, "summarize")[0]["attempts"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(attempts.len(), 2);
+    // The reply could not be read: `malformed`, retried like any other failed reply.
+    assert_eq!(attempts[0]["error_class"], "malformed");
+    assert!(
+        attempts[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("could not read the response"),
+        "{}",
+        attempts[0]
+    );
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 2);
+}

@@ -14,18 +14,24 @@ const CRED: &str = "crm-cred-5521-zz";
 fn no_secret_reaches_the_record_the_database_or_the_terminal() {
     let fake = Fake::start();
     // Providers that echo the key they were sent.
-    fake.queue(
+    let mut echoes = Vec::new();
+    for _ in 0..4 {
+        echoes.push(Reply::json(
+            401,
+            json!({"type": "error", "error": {"type": "authentication_error", "message": format!("invalid x-api-key {API_KEY}")}}),
+        ));
+        echoes.push(Reply::json(
+            500,
+            json!({"type": "error", "error": {"type": "api_error", "message": format!("internal error for key {API_KEY}")}}),
+        ));
+    }
+    fake.queue("/v1/messages", echoes);
+    fake.always(
         "/v1/messages",
-        vec![
-            Reply::json(
-                401,
-                json!({"type": "error", "error": {"type": "authentication_error", "message": format!("invalid x-api-key {API_KEY}")}}),
-            ),
-            Reply::json(
-                500,
-                json!({"type": "error", "error": {"type": "api_error", "message": format!("internal error for key {API_KEY}")}}),
-            ),
-        ],
+        Reply::json(
+            529,
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": format!("overloaded ({API_KEY})")}}),
+        ),
     );
     fake.always(
         "/v1/chat/completions",
@@ -73,12 +79,15 @@ fn no_secret_reaches_the_record_the_database_or_the_terminal() {
         ),
     ];
     let mut printed = String::new();
-    for (name, text) in &runs {
-        let f = w.file(name, text);
-        for args in [vec!["run", f.as_str(), "--json"], vec!["run", f.as_str()]] {
-            let ran = w.run(&args);
-            printed.push_str(&ran.stdout);
-            printed.push_str(&ran.stderr);
+    // 32 runs: each workflow four times, with and without --json.
+    for _ in 0..4 {
+        for (name, text) in &runs {
+            let f = w.file(name, text);
+            for args in [vec!["run", f.as_str(), "--json"], vec!["run", f.as_str()]] {
+                let ran = w.run(&args);
+                printed.push_str(&ran.stdout);
+                printed.push_str(&ran.stderr);
+            }
         }
     }
     let list = w.run(&["runs", "list", "--json"]).json();
@@ -88,7 +97,7 @@ fn no_secret_reaches_the_record_the_database_or_the_terminal() {
         .iter()
         .map(|r| r["run_id"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(ids.len(), 8);
+    assert_eq!(ids.len(), 32);
     for id in &ids {
         let shown = w.run(&["runs", "show", id]);
         printed.push_str(&shown.stdout);
