@@ -9,6 +9,7 @@
 pub mod diag;
 pub mod event;
 pub mod expr;
+pub mod interp;
 pub mod ir;
 pub mod json;
 pub mod model;

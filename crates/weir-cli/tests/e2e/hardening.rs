@@ -233,3 +233,37 @@ fn hostile_documents_fail_cleanly_with_a_location() {
     let ran = w.run(&["validate", &bom]);
     assert_eq!(ran.code, 0, "{}", ran.stderr);
 }
+
+#[test]
+fn runaway_expressions_fail_their_node_within_the_budget() {
+    let w = Weir::new();
+    for (i, expr) in [
+        "[0]*100000000 == [0]*100000000",
+        "max([0]*100000000) > 0",
+        "len(s.join(['x']*100000000)) > 0",
+        "'a' * 2000000000 == 'a'",
+        "float('nan') > 1",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let f = w.file(
+            &format!("bomb{i}.json"),
+            &serde_json::json!({"nodes": [
+                {"id": "check", "type": "condition", "config": {"expression": expr, "timeout_seconds": 1}},
+                {"id": "yes", "type": "agent", "config": {"model": "mock", "user_message": "y"}}],
+              "edges": [{"source": "check", "target": "yes", "condition_value": "true"}]})
+            .to_string(),
+        );
+        let ran = w.run(&["run", &f, "--input", r#"{"s": "-"}"#, "--json"]);
+        assert_eq!(ran.code, 1, "{expr}: {}", ran.stderr);
+        let r = ran.json();
+        assert_eq!(r["error"]["code"], "node_failed", "{expr}");
+        assert_eq!(r["error"]["node_id"], "check");
+        let msg = r["steps"][0]["error"].as_str().unwrap();
+        assert!(
+            msg.contains("too large") || msg.contains("fuel") || msg.contains("finite"),
+            "{expr}: {msg}"
+        );
+    }
+}
