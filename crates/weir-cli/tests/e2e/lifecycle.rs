@@ -393,13 +393,7 @@ edges:
         child.wait().unwrap();
     }
     std::thread::sleep(Duration::from_millis(400));
-    let list = w.run(&["runs", "list", "--limit", "1000", "--json"]).json();
-    let ids: Vec<String> = list
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["run_id"].as_str().unwrap().to_string())
-        .collect();
+    let ids = w.run_ids();
     // A kill before the run was created leaves nothing; every other run is continued.
     assert!(
         ids.len() >= runs / 2,

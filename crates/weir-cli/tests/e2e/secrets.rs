@@ -90,13 +90,7 @@ fn no_secret_reaches_the_record_the_database_or_the_terminal() {
             }
         }
     }
-    let list = w.run(&["runs", "list", "--json"]).json();
-    let ids: Vec<String> = list
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["run_id"].as_str().unwrap().to_string())
-        .collect();
+    let ids = w.run_ids();
     assert_eq!(ids.len(), 32);
     for id in &ids {
         let shown = w.run(&["runs", "show", id]);

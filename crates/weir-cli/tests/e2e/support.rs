@@ -297,6 +297,17 @@ impl Weir {
             .expect("spawn weir")
     }
 
+    /// The ids of every recorded run, newest first (`weir runs list --json`).
+    pub fn run_ids(&self) -> Vec<String> {
+        self.run(&["runs", "list", "--limit", "100000", "--json"])
+            .json()
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|r| r["run_id"].as_str().expect("run_id").to_string())
+            .collect()
+    }
+
     /// `weir runs show ID --json`.
     pub fn show(&self, run_id: &str) -> Value {
         self.run(&["runs", "show", run_id, "--json"]).json()
