@@ -706,7 +706,7 @@ fn provider_fault_matrix() {
             "invalid_request_error",
             "invalid_request",
             "http_error",
-            true,
+            false,
             true,
         ),
         both(
@@ -733,7 +733,7 @@ fn provider_fault_matrix() {
             "not_found_error",
             "model_not_found",
             "http_error",
-            true,
+            false,
             true,
         ),
         both(
