@@ -1538,14 +1538,14 @@ impl<'n> Eval<'n, '_> {
                         if f.abs() >= 9.2e18 {
                             return Err(err("round(): number out of range"));
                         }
-                        Ok(V::Int(f.round() as i64))
+                        Ok(V::Int(f.round_ties_even() as i64))
                     }
                     Some(d) => {
                         let Some(Num::I(d)) = d.num() else {
                             return Err(err("round(): the number of digits is an integer"));
                         };
                         let m = 10f64.powi(d.clamp(-15, 15) as i32);
-                        float((f * m).round() / m)
+                        float((f * m).round_ties_even() / m)
                     }
                 }
             }
@@ -2037,6 +2037,11 @@ mod tests {
             ("{'k': x}['k']", json!(7)),
             ("len(m.items())", json!(1)),
             ("round(2.567, 2)", json!(2.57)),
+            // Python rounds half to even.
+            (
+                "[round(0.5), round(1.5), round(2.5), round(-2.5)]",
+                json!([0, 2, 2, -2]),
+            ),
             ("int(' 42 ') + int(3.9)", json!(45)),
             ("'x' + 'y' == 'xy' and [1] + [2] == [1, 2]", json!(true)),
             ("1 == 1.0", json!(true)),
