@@ -372,7 +372,7 @@ fn a_timeout_fails_over_within_the_attempt_budget() {
     let fake = Fake::start();
     fake.always(
         "/v1/messages",
-        anthropic("too late", 5, 5).delayed(Duration::from_secs(3)),
+        anthropic("too late", 5, 5).delayed(Duration::from_secs(4)),
     );
     fake.always("/v1/chat/completions", openai("from the fallback", 5, 5));
     let w = weir(&fake);
@@ -380,13 +380,13 @@ fn a_timeout_fails_over_within_the_attempt_budget() {
         "a.json",
         &agent(
             "claude-haiku-4-5",
-            r#", "timeout_seconds": 1, "fallback_models": ["gpt-4o"], "fallback_error_classes": ["timeout"]"#,
+            r#", "timeout_seconds": 2, "fallback_models": ["gpt-4o"], "fallback_error_classes": ["timeout"]"#,
         ),
     );
     let t = Instant::now();
     let ran = w.run(&["run", &f, "--input", r#"{"raw": "x"}"#, "--json"]);
     assert_eq!(ran.code, 0, "{}", ran.stderr);
-    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
     let r = ran.json();
     let attempts = r["steps"][0]["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), 1);
