@@ -228,7 +228,7 @@ fn exit_code_of(e: &anyhow::Error) -> u8 {
     }
     let engine = e
         .downcast_ref::<weir_engine::Error>()
-        .cloned_kind()
+        .map(weir_engine::Error::kind)
         .or_else(|| {
             e.downcast_ref::<weir_core::store::StoreError>()
                 .map(|s| weir_engine::Error::from(s.clone()).kind())
@@ -241,16 +241,6 @@ fn exit_code_of(e: &anyhow::Error) -> u8 {
 }
 
 use weir_engine::ErrorKind as Kind;
-
-trait KindOf {
-    fn cloned_kind(self) -> Option<Kind>;
-}
-
-impl KindOf for Option<&weir_engine::Error> {
-    fn cloned_kind(self) -> Option<Kind> {
-        self.map(weir_engine::Error::kind)
-    }
-}
 
 /// An error in how weir was called (bad input JSON, unknown run id): exit code 2.
 #[derive(Debug, thiserror::Error)]

@@ -1,7 +1,8 @@
 //! `tool`: a typed side effect. String params are rendered against state (and
 //! `{secrets.NAME}` against the workspace's secrets), the tool's result object is written to
-//! state, and the step costs $0. Secret values are redacted from the result and from errors,
-//! and the step's attempts record only the tool's name, never the rendered params.
+//! state, and the step costs $0. The step's attempts record only the tool's name, never the
+//! rendered params; secret values are redacted from the result and from errors by the
+//! engine, with every other secret (`Redactor`, in the scheduler).
 
 use serde_json::{Map, Value, json};
 use weir_core::ToolCall;
@@ -19,7 +20,6 @@ pub fn idempotency_key(run_id: &str, node_id: &str, visit: u32) -> String {
 
 pub async fn execute(ctx: &NodeCtx, spec: &ToolSpec) -> Result<Outcome, Failure> {
     let names = secrets::referenced(&spec.params);
-    let mut used = Vec::new();
     let params = if names.is_empty() {
         expr::render_value_in(&spec.params, &ctx.scope)
     } else {
@@ -31,18 +31,12 @@ pub async fn execute(ctx: &NodeCtx, spec: &ToolSpec) -> Result<Outcome, Failure>
                 .secrets
                 .secret(&name)
                 .map_err(|e| Failure::fatal("secret", e))?;
-            used.push(v.clone());
             values.insert(name, Value::String(v));
         }
         scope.insert("secrets".into(), Value::Object(values));
         expr::render_value(&spec.params, &scope)
     }
-    .map_err(|e| {
-        Failure::fatal(
-            "template",
-            format!("params: {}", secrets::redact_str(&e.message, &used)),
-        )
-    })?;
+    .map_err(|e| Failure::fatal("template", format!("params: {}", e.message)))?;
     let call = ToolCall {
         tool_name: spec.tool_name.clone(),
         params,
@@ -52,15 +46,14 @@ pub async fn execute(ctx: &NodeCtx, spec: &ToolSpec) -> Result<Outcome, Failure>
     };
     let request = json!({"tool": spec.tool_name, "idempotency_key": call.idempotency_key});
     match ctx.services.tools.call(call).await {
-        Ok(mut result) => {
-            secrets::redact(&mut result, &used);
+        Ok(result) => {
             let mut o = Outcome::new(result.clone(), Route::All);
             o.write = Some(result);
             o.request = Some(request);
             Ok(o)
         }
         Err(e) => Err(Failure {
-            message: secrets::redact_str(&e.message, &used),
+            message: e.message,
             class: "tool".into(),
             retryable: e.retryable,
             retry_after: None,
