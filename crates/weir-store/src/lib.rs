@@ -11,7 +11,6 @@ mod memory;
 mod rules;
 mod schema;
 mod sqlite;
-mod writer;
 
 pub use memory::Memory;
 pub use sqlite::Sqlite;

@@ -11,11 +11,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::Value;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
-use sqlx::{QueryBuilder, Row, Sqlite as Db, SqliteConnection, SqlitePool};
+use sqlx::{Row, SqlitePool};
 use weir_core::event::{EventKind, RunEvent};
 use weir_core::record::{
     Attempt, ErrorCode, RunError, RunRecord, RunStatus, RunSummary, Snapshot, StepRecord,
@@ -26,9 +25,15 @@ use weir_core::store::{
     StepCommit, StoreError, StoredRun, Written, now_ms, now_rfc3339,
 };
 
-use crate::rules::{self, ClaimView};
+use crate::rules;
 use crate::schema::MIGRATIONS;
-use crate::writer::{self, EndRow, FencedWrite, StepRow, Writer};
+mod rows;
+#[cfg(test)]
+mod tests;
+mod writer;
+
+use rows::{ClaimRow, End, Fenced, claim_row, event_of, event_value, insert_events, insert_steps};
+use writer::Writer;
 
 pub struct Sqlite {
     pool: SqlitePool,
@@ -199,275 +204,6 @@ impl Sqlite {
 }
 
 /// Writes step rows (insert or replace) and their attempts.
-async fn insert_steps(
-    conn: &mut SqliteConnection,
-    run_id: &str,
-    steps: &[&StepRecord],
-) -> Result<(), StoreError> {
-    if steps.is_empty() {
-        return Ok(());
-    }
-    let mut rows = Vec::with_capacity(steps.len());
-    for s in steps {
-        rows.push((s, json(&s.input)?, json(&s.output)?));
-    }
-    let mut q: QueryBuilder<Db> = QueryBuilder::new(
-        "INSERT OR REPLACE INTO steps (run_id, seq, node_id, node_type, visit, status, route,
-             input, output, error, cost_usd, tokens_in, tokens_out, started_at, finished_at,
-             duration_ms) ",
-    );
-    q.push_values(rows, |mut b, (s, input, output)| {
-        b.push_bind(run_id)
-            .push_bind(i64::from(s.seq))
-            .push_bind(s.node_id.as_str())
-            .push_bind(s.node_type.as_str())
-            .push_bind(i64::from(s.visit))
-            .push_bind(s.status.as_str())
-            .push_bind(s.route.as_deref())
-            .push_bind(input)
-            .push_bind(output)
-            .push_bind(s.error.as_deref())
-            .push_bind(s.cost_usd)
-            .push_bind(s.tokens.input as i64)
-            .push_bind(s.tokens.output as i64)
-            .push_bind(s.started_at.as_str())
-            .push_bind(s.finished_at.as_deref())
-            .push_bind(s.duration_ms.map(|d| d as i64));
-    });
-    q.build().execute(&mut *conn).await.map_err(backend)?;
-    let mut attempts = Vec::new();
-    for s in steps {
-        for a in &s.attempts {
-            attempts.push((s.seq, a.n, json(a)?));
-        }
-    }
-    if !attempts.is_empty() {
-        let mut q: QueryBuilder<Db> =
-            QueryBuilder::new("INSERT OR REPLACE INTO attempts (run_id, seq, n, body) ");
-        q.push_values(attempts, |mut b, (seq, n, body)| {
-            b.push_bind(run_id)
-                .push_bind(i64::from(seq))
-                .push_bind(i64::from(n))
-                .push_bind(body);
-        });
-        q.build().execute(&mut *conn).await.map_err(backend)?;
-    }
-    Ok(())
-}
-
-/// The stored body of an event: everything but its sequence number, which is the row's key.
-#[derive(serde::Serialize)]
-struct Body<'a> {
-    at: &'a str,
-    #[serde(flatten)]
-    kind: &'a EventKind,
-}
-
-/// An event as readers see it, `{"seq", "at", "type", …}`, from its row.
-fn event_value(seq: i64, body: &str) -> Result<Value, StoreError> {
-    let Value::Object(rest) = parse::<Value>(body)? else {
-        return Err(StoreError::Backend("corrupt stored event".into()));
-    };
-    let mut m = serde_json::Map::with_capacity(rest.len() + 1);
-    m.insert("seq".into(), Value::from(seq));
-    m.extend(rest);
-    Ok(Value::Object(m))
-}
-
-fn event_of(seq: i64, body: &str) -> Result<RunEvent, StoreError> {
-    serde_json::from_value(event_value(seq, body)?)
-        .map_err(|e| StoreError::Backend(format!("corrupt stored event: {e}")))
-}
-
-/// Appends events from sequence number `first` on (reserved by the caller's `UPDATE`).
-async fn insert_events(
-    conn: &mut SqliteConnection,
-    run_id: &str,
-    first: i64,
-    kinds: Vec<EventKind>,
-) -> Result<Vec<RunEvent>, StoreError> {
-    if kinds.is_empty() {
-        return Ok(Vec::new());
-    }
-    let at = now_rfc3339();
-    let mut rows = Vec::with_capacity(kinds.len());
-    for (i, kind) in kinds.iter().enumerate() {
-        rows.push((first + i as i64, json(&Body { at: &at, kind })?));
-    }
-    let mut q: QueryBuilder<Db> = QueryBuilder::new("INSERT INTO run_events (run_id, seq, body) ");
-    q.push_values(rows, |mut b, (seq, body)| {
-        b.push_bind(run_id).push_bind(seq).push_bind(body);
-    });
-    q.build().execute(&mut *conn).await.map_err(backend)?;
-    Ok(kinds
-        .into_iter()
-        .enumerate()
-        .map(|(i, kind)| RunEvent {
-            seq: (first + i as i64) as u64,
-            at: at.clone(),
-            kind,
-        })
-        .collect())
-}
-
-/// How a fenced write ends the drive, if it does.
-enum End<'a> {
-    /// A terminal status or `paused`; the lease is released.
-    Finish(&'a RunUpdate),
-    /// Back to `queued`; the lease is released.
-    Release,
-}
-
-/// One write of a drive.
-struct Fenced<'a> {
-    lease: &'a Lease,
-    visible: bool,
-    snapshot: Option<&'a Snapshot>,
-    steps: Vec<&'a StepRecord>,
-    events: Vec<EventKind>,
-    end: Option<End<'a>>,
-}
-
-fn step_row(s: &StepRecord) -> Result<StepRow, StoreError> {
-    Ok(StepRow {
-        seq: i64::from(s.seq),
-        node_id: s.node_id.clone(),
-        node_type: s.node_type.clone(),
-        visit: i64::from(s.visit),
-        status: s.status.as_str(),
-        route: s.route.clone(),
-        input: json(&s.input)?,
-        output: json(&s.output)?,
-        error: s.error.clone(),
-        cost_usd: s.cost_usd,
-        tokens_in: s.tokens.input as i64,
-        tokens_out: s.tokens.output as i64,
-        started_at: s.started_at.clone(),
-        finished_at: s.finished_at.clone(),
-        duration_ms: s.duration_ms.map(|d| d as i64),
-        attempts: s
-            .attempts
-            .iter()
-            .map(|a| Ok((i64::from(a.n), json(a)?)))
-            .collect::<Result<_, StoreError>>()?,
-    })
-}
-
-impl Sqlite {
-    /// Serializes one write of a drive and runs it on the writer thread.
-    async fn fenced(&self, w: Fenced<'_>) -> Result<Written, StoreError> {
-        let at = now_rfc3339();
-        let write = FencedWrite {
-            run_id: w.lease.run_id.clone(),
-            epoch: w.lease.epoch as i64,
-            visible: w.visible,
-            snapshot: w.snapshot.map(|s| Ok((json(s)?, s.cost_usd))).transpose()?,
-            steps: w
-                .steps
-                .iter()
-                .map(|s| step_row(s))
-                .collect::<Result<_, _>>()?,
-            events: w
-                .events
-                .iter()
-                .map(|kind| json(&Body { at: &at, kind }))
-                .collect::<Result<_, _>>()?,
-            end: match w.end {
-                Some(End::Finish(u)) => Some(EndRow::Finish {
-                    status: u.status.as_str(),
-                    error: u.error.as_ref().map(json).transpose()?,
-                    finished_at: u.finished_at.clone(),
-                }),
-                Some(End::Release) => Some(EndRow::Release),
-                None => None,
-            },
-        };
-        let done = self.writer.run(move |c| writer::fenced(c, write)).await?;
-        Ok(Written {
-            events: w
-                .events
-                .into_iter()
-                .enumerate()
-                .map(|(k, kind)| RunEvent {
-                    seq: (done.first_seq + k as i64) as u64,
-                    at: at.clone(),
-                    kind,
-                })
-                .collect(),
-            cancel_requested: done.cancel_requested,
-        })
-    }
-}
-
-/// The claim columns of one run.
-struct ClaimRow {
-    id: String,
-    status: RunStatus,
-    epoch: u64,
-    owner: Option<String>,
-    lease_expires_at: Option<i64>,
-}
-
-impl ClaimRow {
-    fn from_row(r: &SqliteRow) -> Self {
-        Self {
-            id: r.get("id"),
-            status: status_of(r, "status"),
-            epoch: r.get::<i64, _>("epoch") as u64,
-            owner: r.get("owner"),
-            lease_expires_at: r.get("lease_expires_at"),
-        }
-    }
-
-    fn view(&self) -> ClaimView<'_> {
-        ClaimView {
-            run_id: &self.id,
-            status: self.status,
-            epoch: self.epoch,
-            owner: self.owner.as_deref(),
-            lease_expires_at: self.lease_expires_at,
-        }
-    }
-}
-
-/// Claims a run already checked claimable, inside the caller's transaction.
-async fn claim_row(
-    conn: &mut SqliteConnection,
-    row: &ClaimRow,
-    claim: &Claim,
-) -> Result<(Lease, Written), StoreError> {
-    let epoch = row.epoch + 1;
-    let event = rules::claim_event(&row.view(), &claim.owner, epoch);
-    let expires_at = now_ms() + claim.ttl.as_millis() as i64;
-    let r = sqlx::query(
-        "UPDATE runs SET status = 'running', epoch = ?, owner = ?, lease_expires_at = ?,
-                         event_seq = event_seq + 1
-         WHERE id = ? AND epoch = ? RETURNING event_seq, cancel_requested",
-    )
-    .bind(epoch as i64)
-    .bind(claim.owner.as_str())
-    .bind(expires_at)
-    .bind(row.id.as_str())
-    .bind(row.epoch as i64)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(backend)?
-    .ok_or_else(|| StoreError::Conflict(format!("run {} was claimed by someone else", row.id)))?;
-    let events = insert_events(conn, &row.id, r.get(0), vec![event]).await?;
-    Ok((
-        Lease {
-            run_id: row.id.clone(),
-            owner: claim.owner.clone(),
-            epoch,
-            expires_at,
-        },
-        Written {
-            events,
-            cancel_requested: r.get::<i64, _>(1) != 0,
-        },
-    ))
-}
-
 fn not_found(run_id: &str) -> StoreError {
     StoreError::NotFound(format!("no run with id {run_id}"))
 }
@@ -940,64 +676,5 @@ impl RunStore for Sqlite {
             .iter()
             .map(|r| event_of(r.get(0), r.get::<&str, _>(1)))
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A database written by a weir before leases (schema 3) opens, migrates, and its runs
-    /// go on: a run left `running` is claimable, its old events are kept as `legacy`.
-    #[tokio::test]
-    async fn a_schema_3_database_migrates() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("old.db");
-        {
-            let opts = SqliteConnectOptions::new()
-                .filename(&path)
-                .create_if_missing(true);
-            let pool = SqlitePoolOptions::new().connect_with(opts).await.unwrap();
-            sqlx::query("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
-                .execute(&pool)
-                .await
-                .unwrap();
-            for (v, sql) in &MIGRATIONS[..3] {
-                sqlx::raw_sql(*sql).execute(&pool).await.unwrap();
-                sqlx::query("INSERT INTO schema_version (version) VALUES (?)")
-                    .bind(*v)
-                    .execute(&pool)
-                    .await
-                    .unwrap();
-            }
-            sqlx::raw_sql(
-                r#"INSERT INTO runs (id, workflow, dialect, status, source_path, source_text, input, snapshot, started_at)
-                   VALUES ('old', 'wf', 'graph', 'running', 'wf.json', '{}', '{}', '{"state": {}, "loops": {}, "pending": ["a"], "completed": [], "arrivals": {}, "hops": 0, "visits": {}, "next_seq": 1, "cost_usd": 0.0, "output": null, "gates": [], "owner": "host:1"}', '2026-01-01T00:00:00.000Z');
-                   INSERT INTO events (run_id, body) VALUES ('old', '{"type": "run_resumed", "at": "2026-01-01T00:00:01.000Z"}');
-                   INSERT INTO events (run_id, body) VALUES ('old', '{"type": "gate_approved", "node_id": "g"}');"#,
-            )
-            .execute(&pool)
-            .await
-            .unwrap();
-        }
-        let store = Sqlite::open(Some(&path)).await.unwrap();
-        let events = store.events_after("old", 0).await.unwrap();
-        assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
-        assert!(
-            matches!(&events[1].kind, EventKind::Legacy { body } if body["type"] == "gate_approved")
-        );
-        let (lease, w) = store
-            .claim_run(
-                "old",
-                &Claim {
-                    owner: "new".into(),
-                    ttl: Duration::from_secs(30),
-                },
-            )
-            .await
-            .unwrap();
-        assert_eq!(lease.epoch, 1);
-        assert_eq!(w.events[0].seq, 3);
-        assert!(matches!(w.events[0].kind, EventKind::RunResumed { .. }));
     }
 }

@@ -1,0 +1,55 @@
+use super::*;
+
+/// A database written by a weir before leases (schema 3) opens, migrates, and its runs
+/// go on: a run left `running` is claimable, its old events are kept as `legacy`.
+#[tokio::test]
+async fn a_schema_3_database_migrates() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    {
+        let opts = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true);
+        let pool = SqlitePoolOptions::new().connect_with(opts).await.unwrap();
+        sqlx::query("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        for (v, sql) in &MIGRATIONS[..3] {
+            sqlx::raw_sql(*sql).execute(&pool).await.unwrap();
+            sqlx::query("INSERT INTO schema_version (version) VALUES (?)")
+                .bind(*v)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        sqlx::raw_sql(
+            r#"INSERT INTO runs (id, workflow, dialect, status, source_path, source_text, input, snapshot, started_at)
+               VALUES ('old', 'wf', 'graph', 'running', 'wf.json', '{}', '{}', '{"state": {}, "loops": {}, "pending": ["a"], "completed": [], "arrivals": {}, "hops": 0, "visits": {}, "next_seq": 1, "cost_usd": 0.0, "output": null, "gates": [], "owner": "host:1"}', '2026-01-01T00:00:00.000Z');
+               INSERT INTO events (run_id, body) VALUES ('old', '{"type": "run_resumed", "at": "2026-01-01T00:00:01.000Z"}');
+               INSERT INTO events (run_id, body) VALUES ('old', '{"type": "gate_approved", "node_id": "g"}');"#,
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    let store = Sqlite::open(Some(&path)).await.unwrap();
+    let events = store.events_after("old", 0).await.unwrap();
+    assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+    assert!(
+        matches!(&events[1].kind, EventKind::Legacy { body } if body["type"] == "gate_approved")
+    );
+    let (lease, w) = store
+        .claim_run(
+            "old",
+            &Claim {
+                owner: "new".into(),
+                ttl: Duration::from_secs(30),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(lease.epoch, 1);
+    assert_eq!(w.events[0].seq, 3);
+    assert!(matches!(w.events[0].kind, EventKind::RunResumed { .. }));
+}
