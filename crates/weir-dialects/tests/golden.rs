@@ -142,19 +142,33 @@ fn yaml_booleans_are_strict() {
 fn every_diagnostic_code_has_a_docs_page() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut codes = std::collections::BTreeSet::new();
-    for dir in ["crates/weir-core/src", "crates/weir-dialects/src"] {
-        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
-            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-            let bytes = text.as_bytes();
-            for i in 0..bytes.len().saturating_sub(5) {
-                let c = bytes[i + 1];
-                if bytes[i] == b'"'
-                    && (c == b'E' || c == b'W')
-                    && bytes[i + 2..i + 5].iter().all(u8::is_ascii_digit)
-                    && bytes[i + 5] == b'"'
-                {
-                    codes.insert(text[i + 1..i + 5].to_string());
-                }
+    // Every source file, in subfolders too.
+    let mut files = Vec::new();
+    let mut dirs = vec![
+        root.join("crates/weir-core/src"),
+        root.join("crates/weir-dialects/src"),
+    ];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    for path in files {
+        let text = std::fs::read_to_string(path).unwrap();
+        let bytes = text.as_bytes();
+        for i in 0..bytes.len().saturating_sub(5) {
+            let c = bytes[i + 1];
+            if bytes[i] == b'"'
+                && (c == b'E' || c == b'W')
+                && bytes[i + 2..i + 5].iter().all(u8::is_ascii_digit)
+                && bytes[i + 5] == b'"'
+            {
+                codes.insert(text[i + 1..i + 5].to_string());
             }
         }
     }
