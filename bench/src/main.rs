@@ -90,6 +90,7 @@ fn source() -> Source {
     Source {
         path: "bench.json".into(),
         text: String::new(),
+        pin: None,
     }
 }
 

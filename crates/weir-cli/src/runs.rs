@@ -134,6 +134,7 @@ pub async fn run(env: &Env, file: &str, input: Option<&str>, as_json: bool) -> R
     let source = Source {
         path: file.to_string(),
         text,
+        pin: None,
     };
     let r = eng.start(wf, source, input).await;
     report(env, &eng, r, as_json).await
@@ -272,7 +273,7 @@ pub async fn list(env: &Env, limit: u32, as_json: bool) -> Result<u8> {
         .store
         .list_runs(&RunFilter {
             limit,
-            status: None,
+            ..RunFilter::default()
         })
         .await?;
     if as_json {

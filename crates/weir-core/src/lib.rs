@@ -6,6 +6,7 @@
 //! [`RunStore`]). It has no tokio dependency and does no IO: concrete providers, tools and
 //! stores live in their own crates and only the binary wires them together.
 
+pub mod catalog;
 pub mod diag;
 pub mod event;
 pub mod expr;

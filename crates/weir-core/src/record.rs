@@ -236,6 +236,9 @@ pub struct RunSummary {
     pub cost_usd: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,
+    /// The saved workflow version the run pins (runs created over the API).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin: Option<crate::store::Pin>,
 }
 
 /// A node waiting to run, with the visit number it will run as.

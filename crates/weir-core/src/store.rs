@@ -63,6 +63,15 @@ pub struct NewRun {
     pub idempotency_key: Option<String>,
     /// Claim the new run in the same statement (`weir run`: no queue round trip).
     pub claim: Option<Claim>,
+    /// The saved workflow version the run was created from (runs created over the API).
+    pub pin: Option<Pin>,
+}
+
+/// A saved workflow's id and version.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Pin {
+    pub workflow_id: String,
+    pub version: u32,
 }
 
 /// The result of [`RunStore::create_run`].
@@ -90,6 +99,8 @@ pub struct StoredRun {
     /// When the current lease expires (unix ms); `None` when no lease is held.
     pub lease_expires_at: Option<i64>,
     pub cancel_requested: bool,
+    pub pin: Option<Pin>,
+    pub input: Value,
 }
 
 /// What a fenced write tells its driver besides success.
@@ -155,6 +166,54 @@ pub enum CancelOutcome {
 pub struct RunFilter {
     pub limit: u32,
     pub status: Option<RunStatus>,
+    /// A workflow's name, or a saved workflow's id.
+    pub workflow: Option<String>,
+    /// Runs created at or after this RFC 3339 time.
+    pub since: Option<String>,
+    /// Text in the run id or the workflow's name (case-insensitive).
+    pub text: Option<String>,
+    /// Runs strictly older than this one, in list order (the next page).
+    pub after: Option<Cursor>,
+}
+
+/// A position in the run list (newest first): the last run of the previous page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    pub started_at: String,
+    pub run_id: String,
+}
+
+impl Cursor {
+    /// The opaque form given to API clients.
+    pub fn encode(&self) -> String {
+        format!("{}~{}", self.started_at, self.run_id)
+    }
+
+    pub fn decode(s: &str) -> Option<Self> {
+        let (at, id) = s.split_once('~')?;
+        (!at.is_empty() && !id.is_empty()).then(|| Self {
+            started_at: at.to_string(),
+            run_id: id.to_string(),
+        })
+    }
+}
+
+/// Whether a run passes a filter's status, workflow, since and text conditions (the memory
+/// store's reference for the SQL stores).
+pub fn matches(filter: &RunFilter, s: &RunSummary) -> bool {
+    filter.status.is_none_or(|st| st == s.status)
+        && filter
+            .workflow
+            .as_ref()
+            .is_none_or(|w| *w == s.workflow || s.pin.as_ref().is_some_and(|p| p.workflow_id == *w))
+        && filter.since.as_ref().is_none_or(|t| s.started_at >= *t)
+        && filter.text.as_ref().is_none_or(|q| {
+            let q = q.to_lowercase();
+            s.run_id.to_lowercase().contains(&q) || s.workflow.to_lowercase().contains(&q)
+        })
+        && filter.after.as_ref().is_none_or(|c| {
+            (s.started_at.as_str(), s.run_id.as_str()) < (c.started_at.as_str(), c.run_id.as_str())
+        })
 }
 
 #[async_trait]

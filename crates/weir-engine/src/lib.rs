@@ -126,6 +126,8 @@ pub struct RunOutcome {
 pub struct Source {
     pub path: String,
     pub text: String,
+    /// The saved workflow version this source is (runs created over the API).
+    pub pin: Option<weir_core::store::Pin>,
 }
 
 /// Lease timing: a driver renews every `heartbeat`; a lease not renewed for `ttl` expires
@@ -295,6 +297,7 @@ impl Engine {
                 created_at: now(),
                 idempotency_key: opts.idempotency_key,
                 claim: opts.claim.then(|| self.claim_args()),
+                pin: source.pin,
             })
             .await?;
         self.publish(&created.run_id, &created.events);

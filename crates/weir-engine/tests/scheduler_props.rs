@@ -219,6 +219,7 @@ fn random_graphs_run_exactly_the_routed_nodes() {
                         Source {
                             path: "p".into(),
                             text: String::new(),
+                            pin: None,
                         },
                         input,
                     ),

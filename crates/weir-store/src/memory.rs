@@ -12,11 +12,12 @@ use weir_core::record::{
     ErrorCode, RunError, RunRecord, RunStatus, RunSummary, Snapshot, StepRecord, StepStatus,
 };
 use weir_core::store::{
-    CancelOutcome, Claim, Created, GateDecision, Lease, NewRun, RunFilter, RunStore, RunUpdate,
-    StepCommit, StoreError, StoredRun, Written, now_ms, now_rfc3339,
+    CancelOutcome, Claim, Created, GateDecision, Lease, NewRun, Pin, RunFilter, RunStore,
+    RunUpdate, StepCommit, StoreError, StoredRun, Written, now_ms, now_rfc3339,
 };
 
 use crate::rules::{self, ClaimView};
+use weir_core::catalog::{Catalog, NewVersion, TokenRow, ToolRow, WorkflowEntry, WorkflowVersion};
 
 #[derive(Default)]
 pub struct Memory {
@@ -33,6 +34,7 @@ struct Inner {
     order: BTreeMap<u64, String>,
     created: u64,
     keys: HashMap<String, String>,
+    catalog: MemCatalog,
 }
 
 struct MemRun {
@@ -57,6 +59,7 @@ struct MemRun {
     ephemeral: bool,
     /// Its key in `Inner::order`.
     order: u64,
+    pin: Option<Pin>,
 }
 
 impl MemRun {
@@ -239,6 +242,7 @@ impl RunStore for Memory {
             event_seq: 0,
             ephemeral: self.ephemeral,
             order: 0,
+            pin: new.pin.clone(),
         };
         let mut w = Written::default();
         run.append(
@@ -465,6 +469,8 @@ impl RunStore for Memory {
             owner: r.owner.clone(),
             lease_expires_at: r.lease_expires_at,
             cancel_requested: r.cancel_requested,
+            pin: r.pin.clone(),
+            input: r.input.clone(),
         })
     }
 
@@ -497,13 +503,9 @@ impl RunStore for Memory {
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
         let inner = self.inner.lock().expect("memory store lock");
-        Ok(inner
-            .order
-            .values()
-            .rev()
-            .filter_map(|id| inner.runs.get(id).map(|r| (id, r)))
-            .filter(|(_, r)| filter.status.is_none_or(|s| s == r.status))
-            .take(filter.limit as usize)
+        let mut all: Vec<RunSummary> = inner
+            .runs
+            .iter()
             .map(|(id, r)| RunSummary {
                 run_id: id.clone(),
                 workflow: r.workflow.clone(),
@@ -511,13 +513,181 @@ impl RunStore for Memory {
                 started_at: r.started_at.clone(),
                 cost_usd: r.snapshot.cost_usd,
                 finished_at: r.finished_at.clone(),
+                pin: r.pin.clone(),
             })
-            .collect())
+            .filter(|s| weir_core::store::matches(filter, s))
+            .collect();
+        all.sort_by(|a, b| (&b.started_at, &b.run_id).cmp(&(&a.started_at, &a.run_id)));
+        all.truncate(filter.limit as usize);
+        Ok(all)
     }
 
     async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError> {
         self.run(run_id, |r| {
             r.events.iter().filter(|e| e.seq > after).cloned().collect()
         })
+    }
+}
+
+#[derive(Default)]
+struct MemCatalog {
+    /// Workflow id → (latest version, first saved at, deleted).
+    workflows: BTreeMap<String, (u32, String, bool)>,
+    versions: BTreeMap<(String, u32), WorkflowVersion>,
+    tokens: Vec<TokenRow>,
+    tools: BTreeMap<String, ToolRow>,
+}
+
+impl Memory {
+    fn catalog<T>(&self, f: impl FnOnce(&mut MemCatalog) -> T) -> T {
+        f(&mut self.inner.lock().expect("memory store lock").catalog)
+    }
+}
+
+fn no_workflow(id: &str) -> StoreError {
+    StoreError::NotFound(format!("no workflow with id {id}"))
+}
+
+impl MemCatalog {
+    fn entry(&self, id: &str) -> Option<WorkflowEntry> {
+        let (latest, first, deleted) = self.workflows.get(id)?;
+        if *deleted {
+            return None;
+        }
+        Some(WorkflowEntry {
+            latest: self.versions.get(&(id.to_string(), *latest))?.clone(),
+            created_at: first.clone(),
+        })
+    }
+}
+
+#[async_trait]
+impl Catalog for Memory {
+    async fn put_workflow(&self, v: &NewVersion) -> Result<WorkflowVersion, StoreError> {
+        self.catalog(|c| {
+            let version = match c.workflows.get(&v.workflow_id) {
+                Some((_, _, false)) if v.create_only => {
+                    return Err(StoreError::Conflict(format!(
+                        "a workflow with id {} exists already; PUT /api/workflows/{} saves a new version",
+                        v.workflow_id, v.workflow_id
+                    )));
+                }
+                Some((latest, _, _)) => latest + 1,
+                None => 1,
+            };
+            let first = c
+                .workflows
+                .get(&v.workflow_id)
+                .map_or_else(|| v.created_at.clone(), |w| w.1.clone());
+            c.workflows
+                .insert(v.workflow_id.clone(), (version, first, false));
+            let saved = WorkflowVersion {
+                workflow_id: v.workflow_id.clone(),
+                version,
+                name: v.name.clone(),
+                dialect: v.dialect.clone(),
+                format: v.format.clone(),
+                source: v.source.clone(),
+                created_at: v.created_at.clone(),
+            };
+            c.versions
+                .insert((v.workflow_id.clone(), version), saved.clone());
+            Ok(saved)
+        })
+    }
+
+    async fn workflow(&self, id: &str) -> Result<WorkflowEntry, StoreError> {
+        self.catalog(|c| c.entry(id)).ok_or_else(|| no_workflow(id))
+    }
+
+    async fn workflows(&self) -> Result<Vec<WorkflowEntry>, StoreError> {
+        Ok(self.catalog(|c| c.workflows.keys().filter_map(|id| c.entry(id)).collect()))
+    }
+
+    async fn version(&self, id: &str, version: u32) -> Result<WorkflowVersion, StoreError> {
+        self.catalog(|c| c.versions.get(&(id.to_string(), version)).cloned())
+            .ok_or_else(|| StoreError::NotFound(format!("workflow {id} has no version {version}")))
+    }
+
+    async fn versions(&self, id: &str) -> Result<Vec<WorkflowVersion>, StoreError> {
+        self.catalog(|c| {
+            c.entry(id)?;
+            Some(
+                c.versions
+                    .range((id.to_string(), 0)..=(id.to_string(), u32::MAX))
+                    .map(|(_, v)| v.clone())
+                    .collect(),
+            )
+        })
+        .ok_or_else(|| no_workflow(id))
+    }
+
+    async fn delete_workflow(&self, id: &str) -> Result<(), StoreError> {
+        self.catalog(|c| match c.workflows.get_mut(id) {
+            Some(w) if !w.2 => {
+                w.2 = true;
+                Ok(())
+            }
+            _ => Err(no_workflow(id)),
+        })
+    }
+
+    async fn any_workflow_ever(&self) -> Result<bool, StoreError> {
+        Ok(self.catalog(|c| !c.workflows.is_empty()))
+    }
+
+    async fn create_token(&self, token: &TokenRow) -> Result<(), StoreError> {
+        self.catalog(|c| {
+            if c.tokens.iter().any(|t| t.id == token.id) {
+                return Err(StoreError::Conflict(format!("token {} exists", token.id)));
+            }
+            c.tokens.push(token.clone());
+            Ok(())
+        })
+    }
+
+    async fn tokens(&self) -> Result<Vec<TokenRow>, StoreError> {
+        Ok(self.catalog(|c| c.tokens.clone()))
+    }
+
+    async fn token(&self, id: &str) -> Result<Option<TokenRow>, StoreError> {
+        Ok(self.catalog(|c| c.tokens.iter().find(|t| t.id == id).cloned()))
+    }
+
+    async fn revoke_token(&self, id: &str, at: &str) -> Result<(), StoreError> {
+        self.catalog(|c| match c.tokens.iter_mut().find(|t| t.id == id) {
+            Some(t) => {
+                t.revoked_at.get_or_insert_with(|| at.to_string());
+                Ok(())
+            }
+            None => Err(StoreError::NotFound(format!("no token with id {id}"))),
+        })
+    }
+
+    async fn put_tool(&self, tool: &ToolRow) -> Result<(), StoreError> {
+        self.catalog(|c| {
+            let created_at = c
+                .tools
+                .get(&tool.name)
+                .map_or_else(|| tool.created_at.clone(), |t| t.created_at.clone());
+            c.tools.insert(
+                tool.name.clone(),
+                ToolRow {
+                    created_at,
+                    ..tool.clone()
+                },
+            );
+        });
+        Ok(())
+    }
+
+    async fn tools(&self) -> Result<Vec<ToolRow>, StoreError> {
+        Ok(self.catalog(|c| c.tools.values().cloned().collect()))
+    }
+
+    async fn delete_tool(&self, name: &str) -> Result<(), StoreError> {
+        self.catalog(|c| c.tools.remove(name))
+            .map(|_| ())
+            .ok_or_else(|| StoreError::NotFound(format!("no custom tool named {name}")))
     }
 }

@@ -141,4 +141,43 @@ UPDATE runs SET event_seq = (SELECT COUNT(*) FROM run_events e WHERE e.run_id = 
 DROP TABLE events;
 "#,
     ),
+    (
+        5,
+        r#"
+-- The server's catalog (DESIGN §10): saved workflows with every version, API tokens (hashed)
+-- and custom tools; runs remember the saved version they pin.
+ALTER TABLE runs ADD COLUMN workflow_id TEXT;
+ALTER TABLE runs ADD COLUMN workflow_version INTEGER;
+CREATE INDEX runs_list ON runs (started_at DESC, id DESC);
+CREATE TABLE workflows (
+    id          TEXT PRIMARY KEY,
+    latest      INTEGER NOT NULL,
+    created_at  TEXT NOT NULL,
+    deleted_at  TEXT
+);
+CREATE TABLE workflow_versions (
+    workflow_id TEXT NOT NULL,
+    version     INTEGER NOT NULL,
+    name        TEXT NOT NULL,
+    dialect     TEXT NOT NULL,
+    format      TEXT NOT NULL,
+    source      TEXT NOT NULL,
+    created_at  TEXT NOT NULL,
+    PRIMARY KEY (workflow_id, version)
+) WITHOUT ROWID;
+CREATE TABLE tokens (
+    id          TEXT PRIMARY KEY,
+    name        TEXT NOT NULL,
+    scope       TEXT NOT NULL,
+    hash        BLOB NOT NULL,
+    created_at  TEXT NOT NULL,
+    revoked_at  TEXT
+);
+CREATE TABLE tools (
+    name        TEXT PRIMARY KEY,
+    definition  TEXT NOT NULL,
+    created_at  TEXT NOT NULL
+);
+"#,
+    ),
 ];

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use weir_core::catalog::{Catalog, NewVersion, TokenRow, ToolRow};
 use weir_core::event::EventKind;
 use weir_core::record::{PendingGate, RunStatus, Snapshot, StepRecord, StepStatus, Tokens};
 use weir_core::store::{
@@ -15,13 +16,16 @@ use weir_core::store::{
 /// A fresh store of each kind; the temp dir lives as long as the store.
 struct Fixture {
     store: Arc<dyn RunStore>,
+    catalog: Arc<dyn Catalog>,
     _dir: Option<tempfile::TempDir>,
     reopen: Option<std::path::PathBuf>,
 }
 
 async fn memory() -> Fixture {
+    let m = Arc::new(weir_store::Memory::new());
     Fixture {
-        store: Arc::new(weir_store::Memory::new()),
+        store: m.clone(),
+        catalog: m,
         _dir: None,
         reopen: None,
     }
@@ -30,8 +34,10 @@ async fn memory() -> Fixture {
 async fn sqlite() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("weir.db");
+    let s = Arc::new(weir_store::Sqlite::open(Some(&path)).await.unwrap());
     Fixture {
-        store: Arc::new(weir_store::Sqlite::open(Some(&path)).await.unwrap()),
+        store: s.clone(),
+        catalog: s,
         reopen: Some(path),
         _dir: Some(dir),
     }
@@ -70,6 +76,7 @@ fn new_run(id: &str) -> NewRun {
         },
         idempotency_key: None,
         claim: None,
+        pin: None,
     }
 }
 
@@ -448,7 +455,7 @@ async fn idempotent_creation(f: Fixture) {
     let listed = s
         .list_runs(&RunFilter {
             limit: 100,
-            status: None,
+            ..RunFilter::default()
         })
         .await
         .unwrap();
@@ -600,6 +607,246 @@ async fn a_crash_between_writes_leaves_a_run_that_continues(f: Fixture) {
 
 use futures_util::FutureExt;
 
+fn version(id: &str, name: &str, create_only: bool) -> NewVersion {
+    NewVersion {
+        workflow_id: id.into(),
+        name: name.into(),
+        dialect: "graph".into(),
+        format: "json".into(),
+        source: format!("{{\"name\": \"{name}\"}}"),
+        created_at: weir_core::store::now_rfc3339(),
+        create_only,
+    }
+}
+
+async fn workflow_versions_and_deletion(f: Fixture) {
+    let c = f.catalog;
+    assert!(!c.any_workflow_ever().await.unwrap());
+    assert_eq!(
+        c.put_workflow(&version("w", "one", true))
+            .await
+            .unwrap()
+            .version,
+        1
+    );
+    assert!(matches!(
+        c.put_workflow(&version("w", "again", true)).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        c.put_workflow(&version("w", "two", false))
+            .await
+            .unwrap()
+            .version,
+        2
+    );
+    let latest = c.workflow("w").await.unwrap().latest;
+    assert_eq!((latest.version, latest.name.as_str()), (2, "two"));
+    assert_eq!(c.version("w", 1).await.unwrap().name, "one");
+    let names: Vec<String> = c
+        .versions("w")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|v| v.name)
+        .collect();
+    assert_eq!(names, ["one", "two"]);
+    c.put_workflow(&version("a", "first", true)).await.unwrap();
+    let ids: Vec<String> = c
+        .workflows()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|w| w.latest.workflow_id)
+        .collect();
+    assert_eq!(ids, ["a", "w"]);
+    c.delete_workflow("w").await.unwrap();
+    assert!(matches!(
+        c.workflow("w").await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        c.delete_workflow("w").await,
+        Err(StoreError::NotFound(_))
+    ));
+    // Runs pinned to a deleted workflow's versions can still read them.
+    assert_eq!(c.version("w", 2).await.unwrap().name, "two");
+    // Saved again after deletion: a new version after the old ones, never a reused number.
+    assert_eq!(
+        c.put_workflow(&version("w", "three", true))
+            .await
+            .unwrap()
+            .version,
+        3
+    );
+    assert!(c.any_workflow_ever().await.unwrap());
+}
+
+async fn tokens_and_tools(f: Fixture) {
+    let c = f.catalog;
+    let token = TokenRow {
+        id: "t1".into(),
+        name: "ci".into(),
+        scope: "run".into(),
+        hash: vec![1, 2, 3],
+        created_at: weir_core::store::now_rfc3339(),
+        revoked_at: None,
+    };
+    c.create_token(&token).await.unwrap();
+    assert_eq!(c.token("t1").await.unwrap().unwrap().hash, vec![1, 2, 3]);
+    assert!(c.token("nope").await.unwrap().is_none());
+    c.revoke_token("t1", "2026-01-01T00:00:00Z").await.unwrap();
+    let listed = c.tokens().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        listed[0].revoked_at.as_deref(),
+        Some("2026-01-01T00:00:00Z")
+    );
+    assert!(matches!(
+        c.revoke_token("nope", "x").await,
+        Err(StoreError::NotFound(_))
+    ));
+    let tool = ToolRow {
+        name: "crm".into(),
+        definition: json!({"kind": "http", "url": "https://crm.example.com/{id}"}),
+        created_at: weir_core::store::now_rfc3339(),
+    };
+    c.put_tool(&tool).await.unwrap();
+    c.put_tool(&ToolRow {
+        definition: json!({"kind": "http", "url": "https://b"}),
+        ..tool.clone()
+    })
+    .await
+    .unwrap();
+    let tools = c.tools().await.unwrap();
+    assert_eq!(tools.len(), 1);
+    assert_eq!(tools[0].definition["url"], "https://b");
+    c.delete_tool("crm").await.unwrap();
+    assert!(matches!(
+        c.delete_tool("crm").await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+async fn run_listing_filters_and_pages(f: Fixture) {
+    let s = f.store;
+    for i in 0..7 {
+        let mut n = new_run(&format!("run-{i}"));
+        n.created_at = format!("2026-01-01T00:00:0{i}.000Z");
+        if i % 2 == 0 {
+            n.workflow = "even".into();
+            n.pin = Some(weir_core::store::Pin {
+                workflow_id: "evens".into(),
+                version: 1,
+            });
+        }
+        s.create_run(&n).await.unwrap();
+    }
+    s.request_cancel("run-3", "me").await.unwrap();
+    let ids = |v: Vec<weir_core::record::RunSummary>| -> Vec<String> {
+        v.into_iter().map(|r| r.run_id).collect()
+    };
+    let all = s
+        .list_runs(&RunFilter {
+            limit: 100,
+            ..RunFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(all),
+        [
+            "run-6", "run-5", "run-4", "run-3", "run-2", "run-1", "run-0"
+        ]
+    );
+    let mut pages = Vec::new();
+    let mut after = None;
+    loop {
+        let page = s
+            .list_runs(&RunFilter {
+                limit: 3,
+                after: after.clone(),
+                ..RunFilter::default()
+            })
+            .await
+            .unwrap();
+        let Some(last) = page.last() else { break };
+        after = Some(weir_core::store::Cursor {
+            started_at: last.started_at.clone(),
+            run_id: last.run_id.clone(),
+        });
+        pages.push(ids(page));
+    }
+    assert_eq!(pages.concat().len(), 7, "{pages:?}");
+    assert_eq!(pages[0], ["run-6", "run-5", "run-4"]);
+    let by = |f: RunFilter| {
+        let s = s.clone();
+        async move { ids(s.list_runs(&RunFilter { limit: 100, ..f }).await.unwrap()) }
+    };
+    assert_eq!(
+        by(RunFilter {
+            workflow: Some("even".into()),
+            ..RunFilter::default()
+        })
+        .await
+        .len(),
+        4
+    );
+    assert_eq!(
+        by(RunFilter {
+            workflow: Some("evens".into()),
+            ..RunFilter::default()
+        })
+        .await
+        .len(),
+        4
+    );
+    assert_eq!(
+        by(RunFilter {
+            status: Some(RunStatus::Cancelled),
+            ..RunFilter::default()
+        })
+        .await,
+        ["run-3"]
+    );
+    assert_eq!(
+        by(RunFilter {
+            since: Some("2026-01-01T00:00:05.000Z".into()),
+            ..RunFilter::default()
+        })
+        .await,
+        ["run-6", "run-5"]
+    );
+    assert_eq!(
+        by(RunFilter {
+            text: Some("N-1".into()),
+            ..RunFilter::default()
+        })
+        .await,
+        ["run-1"]
+    );
+    assert_eq!(
+        by(RunFilter {
+            text: Some("EVE".into()),
+            ..RunFilter::default()
+        })
+        .await
+        .len(),
+        4
+    );
+    assert!(
+        by(RunFilter {
+            text: Some("%".into()),
+            ..RunFilter::default()
+        })
+        .await
+        .is_empty()
+    );
+    let pinned = s.load_run("run-2").await.unwrap();
+    assert_eq!(pinned.pin.unwrap().workflow_id, "evens");
+    assert_eq!(pinned.input, json!({"x": 1}));
+}
+
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
         mod memory_store {
@@ -623,4 +870,7 @@ conformance!(
     cancel_rules,
     claim_next_takes_runnable_runs_oldest_first,
     a_crash_between_writes_leaves_a_run_that_continues,
+    workflow_versions_and_deletion,
+    tokens_and_tools,
+    run_listing_filters_and_pages,
 );

@@ -21,12 +21,13 @@ use weir_core::record::{
     StepStatus, Tokens,
 };
 use weir_core::store::{
-    CancelOutcome, Claim, Created, GateDecision, Lease, NewRun, RunFilter, RunStore, RunUpdate,
-    StepCommit, StoreError, StoredRun, Written, now_ms, now_rfc3339,
+    CancelOutcome, Claim, Created, GateDecision, Lease, NewRun, Pin, RunFilter, RunStore,
+    RunUpdate, StepCommit, StoreError, StoredRun, Written, now_ms, now_rfc3339,
 };
 
 use crate::rules;
 use crate::schema::MIGRATIONS;
+mod catalog;
 mod rows;
 #[cfg(test)]
 mod tests;
@@ -204,6 +205,13 @@ impl Sqlite {
 }
 
 /// Writes step rows (insert or replace) and their attempts.
+fn pin_of(row: &SqliteRow) -> Option<Pin> {
+    Some(Pin {
+        workflow_id: row.get::<Option<String>, _>("workflow_id")?,
+        version: row.get::<Option<i64>, _>("workflow_version")? as u32,
+    })
+}
+
 fn not_found(run_id: &str) -> StoreError {
     StoreError::NotFound(format!("no run with id {run_id}"))
 }
@@ -228,8 +236,9 @@ impl RunStore for Sqlite {
         }
         sqlx::query(
             "INSERT INTO runs (id, workflow, dialect, status, source_path, source_text, input,
-                               snapshot, cost_usd, started_at, idempotency_key, event_seq)
-             VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, 0, ?, ?, 1)",
+                               snapshot, cost_usd, started_at, idempotency_key, event_seq,
+                               workflow_id, workflow_version)
+             VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, 0, ?, ?, 1, ?, ?)",
         )
         .bind(run.run_id.as_str())
         .bind(run.workflow.as_str())
@@ -240,6 +249,8 @@ impl RunStore for Sqlite {
         .bind(json(&run.snapshot)?)
         .bind(run.created_at.as_str())
         .bind(run.idempotency_key.as_deref())
+        .bind(run.pin.as_ref().map(|p| p.workflow_id.as_str()))
+        .bind(run.pin.as_ref().map(|p| i64::from(p.version)))
         .execute(&mut *tx)
         .await
         .map_err(|e| match e {
@@ -577,7 +588,7 @@ impl RunStore for Sqlite {
     async fn load_run(&self, run_id: &str) -> Result<StoredRun, StoreError> {
         let row = sqlx::query(
             "SELECT workflow, status, source_path, source_text, snapshot, epoch, owner,
-                    lease_expires_at, cancel_requested
+                    lease_expires_at, cancel_requested, workflow_id, workflow_version, input
              FROM runs WHERE id = ?",
         )
         .bind(run_id)
@@ -596,6 +607,8 @@ impl RunStore for Sqlite {
             owner: row.get("owner"),
             lease_expires_at: row.get("lease_expires_at"),
             cancel_requested: row.get::<i64, _>("cancel_requested") != 0,
+            pin: pin_of(&row),
+            input: parse(row.get::<&str, _>("input"))?,
         })
     }
 
@@ -642,13 +655,34 @@ impl RunStore for Sqlite {
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
+        let like = filter.text.as_ref().map(|q| {
+            let escaped = q
+                .replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_");
+            format!("%{escaped}%")
+        });
+        let (after_at, after_id) = match &filter.after {
+            Some(c) => (Some(c.started_at.as_str()), Some(c.run_id.as_str())),
+            None => (None, None),
+        };
         let rows = sqlx::query(
-            "SELECT id, workflow, status, started_at, finished_at, cost_usd FROM runs
-             WHERE (? IS NULL OR status = ?)
-             ORDER BY started_at DESC, rowid DESC LIMIT ?",
+            "SELECT id, workflow, status, started_at, finished_at, cost_usd, workflow_id,
+                    workflow_version
+             FROM runs
+             WHERE (?1 IS NULL OR status = ?1)
+               AND (?2 IS NULL OR workflow = ?2 OR workflow_id = ?2)
+               AND (?3 IS NULL OR started_at >= ?3)
+               AND (?4 IS NULL OR id LIKE ?4 ESCAPE '\\' OR workflow LIKE ?4 ESCAPE '\\')
+               AND (?5 IS NULL OR started_at < ?5 OR (started_at = ?5 AND id < ?6))
+             ORDER BY started_at DESC, id DESC LIMIT ?7",
         )
         .bind(filter.status.map(|s| s.as_str()))
-        .bind(filter.status.map(|s| s.as_str()))
+        .bind(filter.workflow.as_deref())
+        .bind(filter.since.as_deref())
+        .bind(like)
+        .bind(after_at)
+        .bind(after_id)
         .bind(i64::from(filter.limit))
         .fetch_all(&self.pool)
         .await
@@ -662,6 +696,7 @@ impl RunStore for Sqlite {
                 started_at: r.get("started_at"),
                 cost_usd: r.get("cost_usd"),
                 finished_at: r.get("finished_at"),
+                pin: pin_of(r),
             })
             .collect())
     }
