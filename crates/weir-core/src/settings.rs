@@ -36,6 +36,18 @@ pub struct Settings {
     /// Size limits on what a run is given.
     #[serde(default)]
     pub limits: Limits,
+    /// What `weir serve` may connect to beyond public addresses.
+    #[serde(default)]
+    pub network: NetworkSettings,
+}
+
+/// `[network] allow = ["127.0.0.1:9000", "10.0.0.0/8"]`: internal addresses the server's
+/// tools may reach (DESIGN §7). `weir run` is not limited.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkSettings {
+    #[serde(default)]
+    pub allow: Vec<String>,
 }
 
 /// `[limits] input_bytes = 1048576`: the largest run input (and approval input) accepted, as

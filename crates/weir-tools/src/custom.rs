@@ -85,7 +85,7 @@ pub async fn call(
                 idempotency_key: call.idempotency_key.clone(),
                 timeout: call.timeout,
             };
-            let mut result = match http_request::call(reg.client(), &inner).await {
+            let mut result = match http_request::call(&reg.net, &inner).await {
                 Ok(r) => r,
                 Err(mut e) => {
                     e.message = secrets::redact_str(&e.message, &used);

@@ -9,7 +9,7 @@ use crate::{param_str, transport_error};
 
 const MAX_BODY: usize = 10 << 20;
 
-pub async fn call(client: &reqwest::Client, call: &ToolCall) -> Result<Value, ToolError> {
+pub async fn call(net: &crate::Net, call: &ToolCall) -> Result<Value, ToolError> {
     let p = &call.params;
     let url = param_str(p, "url")?.ok_or_else(|| ToolError::fatal("param `url` is required"))?;
     let method = param_str(p, "method")?
@@ -23,7 +23,9 @@ pub async fn call(client: &reqwest::Client, call: &ToolCall) -> Result<Value, To
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(ToolError::fatal("param `url` must be an http or https URL"));
     }
-    let mut req = client
+    net.check(&parsed).await?;
+    let mut req = net
+        .client()
         .request(method, parsed)
         .timeout(call.timeout)
         .header("Idempotency-Key", &call.idempotency_key);

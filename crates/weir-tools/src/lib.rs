@@ -10,6 +10,7 @@ mod custom;
 mod delay;
 mod http_request;
 mod mcp;
+pub mod network;
 mod send_email;
 mod slack_message;
 
@@ -28,30 +29,60 @@ const BUILT_IN: &[&str] = &[
 
 /// The tool runner the binary wires into the engine.
 pub struct Registry {
-    /// Built on first use: building one loads the platform's root certificates.
-    client: std::sync::OnceLock<reqwest::Client>,
+    net: Net,
     settings: Settings,
     mcp: mcp::Servers,
 }
 
-impl Registry {
-    fn client(&self) -> &reqwest::Client {
-        self.client.get_or_init(|| {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            reqwest::Client::builder()
-                .connect_timeout(std::time::Duration::from_secs(10))
-                .build()
-                .unwrap_or_default()
-        })
+/// The HTTP side of the tools: one client, and the network policy when serving.
+pub(crate) struct Net {
+    /// Built on first use: building one loads the platform's root certificates.
+    client: std::sync::OnceLock<reqwest::Client>,
+    policy: Option<std::sync::Arc<network::Policy>>,
+}
+
+impl Net {
+    pub(crate) fn client(&self) -> &reqwest::Client {
+        self.client
+            .get_or_init(|| network::client(self.policy.as_ref()))
     }
 
+    /// Refuses a URL the network policy does not permit (nothing to check without one).
+    pub(crate) async fn check(&self, url: &reqwest::Url) -> Result<(), ToolError> {
+        match &self.policy {
+            Some(p) => p.check_url(url).await.map_err(ToolError::fatal),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Registry {
+    /// Tools for `weir run`: the user's own file with the user's own privileges, so any
+    /// address is reachable.
     pub fn new(settings: Settings) -> Self {
+        Self::with_policy(settings, None)
+    }
+
+    /// Tools for `weir serve` and `weir worker`: every connection under the network policy
+    /// of `[network]` in weir.toml.
+    pub fn serving(settings: Settings) -> Result<Self, String> {
+        let policy = network::Policy::new(&settings.network.allow)?;
+        Ok(Self::with_policy(
+            settings,
+            Some(std::sync::Arc::new(policy)),
+        ))
+    }
+
+    fn with_policy(settings: Settings, policy: Option<std::sync::Arc<network::Policy>>) -> Self {
         // rustls needs a process-wide crypto provider before any client is built (ours, and
         // the one rmcp builds for MCP over HTTP); installing it is cheap, building is not.
         let _ = rustls::crypto::ring::default_provider().install_default();
         Self {
-            client: std::sync::OnceLock::new(),
-            mcp: mcp::Servers::new(settings.mcp.servers.clone()),
+            mcp: mcp::Servers::new(settings.mcp.servers.clone(), policy.clone()),
+            net: Net {
+                client: std::sync::OnceLock::new(),
+                policy,
+            },
             settings,
         }
     }
@@ -101,8 +132,8 @@ impl ToolRunner for Registry {
 
     async fn call(&self, call: ToolCall) -> Result<Value, ToolError> {
         match call.tool_name.as_str() {
-            "http_request" => http_request::call(self.client(), &call).await,
-            "slack_message" => slack_message::call(self.client(), &call).await,
+            "http_request" => http_request::call(&self.net, &call).await,
+            "slack_message" => slack_message::call(&self.net, &call).await,
             "send_email" => send_email::call(&call).await,
             "delay" => delay::call(&call).await,
             "mcp_call" => self.mcp.call_tool_params(&call).await,

@@ -20,13 +20,19 @@ use weir_core::{ToolCall, ToolError};
 pub struct Servers {
     config: BTreeMap<String, McpServer>,
     running: Mutex<HashMap<String, RunningService<RoleClient, ()>>>,
+    /// The server's network policy for MCP over HTTP.
+    policy: Option<std::sync::Arc<crate::network::Policy>>,
 }
 
 impl Servers {
-    pub fn new(config: BTreeMap<String, McpServer>) -> Self {
+    pub fn new(
+        config: BTreeMap<String, McpServer>,
+        policy: Option<std::sync::Arc<crate::network::Policy>>,
+    ) -> Self {
         Self {
             config,
             running: Mutex::new(HashMap::new()),
+            policy,
         }
     }
 
@@ -76,11 +82,24 @@ impl Servers {
                 }
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(headers);
-                ().serve(StreamableHttpClientTransport::from_config(config))
-                    .await
-                    .map_err(|e| {
-                        ToolError::retryable(format!("cannot reach MCP server `{name}`: {e}"))
-                    })?
+                let transport = match &self.policy {
+                    None => StreamableHttpClientTransport::from_config(config),
+                    Some(p) => {
+                        let parsed = reqwest::Url::parse(url).map_err(|e| {
+                            ToolError::fatal(format!("[mcp.servers.{name}] url: {e}"))
+                        })?;
+                        p.check_url(&parsed)
+                            .await
+                            .map_err(|e| ToolError::fatal(format!("MCP server `{name}`: {e}")))?;
+                        StreamableHttpClientTransport::with_client(
+                            crate::network::client(Some(p)),
+                            config,
+                        )
+                    }
+                };
+                ().serve(transport).await.map_err(|e| {
+                    ToolError::retryable(format!("cannot reach MCP server `{name}`: {e}"))
+                })?
             }
             (None, None) => {
                 return Err(ToolError::fatal(format!(

@@ -6,7 +6,7 @@ use weir_core::{ToolCall, ToolError};
 
 use crate::{param_str, transport_error};
 
-pub async fn call(client: &reqwest::Client, call: &ToolCall) -> Result<Value, ToolError> {
+pub async fn call(net: &crate::Net, call: &ToolCall) -> Result<Value, ToolError> {
     let p = &call.params;
     let text = param_str(p, "text")?.ok_or_else(|| ToolError::fatal("param `text` is required"))?;
     let url = match param_str(p, "webhook_url")? {
@@ -23,8 +23,13 @@ pub async fn call(client: &reqwest::Client, call: &ToolCall) -> Result<Value, To
             body[key] = v.clone();
         }
     }
-    let resp = client
-        .post(&url)
+    // The webhook URL is a secret: a bad one is named by what is wrong, never by its text.
+    let parsed = reqwest::Url::parse(&url)
+        .map_err(|e| ToolError::fatal(format!("the Slack webhook URL is not a URL ({e})")))?;
+    net.check(&parsed).await?;
+    let resp = net
+        .client()
+        .post(parsed)
         .timeout(call.timeout)
         .header("Idempotency-Key", &call.idempotency_key)
         .json(&body)
