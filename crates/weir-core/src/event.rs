@@ -85,6 +85,13 @@ pub enum EventKind {
         comment: Option<String>,
     },
     /// The workspace policy refused a fallback model.
+    /// A re-run reused the recorded output of an earlier run's step instead of running it.
+    StepReused {
+        step: u32,
+        node_id: String,
+        from_run: String,
+        from_step: u32,
+    },
     ModelFallbackBlocked {
         node_id: String,
         model: String,
@@ -132,6 +139,7 @@ impl EventKind {
             EventKind::StepFinished { .. } => "step_finished",
             EventKind::AttemptFailed { .. } => "attempt_failed",
             EventKind::GateDecided { .. } => "gate_decided",
+            EventKind::StepReused { .. } => "step_reused",
             EventKind::ModelFallbackBlocked { .. } => "model_fallback_blocked",
             EventKind::Legacy { .. } => "legacy",
         }

@@ -247,6 +247,15 @@ pub struct Pending {
     pub node_id: String,
 }
 
+/// A recorded step a re-run reuses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reused {
+    pub from_run: String,
+    pub seq: u32,
+    pub output: Value,
+    pub route: Option<String>,
+}
+
 /// Everything the scheduler needs to continue a run, committed with each step.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -275,6 +284,10 @@ pub struct Snapshot {
     /// Pipeline: every execution of each step, with its pass and visible outputs.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub history: BTreeMap<String, Vec<StepPass>>,
+    /// A re-run: recorded steps of an earlier run, per node in order, whose outputs the
+    /// node's next executions reuse instead of running.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reuse: BTreeMap<String, Vec<Reused>>,
 }
 
 fn is_zero(n: &u32) -> bool {

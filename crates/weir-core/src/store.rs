@@ -291,6 +291,8 @@ pub trait RunStore: Send + Sync {
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError>;
     /// Events with a sequence number above `after`, in order.
     async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError>;
+    /// How many runs are in each status (statuses with none are left out).
+    async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError>;
 }
 
 /// Milliseconds since the Unix epoch, the clock leases are measured in.

@@ -157,6 +157,14 @@ pub struct CreateOptions {
 }
 
 /// A created run, and its lease when it was claimed in the same statement.
+/// A re-run's recorded steps (DESIGN §10 `rerun`): in order, the steps of `from_run` whose
+/// outputs the new run reuses instead of running their nodes again.
+#[derive(Debug, Clone)]
+pub struct Reuse {
+    pub from_run: String,
+    pub steps: Vec<weir_core::StepRecord>,
+}
+
 #[derive(Debug, Clone)]
 pub struct CreatedRun {
     pub run_id: String,
@@ -181,6 +189,9 @@ pub struct Engine {
     pub(crate) redactor: weir_core::secrets::Redactor,
     /// The largest run input accepted, in bytes of JSON.
     pub max_input_bytes: usize,
+    /// Set while shutting down gracefully: drives start no new steps, and release their run
+    /// once the steps in flight have finished.
+    pub drain: Arc<std::sync::atomic::AtomicBool>,
 }
 
 pub fn now() -> String {
@@ -214,7 +225,12 @@ impl Engine {
             interrupt: None,
             leases: Arc::default(),
             max_input_bytes: 1 << 20,
+            drain: Arc::default(),
         }
+    }
+
+    pub(crate) fn draining(&self) -> bool {
+        self.drain.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn store(&self) -> &Arc<dyn RunStore> {
@@ -248,7 +264,24 @@ impl Engine {
         input: Value,
         opts: CreateOptions,
     ) -> Result<CreatedRun, Error> {
-        Ok(self.insert(wf, source, input, opts).await?.0)
+        Ok(self.insert(wf, source, input, opts, None).await?.0)
+    }
+
+    /// Creates a queued run that reuses recorded steps: each node's next executions take
+    /// the recorded outputs (and routes) of its steps in `reuse`, in order, instead of
+    /// running; human gates always run again. The reused steps are recorded with no
+    /// attempts and no cost, each with a `step_reused` event naming where it came from.
+    pub async fn create_reusing(
+        &self,
+        wf: &Workflow,
+        source: Source,
+        input: Value,
+        reuse: Reuse,
+    ) -> Result<CreatedRun, Error> {
+        Ok(self
+            .insert(wf, source, input, CreateOptions::default(), Some(reuse))
+            .await?
+            .0)
     }
 
     /// [`create`](Self::create), also returning the snapshot the run starts from.
@@ -258,6 +291,7 @@ impl Engine {
         source: Source,
         input: Value,
         opts: CreateOptions,
+        reuse: Option<Reuse>,
     ) -> Result<(CreatedRun, Snapshot), Error> {
         if let Some(schema) = &wf.input_schema {
             let errors = weir_core::schema::Schema::compile(schema)
@@ -282,7 +316,24 @@ impl Engine {
             )]));
         }
         let run_id = uuid::Uuid::new_v4().to_string();
-        let snapshot = initial_snapshot(wf, &input);
+        let mut snapshot = initial_snapshot(wf, &input);
+        if let Some(reuse) = reuse {
+            for step in reuse.steps {
+                if step.status != weir_core::StepStatus::Succeeded {
+                    continue;
+                }
+                snapshot
+                    .reuse
+                    .entry(step.node_id.clone())
+                    .or_default()
+                    .push(weir_core::record::Reused {
+                        from_run: reuse.from_run.clone(),
+                        seq: step.seq,
+                        output: step.output,
+                        route: step.route,
+                    });
+            }
+        }
         let created = self
             .services
             .store
@@ -364,6 +415,7 @@ impl Engine {
                     claim: true,
                     ..CreateOptions::default()
                 },
+                None,
             )
             .await?;
         let lease = created

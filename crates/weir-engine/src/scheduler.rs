@@ -166,12 +166,23 @@ impl<'e> Run<'e> {
         // spawn (and a cross-thread wake-up) per node.
         let mut tasks: Tasks = FuturesUnordered::new();
         loop {
-            if self.ending.is_none() && self.snapshot.gates.is_empty() {
+            let draining = self.engine.draining();
+            if self.ending.is_none() && self.snapshot.gates.is_empty() && !draining {
                 self.launch_ready(&mut tasks);
             }
             // Commit before polling: a finished step (and the state it produced) is durable
             // before its successors run.
             self.flush().await?;
+            if draining
+                && tasks.is_empty()
+                && self.ending.is_none()
+                && !self.snapshot.pending.is_empty()
+                && self.snapshot.gates.is_empty()
+            {
+                // Shutting down: the steps in flight have finished; release the run for
+                // another driver instead of starting its next steps.
+                self.ending = Some(Ending::Interrupted);
+            }
             if tasks.is_empty() || self.ending.is_some() {
                 break;
             }
@@ -371,13 +382,43 @@ impl<'e> Run<'e> {
                     started: Instant::now(),
                 },
             );
+            let wf = self.wf.clone();
+            let reused = self.take_reused(&wf.nodes[index], seq);
             tasks.push(Box::pin(async move {
+                if let Some(outcome) = reused {
+                    let done = attempt::Attempts {
+                        result: Ok(outcome),
+                        attempts: Vec::new(),
+                        spent: Default::default(),
+                    };
+                    return (node_id, Ok(done));
+                }
                 let result = std::panic::AssertUnwindSafe(attempt::run(&ctx))
                     .catch_unwind()
                     .await;
                 (node_id, result)
             }));
         }
+    }
+
+    /// A re-run: the next recorded outcome of this node, if the run reuses one.
+    fn take_reused(&mut self, node: &weir_core::Node, seq: u32) -> Option<crate::nodes::Outcome> {
+        if matches!(node.kind, NodeKind::HumanGate(_)) {
+            return None;
+        }
+        let queue = self.snapshot.reuse.get_mut(&node.id)?;
+        let reused = queue.remove(0);
+        if queue.is_empty() {
+            self.snapshot.reuse.remove(&node.id);
+        }
+        let outcome = crate::nodes::recorded(node, self.wf.layout, &reused)?;
+        self.events.push(EventKind::StepReused {
+            step: seq,
+            node_id: node.id.clone(),
+            from_run: reused.from_run,
+            from_step: reused.seq,
+        });
+        Some(outcome)
     }
 
     /// Records a finished node and routes from it, in one committed step.

@@ -522,6 +522,15 @@ impl RunStore for Memory {
         Ok(all)
     }
 
+    async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        let inner = self.inner.lock().expect("memory store lock");
+        let mut counts: BTreeMap<&'static str, (RunStatus, u64)> = BTreeMap::new();
+        for r in inner.runs.values() {
+            counts.entry(r.status.as_str()).or_insert((r.status, 0)).1 += 1;
+        }
+        Ok(counts.into_values().collect())
+    }
+
     async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError> {
         self.run(run_id, |r| {
             r.events.iter().filter(|e| e.seq > after).cloned().collect()

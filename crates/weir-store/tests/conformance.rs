@@ -743,6 +743,8 @@ async fn run_listing_filters_and_pages(f: Fixture) {
         s.create_run(&n).await.unwrap();
     }
     s.request_cancel("run-3", "me").await.unwrap();
+    let counts = s.count_by_status().await.unwrap();
+    assert_eq!(counts, [(RunStatus::Cancelled, 1), (RunStatus::Queued, 6)]);
     let ids = |v: Vec<weir_core::record::RunSummary>| -> Vec<String> {
         v.into_iter().map(|r| r.run_id).collect()
     };

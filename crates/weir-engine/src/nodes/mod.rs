@@ -75,6 +75,43 @@ impl Route {
     }
 }
 
+/// The outcome a node had in a recorded step, rebuilt for a re-run: the output as
+/// recorded, the route from its label, and what the node writes to state derived from the
+/// output the way the node derives it. `None` for a step that cannot be reused (a gate).
+pub fn recorded(
+    node: &weir_core::Node,
+    layout: weir_core::ir::StateLayout,
+    step: &weir_core::record::Reused,
+) -> Option<Outcome> {
+    use weir_core::ir::{EndStatus, StateLayout};
+    let route = match step.route.as_deref() {
+        None => Route::All,
+        Some("waiting") => return None,
+        Some(label) => match label.strip_prefix("end:") {
+            Some("succeeded") => Route::End(EndStatus::Succeeded),
+            Some("failed") => Route::End(EndStatus::Failed),
+            Some("aborted") => Route::End(EndStatus::Aborted),
+            Some(_) => return None,
+            None => Route::Key(label.to_string()),
+        },
+    };
+    let out = &step.output;
+    let write = match (&node.kind, layout) {
+        (NodeKind::Agent(_), StateLayout::Flat) => Some(
+            out.get("parsed")
+                .cloned()
+                .unwrap_or_else(|| out.get("text").cloned().unwrap_or(Value::Null)),
+        ),
+        (NodeKind::Agent(_), StateLayout::Variables) => Some(out.clone()),
+        (NodeKind::Tool(_), _) => Some(out.clone()),
+        (NodeKind::Step(_), _) => Some(out.get("visible").cloned().unwrap_or(Value::Null)),
+        _ => None,
+    };
+    let mut o = Outcome::new(out.clone(), route);
+    o.write = write;
+    Some(o)
+}
+
 /// What model calls in one attempt used: every call (priced), tokens, governance events.
 #[derive(Debug, Clone, Default)]
 pub struct Spent {

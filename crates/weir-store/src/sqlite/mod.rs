@@ -701,6 +701,16 @@ impl RunStore for Sqlite {
             .collect())
     }
 
+    async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        Ok(sqlx::query("SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?
+            .iter()
+            .map(|r| (status_of(r, "status"), r.get::<i64, _>(1) as u64))
+            .collect())
+    }
+
     async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError> {
         sqlx::query("SELECT seq, body FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq")
             .bind(run_id)

@@ -1,0 +1,411 @@
+//! What the server runs workflows with: the engine (built from the workspace settings plus
+//! the custom tools saved over the API), the compiler, the in-process workers, the wake-up
+//! hub that SSE streams and workers wait on, and the metrics the engine's events feed.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::sync::{Notify, broadcast, watch};
+use weir_core::catalog::Catalog;
+use weir_core::event::{EventKind, RunEvent};
+use weir_core::record::{ErrorCode, RunError, RunStatus};
+use weir_core::settings::{CustomTool, Settings};
+use weir_core::store::{Lease, RunUpdate};
+use weir_core::{Diagnostic, RunStore, Workflow};
+use weir_dialects::Capabilities;
+use weir_engine::{Engine, EventSink, LeaseTiming, Services};
+
+/// Wakes whoever waits on a run: SSE streams (by run id) and idle workers.
+pub struct Hub {
+    runs: broadcast::Sender<Arc<str>>,
+    pub work: Notify,
+}
+
+impl Hub {
+    fn new() -> Self {
+        Self {
+            runs: broadcast::channel(4096).0,
+            work: Notify::new(),
+        }
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
+        self.runs.subscribe()
+    }
+
+    pub fn changed(&self, run_id: &str) {
+        let _ = self.runs.send(Arc::from(run_id));
+    }
+}
+
+/// Step latency buckets (seconds) of the `weir_step_duration_seconds` histogram.
+pub const BUCKETS: [f64; 12] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0,
+];
+
+#[derive(Default)]
+pub struct Metrics {
+    pub step_buckets: [AtomicU64; 12],
+    pub step_count: AtomicU64,
+    pub step_sum_ms: AtomicU64,
+    pub takeovers: AtomicU64,
+    pub runs_finished: Mutex<HashMap<&'static str, u64>>,
+}
+
+impl Metrics {
+    fn observe(&self, events: &[RunEvent]) {
+        for e in events {
+            match &e.kind {
+                EventKind::StepFinished { duration_ms, .. } => {
+                    let secs = *duration_ms as f64 / 1000.0;
+                    for (i, b) in BUCKETS.iter().enumerate() {
+                        if secs <= *b {
+                            self.step_buckets[i].fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    self.step_count.fetch_add(1, Ordering::Relaxed);
+                    self.step_sum_ms.fetch_add(*duration_ms, Ordering::Relaxed);
+                }
+                EventKind::RunResumed {
+                    took_over_from: Some(_),
+                    ..
+                } => {
+                    self.takeovers.fetch_add(1, Ordering::Relaxed);
+                }
+                EventKind::RunFinished { status, .. } => {
+                    *self
+                        .runs_finished
+                        .lock()
+                        .expect("metrics lock")
+                        .entry(status.as_str())
+                        .or_default() += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The engine's event sink: wakes SSE streams and counts metrics.
+struct Sink {
+    hub: Arc<Hub>,
+    metrics: Arc<Metrics>,
+}
+
+impl EventSink for Sink {
+    fn publish(&self, run_id: &str, events: &[RunEvent]) {
+        self.metrics.observe(events);
+        self.hub.changed(run_id);
+    }
+}
+
+/// One generation of the engine and compiler; rebuilt when custom tools change (drives in
+/// flight keep the generation they started with).
+pub struct Runtime {
+    pub engine: Arc<Engine>,
+    pub settings: Settings,
+    tools: weir_tools::Registry,
+    models: weir_providers::Router,
+    compiled: Mutex<HashMap<(String, String), Arc<Workflow>>>,
+}
+
+impl Runtime {
+    /// Compiles a workflow document against this workspace (the CLI's diagnostics).
+    pub fn compile(&self, path: &str, text: &str) -> Result<weir_dialects::Validated, Vec<Diagnostic>> {
+        weir_dialects::compile(
+            path,
+            text,
+            &Capabilities {
+                tools: &self.tools,
+                models: &self.models,
+                secrets: &self.settings,
+            },
+        )
+    }
+
+    /// A compiled workflow for a stored source, compiled once per text.
+    pub fn workflow(&self, path: &str, text: &str) -> Result<Arc<Workflow>, Vec<Diagnostic>> {
+        let key = (path.to_string(), text.to_string());
+        if let Some(wf) = self.compiled.lock().expect("compile cache").get(&key) {
+            return Ok(wf.clone());
+        }
+        let wf = self.compile(path, text)?.workflow;
+        let mut cache = self.compiled.lock().expect("compile cache");
+        if cache.len() > 512 {
+            cache.clear();
+        }
+        cache.insert(key, wf.clone());
+        Ok(wf)
+    }
+}
+
+/// How the server was started.
+#[derive(Clone)]
+pub struct Options {
+    pub workers: usize,
+    pub max_body: usize,
+    /// How long a graceful shutdown lets in-flight steps finish.
+    pub grace: Duration,
+    /// How often idle workers look for runnable runs that no wake-up announced (runs
+    /// created by other processes, expired leases).
+    pub poll: Duration,
+    pub owner: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            workers: 4,
+            max_body: 1 << 20,
+            grace: Duration::from_secs(10),
+            poll: Duration::from_millis(500),
+            owner: weir_engine::process_owner(),
+        }
+    }
+}
+
+/// Everything the routes and workers share.
+pub struct App {
+    pub store: Arc<dyn RunStore>,
+    pub catalog: Arc<dyn Catalog>,
+    pub hub: Arc<Hub>,
+    pub metrics: Arc<Metrics>,
+    pub tokens: crate::auth::Tokens,
+    pub options: Options,
+    /// The settings of weir.toml, before the API's custom tools are added.
+    base: Settings,
+    runtime: RwLock<Arc<Runtime>>,
+    interrupt: Arc<Notify>,
+    drain: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl App {
+    pub async fn new(
+        store: Arc<dyn RunStore>,
+        catalog: Arc<dyn Catalog>,
+        settings: Settings,
+        options: Options,
+    ) -> Result<Arc<Self>, String> {
+        let hub = Arc::new(Hub::new());
+        let metrics = Arc::new(Metrics::default());
+        let interrupt = Arc::new(Notify::new());
+        let drain = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let saved = catalog.tools().await.map_err(|e| e.to_string())?;
+        let runtime = build(
+            &settings,
+            &saved,
+            &store,
+            &hub,
+            &metrics,
+            &options,
+            &interrupt,
+            &drain,
+        )?;
+        Ok(Arc::new(Self {
+            store,
+            catalog,
+            hub,
+            metrics,
+            tokens: crate::auth::Tokens::default(),
+            options,
+            base: settings,
+            runtime: RwLock::new(Arc::new(runtime)),
+            interrupt,
+            drain,
+        }))
+    }
+
+    pub fn runtime(&self) -> Arc<Runtime> {
+        self.runtime.read().expect("runtime lock").clone()
+    }
+
+    /// Rebuilds the runtime after the API's custom tools changed.
+    pub async fn reload_tools(&self) -> Result<(), String> {
+        let saved = self.catalog.tools().await.map_err(|e| e.to_string())?;
+        let runtime = build(
+            &self.base,
+            &saved,
+            &self.store,
+            &self.hub,
+            &self.metrics,
+            &self.options,
+            &self.interrupt,
+            &self.drain,
+        )?;
+        *self.runtime.write().expect("runtime lock") = Arc::new(runtime);
+        Ok(())
+    }
+
+    /// The custom tools of weir.toml (which the API cannot change).
+    pub fn file_tools(&self) -> &std::collections::BTreeMap<String, CustomTool> {
+        &self.base.tools
+    }
+
+    /// Wakes one idle worker: a run became runnable.
+    pub fn wake(&self) {
+        self.hub.work.notify_one();
+    }
+
+    /// Starts the in-process workers; they stop when `stop` turns true.
+    pub fn start_workers(self: &Arc<Self>, stop: watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {
+        (0..self.options.workers)
+            .map(|_| {
+                let app = self.clone();
+                let stop = stop.clone();
+                tokio::spawn(async move { app.work(stop).await })
+            })
+            .collect()
+    }
+
+    async fn work(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            let rt = self.runtime();
+            match rt.engine.claim_next(1).await {
+                Ok(leases) if !leases.is_empty() => {
+                    for lease in leases {
+                        self.drive(&rt, lease).await;
+                    }
+                }
+                Ok(_) => {
+                    tokio::select! {
+                        _ = self.hub.work.notified() => {}
+                        _ = tokio::time::sleep(self.options.poll) => {}
+                        _ = stop.changed() => {}
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!("worker: cannot claim runs: {e}");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+
+    async fn drive(&self, rt: &Runtime, lease: Lease) {
+        let run_id = lease.run_id.clone();
+        let stored = match self.store.load_run(&run_id).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("worker: cannot load run {run_id}: {e}");
+                return;
+            }
+        };
+        match rt.workflow(&stored.source_path, &stored.source_text) {
+            Ok(wf) => {
+                if let Err(e) = rt.engine.drive(wf, lease).await {
+                    tracing::warn!("worker: run {run_id}: {e}");
+                }
+            }
+            Err(diags) => {
+                // A run whose pinned workflow no longer compiles (a tool or model removed
+                // from the workspace) fails once, instead of being claimed forever.
+                let first = diags
+                    .iter()
+                    .find(|d| d.is_error())
+                    .map_or_else(String::new, |d| d.message.clone());
+                let error = RunError {
+                    code: ErrorCode::Internal,
+                    message: format!(
+                        "the workflow version this run pins no longer compiles with the server's settings: {first}"
+                    ),
+                    node_id: None,
+                };
+                let update = RunUpdate {
+                    status: RunStatus::Failed,
+                    error: Some(error.clone()),
+                    finished_at: Some(weir_engine::now()),
+                    snapshot: stored.snapshot,
+                };
+                let events = vec![EventKind::RunFinished {
+                    status: RunStatus::Failed,
+                    error: Some(error),
+                }];
+                match self.store.finish_run(&lease, &update, events).await {
+                    Ok(w) => {
+                        self.metrics.observe(&w.events);
+                        self.hub.changed(&run_id);
+                    }
+                    Err(e) => tracing::warn!("worker: run {run_id}: {e}"),
+                }
+            }
+        }
+    }
+
+    /// Graceful shutdown of the workers: no new claims, no new steps; in-flight steps get
+    /// the grace period to finish, then are interrupted. Every run is released `queued` for
+    /// the next server or worker.
+    pub async fn drain(&self, workers: Vec<tokio::task::JoinHandle<()>>) {
+        self.drain.store(true, Ordering::Relaxed);
+        let all = futures_util::future::join_all(workers);
+        tokio::pin!(all);
+        if tokio::time::timeout(self.options.grace, &mut all).await.is_err() {
+            // Keep interrupting until every drive has released its run: a drive between two
+            // awaits misses one notification.
+            loop {
+                self.interrupt.notify_waiters();
+                if tokio::time::timeout(Duration::from_millis(100), &mut all)
+                    .await
+                    .is_ok()
+                {
+                    break;
+                }
+            }
+        }
+        self.runtime().engine.shutdown_tools().await;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build(
+    base: &Settings,
+    saved: &[weir_core::catalog::ToolRow],
+    store: &Arc<dyn RunStore>,
+    hub: &Arc<Hub>,
+    metrics: &Arc<Metrics>,
+    options: &Options,
+    interrupt: &Arc<Notify>,
+    drain: &Arc<std::sync::atomic::AtomicBool>,
+) -> Result<Runtime, String> {
+    let mut settings = base.clone();
+    for t in saved {
+        let tool: CustomTool = serde_json::from_value(t.definition.clone())
+            .map_err(|e| format!("saved custom tool {}: {e}", t.name))?;
+        settings.tools.entry(t.name.clone()).or_insert(tool);
+    }
+    let services = Services {
+        models: Arc::new(weir_providers::Router::new(settings.clone())?),
+        tools: Arc::new(weir_tools::Registry::serving(settings.clone())?),
+        scripts: Arc::new(
+            weir_script::Bun::from_env().with_env(settings.scripts.env.clone()),
+        ),
+        store: store.clone(),
+        secrets: Arc::new(settings.clone()),
+    };
+    let mut engine = Engine::new(
+        services,
+        Arc::new(Sink {
+            hub: hub.clone(),
+            metrics: metrics.clone(),
+        }),
+    );
+    engine.owner = options.owner.clone();
+    engine.lease = LeaseTiming {
+        ttl: Duration::from_secs_f64(settings.lease.ttl_seconds),
+        heartbeat: Duration::from_secs_f64(settings.lease.heartbeat_seconds),
+    };
+    engine.max_input_bytes = settings.limits.input_bytes;
+    engine.interrupt = Some(interrupt.clone());
+    engine.drain = drain.clone();
+    Ok(Runtime {
+        engine: Arc::new(engine),
+        tools: weir_tools::Registry::new(settings.clone()),
+        models: weir_providers::Router::offline(settings.clone()),
+        settings,
+        compiled: Mutex::new(HashMap::new()),
+    })
+}

@@ -1,0 +1,139 @@
+//! `GET /api/runs/{id}/events`: the run's event log as server-sent events, read from the
+//! store (the log is the truth; wake-ups only say when to read it again).
+//!
+//! Each event is `id: <seq>`, `event: <type>`, `data: <the event as JSON>`. `Last-Event-ID`
+//! (or `?after=`) resumes after that sequence number, so a reconnecting client gets exactly
+//! what it missed. A comment line every 15 s keeps proxies from closing a quiet stream; the
+//! stream ends after the run's final event, and a client that connects after the run ended
+//! gets the whole log and the end.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::Stream;
+use serde::Deserialize;
+use tokio::sync::broadcast;
+use utoipa::IntoParams;
+use weir_core::event::RunEvent;
+
+use crate::auth::Scope;
+use crate::error::{ApiError, ApiResult};
+use crate::{App, authorize};
+
+/// How often a stream re-reads the log without a wake-up (another process drives the run).
+const POLL: Duration = Duration::from_secs(1);
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    /// Start after this sequence number (like `Last-Event-ID`, for clients that cannot set it).
+    pub after: Option<u64>,
+}
+
+struct Follow {
+    app: Arc<App>,
+    run_id: String,
+    after: u64,
+    wake: broadcast::Receiver<Arc<str>>,
+    queue: std::collections::VecDeque<RunEvent>,
+    ended: bool,
+}
+
+impl Follow {
+    /// The next event, reading the log again when nothing is queued; `None` after the end.
+    async fn next(&mut self) -> Option<RunEvent> {
+        loop {
+            if let Some(e) = self.queue.pop_front() {
+                self.after = e.seq;
+                if e.kind.is_final() {
+                    self.ended = true;
+                }
+                return Some(e);
+            }
+            if self.ended {
+                return None;
+            }
+            match self.app.store.events_after(&self.run_id, self.after).await {
+                Ok(events) if !events.is_empty() => {
+                    self.queue.extend(events);
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!("events of run {}: {e}", self.run_id);
+                }
+            }
+            let deadline = tokio::time::sleep(POLL);
+            tokio::pin!(deadline);
+            loop {
+                tokio::select! {
+                    _ = &mut deadline => break,
+                    got = self.wake.recv() => match got {
+                        Ok(id) if *id == *self.run_id => break,
+                        Ok(_) => {}
+                        // Missed wake-ups: read the log to be sure.
+                        Err(broadcast::error::RecvError::Lagged(_)) => break,
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    },
+                }
+            }
+        }
+    }
+}
+
+#[utoipa::path(get, path = "/api/runs/{id}/events", tag = "runs",
+    params(("id" = String, Path, description = "run id"),
+           ("Last-Event-ID" = Option<String>, Header, description = "resume after this event's sequence number"),
+           EventsQuery),
+    responses((status = 200, description = "text/event-stream of the run's events (`id:` is the sequence number)",
+               content_type = "text/event-stream", body = String),
+              (status = 404, body = crate::openapi::ErrorBody),
+              (status = 422, body = crate::openapi::ErrorBody),
+              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn events(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<EventsQuery>,
+) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    authorize(&app, &headers, Scope::Read).await?;
+    let after = match headers.get("last-event-id") {
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .ok_or_else(|| ApiError::invalid("Last-Event-ID must be an event sequence number"))?,
+        None => q.after.unwrap_or(0),
+    };
+    // Subscribe before the first read, so no wake-up falls between the two.
+    let wake = app.hub.subscribe();
+    app.store.load_run(&id).await?;
+    let follow = Follow {
+        app,
+        run_id: id,
+        after,
+        wake,
+        queue: Default::default(),
+        ended: false,
+    };
+    let stream = futures_util::stream::unfold(follow, |mut f| async move {
+        let e = f.next().await?;
+        let data = serde_json::to_string(&e).unwrap_or_else(|_| "{}".into());
+        let event = Event::default()
+            .id(e.seq.to_string())
+            .event(e.kind.name())
+            .data(data);
+        Some((Ok(event), f))
+    });
+    Ok(Sse::new(stream).keep_alive(
+        KeepAlive::new()
+            .interval(Duration::from_secs(15))
+            .text("heartbeat"),
+    ))
+}

@@ -1,0 +1,254 @@
+//! `/api/tools` (custom HTTP and MCP tools) and `/api/tokens` (API tokens).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+use weir_core::catalog::ToolRow;
+use weir_core::settings::CustomTool;
+
+use crate::auth::{Scope, mint};
+use crate::error::{ApiError, ApiResult};
+use crate::{App, Body, authorize};
+
+/// A custom tool, used in workflows as `tool_name: custom:<name>`.
+#[derive(Serialize, ToSchema)]
+pub struct ToolOut {
+    pub name: String,
+    /// `weir.toml` (read-only here) or `api`.
+    pub source: String,
+    /// The `[tools.NAME]` table as JSON: `{"kind": "http", "method", "url", "headers", "body",
+    /// "response", "description"}` or `{"kind": "mcp", "server", "tool", "description"}`.
+    #[schema(value_type = Object)]
+    pub definition: Value,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ToolList {
+    pub tools: Vec<ToolOut>,
+}
+
+/// A new custom tool: its name plus the fields of a `[tools.NAME]` table.
+#[derive(Deserialize, ToSchema)]
+pub struct ToolBody {
+    pub name: String,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub definition: Map<String, Value>,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenBody {
+    pub name: String,
+    pub scope: Scope,
+}
+
+/// A token as listed: never its value.
+#[derive(Serialize, ToSchema)]
+pub struct TokenOut {
+    pub id: String,
+    pub name: String,
+    pub scope: String,
+    pub created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revoked_at: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TokenList {
+    pub tokens: Vec<TokenOut>,
+}
+
+/// A new token; `token` is shown this once.
+#[derive(Serialize, ToSchema)]
+pub struct TokenCreated {
+    pub id: String,
+    pub name: String,
+    pub scope: String,
+    pub created_at: String,
+    /// The bearer token. It is not stored and cannot be shown again.
+    pub token: String,
+}
+
+fn check_name(name: &str) -> ApiResult<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(format!(
+            "`{name}` is not a tool name: use 1 to 64 letters, digits, `_` or `-`"
+        )))
+    }
+}
+
+#[utoipa::path(get, path = "/api/tools", tag = "tools",
+    responses((status = 200, body = ToolList),
+              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list_tools(State(app): State<Arc<App>>, headers: HeaderMap) -> ApiResult<Json<ToolList>> {
+    authorize(&app, &headers, Scope::Read).await?;
+    let mut tools: Vec<ToolOut> = app
+        .file_tools()
+        .keys()
+        .map(|name| ToolOut {
+            name: name.clone(),
+            source: "weir.toml".into(),
+            // A file tool's headers may hold secrets' templates: only its kind is shown.
+            definition: serde_json::json!({"kind": match app.file_tools()[name] {
+                CustomTool::Http { .. } => "http",
+                CustomTool::Mcp { .. } => "mcp",
+            }}),
+        })
+        .collect();
+    for t in app.catalog.tools().await? {
+        if !app.file_tools().contains_key(&t.name) {
+            tools.push(ToolOut {
+                name: t.name,
+                source: "api".into(),
+                definition: t.definition,
+            });
+        }
+    }
+    Ok(Json(ToolList { tools }))
+}
+
+#[utoipa::path(post, path = "/api/tools", tag = "tools",
+    request_body(content = ToolBody, content_type = "application/json"),
+    responses((status = 201, body = ToolOut),
+              (status = 409, description = "weir.toml defines a tool of this name", body = crate::openapi::ErrorBody),
+              (status = 422, body = crate::openapi::ErrorBody),
+              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn create_tool(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<(StatusCode, Json<ToolOut>)> {
+    authorize(&app, &headers, Scope::Admin).await?;
+    let req: ToolBody = body.json()?;
+    check_name(&req.name)?;
+    if app.file_tools().contains_key(&req.name) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!("weir.toml defines custom tool `{}`; it cannot be changed over the API", req.name),
+        ));
+    }
+    let definition = Value::Object(req.definition);
+    serde_json::from_value::<CustomTool>(definition.clone()).map_err(|e| {
+        ApiError::invalid(format!(
+            "not a custom tool definition ({e}); give `kind` (`http` with `url`, or `mcp` with `server` and `tool`)"
+        ))
+    })?;
+    app.catalog
+        .put_tool(&ToolRow {
+            name: req.name.clone(),
+            definition: definition.clone(),
+            created_at: weir_core::store::now_rfc3339(),
+        })
+        .await?;
+    app.reload_tools().await.map_err(ApiError::invalid)?;
+    Ok((
+        StatusCode::CREATED,
+        Json(ToolOut {
+            name: req.name,
+            source: "api".into(),
+            definition,
+        }),
+    ))
+}
+
+#[utoipa::path(delete, path = "/api/tools/{name}", tag = "tools",
+    params(("name" = String, Path, description = "tool name")),
+    responses((status = 204, description = "deleted"),
+              (status = 404, body = crate::openapi::ErrorBody),
+              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn delete_tool(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> ApiResult<StatusCode> {
+    authorize(&app, &headers, Scope::Admin).await?;
+    app.catalog.delete_tool(&name).await?;
+    app.reload_tools().await.map_err(ApiError::internal)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(get, path = "/api/tokens", tag = "tokens",
+    responses((status = 200, body = TokenList),
+              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list_tokens(State(app): State<Arc<App>>, headers: HeaderMap) -> ApiResult<Json<TokenList>> {
+    authorize(&app, &headers, Scope::Admin).await?;
+    let tokens = app
+        .catalog
+        .tokens()
+        .await?
+        .into_iter()
+        .map(|t| TokenOut {
+            id: t.id,
+            name: t.name,
+            scope: t.scope,
+            created_at: t.created_at,
+            revoked_at: t.revoked_at,
+        })
+        .collect();
+    Ok(Json(TokenList { tokens }))
+}
+
+#[utoipa::path(post, path = "/api/tokens", tag = "tokens",
+    request_body(content = TokenBody, content_type = "application/json"),
+    responses((status = 201, body = TokenCreated), (status = 422, body = crate::openapi::ErrorBody),
+              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn create_token(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<(StatusCode, Json<TokenCreated>)> {
+    authorize(&app, &headers, Scope::Admin).await?;
+    let req: TokenBody = body.json()?;
+    if req.name.trim().is_empty() || req.name.len() > 100 {
+        return Err(ApiError::invalid("name must be 1 to 100 characters"));
+    }
+    let (row, token) = mint(&req.name, req.scope)?;
+    app.catalog.create_token(&row).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(TokenCreated {
+            id: row.id,
+            name: row.name,
+            scope: row.scope,
+            created_at: row.created_at,
+            token,
+        }),
+    ))
+}
+
+#[utoipa::path(delete, path = "/api/tokens/{id}", tag = "tokens",
+    params(("id" = String, Path, description = "token id")),
+    responses((status = 204, description = "revoked"), (status = 404, body = crate::openapi::ErrorBody),
+              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn revoke_token(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    authorize(&app, &headers, Scope::Admin).await?;
+    app.catalog
+        .revoke_token(&id, &weir_core::store::now_rfc3339())
+        .await?;
+    app.tokens.forget(&id);
+    Ok(StatusCode::NO_CONTENT)
+}
