@@ -5,6 +5,7 @@
 
 mod output;
 mod runs;
+mod serve;
 mod validate;
 mod wiring;
 
@@ -93,6 +94,55 @@ enum Command {
         #[command(subcommand)]
         command: RunsCommand,
     },
+    /// Serve the HTTP API, with in-process workers driving the runs
+    Serve {
+        /// Address to listen on (port 0: any free port)
+        #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+        listen: String,
+        /// In-process workers (runs driven at once)
+        #[arg(long, default_value_t = 4)]
+        workers: usize,
+        /// Largest request body, in bytes
+        #[arg(long, default_value_t = 1 << 20, value_name = "BYTES")]
+        max_body: usize,
+        /// On SIGTERM, how long in-flight steps may finish before they are interrupted
+        #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+        grace: f64,
+    },
+    /// Drive runs from the store without serving HTTP
+    Worker {
+        /// Runs driven at once
+        #[arg(long, default_value_t = 4)]
+        workers: usize,
+        #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+        grace: f64,
+    },
+    /// Manage API tokens
+    Tokens {
+        #[command(subcommand)]
+        command: TokensCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokensCommand {
+    /// Make a token; its value is printed this once
+    Create {
+        /// read, run, approve or admin (each includes the ones before it)
+        #[arg(long, default_value = "read")]
+        scope: String,
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every token (never its value)
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a token by id
+    Revoke { id: String },
 }
 
 #[derive(Subcommand)]
@@ -210,6 +260,33 @@ fn main() -> ExitCode {
             Command::Runs {
                 command: RunsCommand::Show { run_id, json },
             } => runs::show(&env, &run_id, json).await,
+            Command::Serve {
+                listen,
+                workers,
+                max_body,
+                grace,
+            } => {
+                serve::serve(
+                    &env,
+                    serve::ServeArgs {
+                        listen,
+                        workers: workers.max(1),
+                        max_body,
+                        grace: seconds(grace),
+                    },
+                )
+                .await
+            }
+            Command::Worker { workers, grace } => {
+                serve::worker(&env, workers.max(1), seconds(grace)).await
+            }
+            Command::Tokens { command } => match command {
+                TokensCommand::Create { scope, name, json } => {
+                    serve::tokens_create(&env, &name, &scope, json).await
+                }
+                TokensCommand::List { json } => serve::tokens_list(&env, json).await,
+                TokensCommand::Revoke { id } => serve::tokens_revoke(&env, &id).await,
+            },
         }
     });
     match result {
@@ -219,6 +296,14 @@ fn main() -> ExitCode {
             ExitCode::from(exit_code_of(&e))
         }
     }
+}
+
+fn seconds(s: f64) -> std::time::Duration {
+    std::time::Duration::from_secs_f64(if s.is_finite() {
+        s.clamp(0.0, 86_400.0)
+    } else {
+        10.0
+    })
 }
 
 /// The one place errors become exit codes.

@@ -55,7 +55,8 @@ pub enum Open {
 #[error("no weir database at {0} (check --db or WEIR_DB; `weir run` creates one)")]
 pub struct NoDatabase(pub String);
 
-pub async fn services(env: &Env, open: Open) -> Result<Services> {
+/// Opens the store a command named (`--db`, `$WEIR_DB`, the default).
+pub async fn store(env: &Env, open: Open) -> Result<Arc<weir_store::Sqlite>> {
     let db = &env.db;
     let path = weir_store::sqlite_path(db).map_err(|e| crate::Usage(format!("--db {db}: {e}")))?;
     if open == Open::MustExist
@@ -71,11 +72,16 @@ pub async fn services(env: &Env, open: Open) -> Result<Services> {
                 "cannot open the run store at {db}: {e} (it must be a weir SQLite database, or a path where one can be created)"
             ))
         })?;
+    Ok(Arc::new(store))
+}
+
+pub async fn services(env: &Env, open: Open) -> Result<Services> {
+    let store = store(env, open).await?;
     Ok(Services {
         models: Arc::new(models(env)?),
         tools: Arc::new(weir_tools::Registry::new(env.settings.clone())),
         scripts: Arc::new(weir_script::Bun::from_env().with_env(env.settings.scripts.env.clone())),
-        store: Arc::new(store),
+        store,
         secrets: Arc::new(env.settings.clone()),
     })
 }

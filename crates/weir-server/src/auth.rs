@@ -53,10 +53,12 @@ impl Scope {
 
 fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 fn random<const N: usize>() -> Result<[u8; N], ApiError> {
@@ -87,7 +89,10 @@ pub fn mint(name: &str, scope: Scope) -> ApiResult<(TokenRow, String)> {
 
 /// The bearer token of a request, split into id and secret.
 fn presented(headers: &HeaderMap) -> Option<(&str, &str)> {
-    let value = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
     let token = value
         .strip_prefix("Bearer ")
         .or_else(|| value.strip_prefix("bearer "))?

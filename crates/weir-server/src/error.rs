@@ -65,7 +65,8 @@ impl IntoResponse for ApiError {
         if self.status.is_server_error() {
             tracing::error!(code = self.code, "{}", self.message);
         }
-        let body = json!({"error": {"code": self.code, "message": self.message, "details": self.details}});
+        let body =
+            json!({"error": {"code": self.code, "message": self.message, "details": self.details}});
         (self.status, axum::Json(body)).into_response()
     }
 }
@@ -81,8 +82,9 @@ impl From<weir_engine::Error> for ApiError {
                 "conflict",
                 format!("run {run_id} is driven elsewhere: {message}"),
             ),
-            E::InvalidInput(problems) => Self::invalid(problems.join("; "))
-                .details(json!({"problems": problems})),
+            E::InvalidInput(problems) => {
+                Self::invalid(problems.join("; ")).details(json!({"problems": problems}))
+            }
             E::Store(m) => Self::internal(m),
         }
     }

@@ -36,14 +36,24 @@ const EXAMPLES: &[(&str, &str, &str)] = &[
 ];
 
 pub async fn seed(app: &App) -> Result<(), String> {
-    if app.catalog.any_workflow_ever().await.map_err(|e| e.to_string())? {
+    if app
+        .catalog
+        .any_workflow_ever()
+        .await
+        .map_err(|e| e.to_string())?
+    {
         return Ok(());
     }
     let rt = app.runtime();
     for (id, format, source) in EXAMPLES {
         let wf = rt
             .compile(&crate::workflows::doc_path(id, format), source)
-            .map_err(|d| format!("example {id} does not compile: {:?}", d.first().map(|d| &d.message)))?
+            .map_err(|d| {
+                format!(
+                    "example {id} does not compile: {:?}",
+                    d.first().map(|d| &d.message)
+                )
+            })?
             .workflow;
         app.catalog
             .put_workflow(&NewVersion {

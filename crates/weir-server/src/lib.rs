@@ -38,7 +38,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/metrics", get(meta::metrics))
         .route("/api/openapi.json", get(openapi::document))
         .route("/api/validate", post(workflows::validate_unsaved))
-        .route("/api/workflows", get(workflows::list).post(workflows::create))
+        .route(
+            "/api/workflows",
+            get(workflows::list).post(workflows::create),
+        )
         .route(
             "/api/workflows/{id}",
             get(workflows::get_one)
@@ -47,7 +50,10 @@ pub fn router(app: Arc<App>) -> Router {
         )
         .route("/api/workflows/{id}/versions", get(workflows::versions))
         .route("/api/workflows/{id}/versions/{v}", get(workflows::version))
-        .route("/api/workflows/{id}/validate", post(workflows::validate_saved))
+        .route(
+            "/api/workflows/{id}/validate",
+            post(workflows::validate_saved),
+        )
         .route("/api/workflows/{id}/runs", post(runs::create))
         .route("/api/runs", get(runs::list))
         .route("/api/runs/{id}", get(runs::get_one))
@@ -56,8 +62,14 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/runs/{id}/reject", post(runs::reject))
         .route("/api/runs/{id}/cancel", post(runs::cancel))
         .route("/api/runs/{id}/rerun", post(runs::rerun))
-        .route("/api/tools", get(tools_tokens::list_tools).post(tools_tokens::create_tool))
-        .route("/api/tools/{name}", axum::routing::delete(tools_tokens::delete_tool))
+        .route(
+            "/api/tools",
+            get(tools_tokens::list_tools).post(tools_tokens::create_tool),
+        )
+        .route(
+            "/api/tools/{name}",
+            axum::routing::delete(tools_tokens::delete_tool),
+        )
         .route(
             "/api/tokens",
             get(tools_tokens::list_tokens).post(tools_tokens::create_token),
@@ -66,14 +78,18 @@ pub fn router(app: Arc<App>) -> Router {
             "/api/tokens/{id}",
             axum::routing::delete(tools_tokens::revoke_token),
         )
-        .fallback(|| async { ApiError::not_found("no such route; GET /api/openapi.json lists them") })
+        .fallback(|| async {
+            ApiError::not_found("no such route; GET /api/openapi.json lists them")
+        })
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .with_state(app)
 }
 
 /// Checks the request's token for `scope` (the one place routes authorise).
 pub(crate) async fn authorize(app: &App, headers: &HeaderMap, scope: Scope) -> ApiResult<Caller> {
-    app.tokens.require(app.catalog.as_ref(), headers, scope).await
+    app.tokens
+        .require(app.catalog.as_ref(), headers, scope)
+        .await
 }
 
 /// A request body: JSON (or, for workflows, YAML) read under the body cap, parse errors
@@ -118,11 +134,11 @@ impl Body {
         let text = std::str::from_utf8(&self.bytes)
             .map_err(|e| ApiError::invalid(format!("the request body is not UTF-8: {e}")))?;
         let text = if text.trim().is_empty() { "{}" } else { text };
-        let value = weir_core::json::from_str(text).map_err(|e| {
-            ApiError::invalid(format!("the request body is not valid JSON: {e}"))
-        })?;
-        serde_json::from_value(value)
-            .map_err(|e| ApiError::invalid(format!("the request body does not fit this route: {e}")))
+        let value = weir_core::json::from_str(text)
+            .map_err(|e| ApiError::invalid(format!("the request body is not valid JSON: {e}")))?;
+        serde_json::from_value(value).map_err(|e| {
+            ApiError::invalid(format!("the request body does not fit this route: {e}"))
+        })
     }
 
     pub fn text(&self) -> ApiResult<&str> {
@@ -159,7 +175,10 @@ pub async fn first_start(app: &App) -> Result<Option<String>, String> {
     let tokens = app.catalog.tokens().await.map_err(|e| e.to_string())?;
     if tokens.is_empty() {
         let (row, value) = auth::mint("initial admin", Scope::Admin).map_err(|e| e.message)?;
-        app.catalog.create_token(&row).await.map_err(|e| e.to_string())?;
+        app.catalog
+            .create_token(&row)
+            .await
+            .map_err(|e| e.to_string())?;
         return Ok(Some(value));
     }
     Ok(None)

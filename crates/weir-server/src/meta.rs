@@ -20,7 +20,10 @@ use crate::{App, authorize};
 pub async fn healthz(State(app): State<Arc<App>>) -> impl IntoResponse {
     match app.store.count_by_status().await {
         Ok(_) => (axum::http::StatusCode::OK, "ok\n"),
-        Err(_) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n"),
+        Err(_) => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "store unavailable\n",
+        ),
     }
 }
 
@@ -28,7 +31,10 @@ pub async fn healthz(State(app): State<Arc<App>>) -> impl IntoResponse {
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String),
               (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
     security(("bearer" = [])))]
-pub async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> ApiResult<impl IntoResponse> {
+pub async fn metrics(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+) -> ApiResult<impl IntoResponse> {
     authorize(&app, &headers, Scope::Read).await?;
     let counts = app.store.count_by_status().await?;
     let mut out = String::new();
@@ -54,7 +60,10 @@ pub async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> ApiResu
     let _ = writeln!(out, "# TYPE weir_queue_depth gauge");
     let _ = writeln!(out, "weir_queue_depth {queued}");
     let m = &app.metrics;
-    let _ = writeln!(out, "# HELP weir_step_duration_seconds Step latency, steps driven by this server.");
+    let _ = writeln!(
+        out,
+        "# HELP weir_step_duration_seconds Step latency, steps driven by this server."
+    );
     let _ = writeln!(out, "# TYPE weir_step_duration_seconds histogram");
     for (i, b) in BUCKETS.iter().enumerate() {
         let _ = writeln!(
@@ -64,17 +73,30 @@ pub async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> ApiResu
         );
     }
     let count = m.step_count.load(Ordering::Relaxed);
-    let _ = writeln!(out, "weir_step_duration_seconds_bucket{{le=\"+Inf\"}} {count}");
+    let _ = writeln!(
+        out,
+        "weir_step_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
+    );
     let _ = writeln!(
         out,
         "weir_step_duration_seconds_sum {}",
         m.step_sum_ms.load(Ordering::Relaxed) as f64 / 1000.0
     );
     let _ = writeln!(out, "weir_step_duration_seconds_count {count}");
-    let _ = writeln!(out, "# HELP weir_lease_takeovers_total Runs this server took over from a driver whose lease expired.");
+    let _ = writeln!(
+        out,
+        "# HELP weir_lease_takeovers_total Runs this server took over from a driver whose lease expired."
+    );
     let _ = writeln!(out, "# TYPE weir_lease_takeovers_total counter");
-    let _ = writeln!(out, "weir_lease_takeovers_total {}", m.takeovers.load(Ordering::Relaxed));
-    let _ = writeln!(out, "# HELP weir_runs_finished_total Runs this server finished, by status.");
+    let _ = writeln!(
+        out,
+        "weir_lease_takeovers_total {}",
+        m.takeovers.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP weir_runs_finished_total Runs this server finished, by status."
+    );
     let _ = writeln!(out, "# TYPE weir_runs_finished_total counter");
     for (status, n) in m.runs_finished.lock().expect("metrics lock").iter() {
         let _ = writeln!(out, "weir_runs_finished_total{{status=\"{status}\"}} {n}");

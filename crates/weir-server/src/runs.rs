@@ -158,7 +158,13 @@ pub async fn create(
         None => None,
     };
     let saved = app.catalog.workflow(&id).await?.latest;
-    let created = start(&app, &saved, Value::Object(req.input.unwrap_or_default()), key).await?;
+    let created = start(
+        &app,
+        &saved,
+        Value::Object(req.input.unwrap_or_default()),
+        key,
+    )
+    .await?;
     let status = if created.created {
         StatusCode::ACCEPTED
     } else {
@@ -246,7 +252,9 @@ pub async fn list(
     let after = q
         .cursor
         .as_deref()
-        .map(|c| Cursor::decode(c).ok_or_else(|| ApiError::invalid("cursor is not one this server gave")))
+        .map(|c| {
+            Cursor::decode(c).ok_or_else(|| ApiError::invalid("cursor is not one this server gave"))
+        })
         .transpose()?;
     let runs = app
         .store
@@ -304,7 +312,11 @@ pub async fn get_one(
     authorize(&app, &headers, Scope::Read).await?;
     let record = app.store.get_record(&id).await?;
     let body = serde_json::to_vec(&record).map_err(|e| ApiError::internal(e.to_string()))?;
-    Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response())
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response())
 }
 
 async fn decide(
@@ -470,7 +482,9 @@ pub async fn rerun(
                 .iter()
                 .find(|s| s.node_id == *from)
                 .ok_or_else(|| {
-                    ApiError::invalid(format!("run {id} has no step of node `{from}` to re-run from"))
+                    ApiError::invalid(format!(
+                        "run {id} has no step of node `{from}` to re-run from"
+                    ))
                 })?
                 .seq;
             record.steps.into_iter().filter(|s| s.seq < first).collect()

@@ -113,7 +113,11 @@ pub struct Runtime {
 
 impl Runtime {
     /// Compiles a workflow document against this workspace (the CLI's diagnostics).
-    pub fn compile(&self, path: &str, text: &str) -> Result<weir_dialects::Validated, Vec<Diagnostic>> {
+    pub fn compile(
+        &self,
+        path: &str,
+        text: &str,
+    ) -> Result<weir_dialects::Validated, Vec<Diagnostic>> {
         weir_dialects::compile(
             path,
             text,
@@ -194,14 +198,7 @@ impl App {
         let drain = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let saved = catalog.tools().await.map_err(|e| e.to_string())?;
         let runtime = build(
-            &settings,
-            &saved,
-            &store,
-            &hub,
-            &metrics,
-            &options,
-            &interrupt,
-            &drain,
+            &settings, &saved, &store, &hub, &metrics, &options, &interrupt, &drain,
         )?;
         Ok(Arc::new(Self {
             store,
@@ -249,7 +246,10 @@ impl App {
     }
 
     /// Starts the in-process workers; they stop when `stop` turns true.
-    pub fn start_workers(self: &Arc<Self>, stop: watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {
+    pub fn start_workers(
+        self: &Arc<Self>,
+        stop: watch::Receiver<bool>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
         (0..self.options.workers)
             .map(|_| {
                 let app = self.clone();
@@ -343,7 +343,10 @@ impl App {
         self.drain.store(true, Ordering::Relaxed);
         let all = futures_util::future::join_all(workers);
         tokio::pin!(all);
-        if tokio::time::timeout(self.options.grace, &mut all).await.is_err() {
+        if tokio::time::timeout(self.options.grace, &mut all)
+            .await
+            .is_err()
+        {
             // Keep interrupting until every drive has released its run: a drive between two
             // awaits misses one notification.
             loop {
@@ -380,9 +383,7 @@ fn build(
     let services = Services {
         models: Arc::new(weir_providers::Router::new(settings.clone())?),
         tools: Arc::new(weir_tools::Registry::serving(settings.clone())?),
-        scripts: Arc::new(
-            weir_script::Bun::from_env().with_env(settings.scripts.env.clone()),
-        ),
+        scripts: Arc::new(weir_script::Bun::from_env().with_env(settings.scripts.env.clone())),
         store: store.clone(),
         secrets: Arc::new(settings.clone()),
     };

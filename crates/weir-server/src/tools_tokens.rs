@@ -94,7 +94,10 @@ fn check_name(name: &str) -> ApiResult<()> {
     responses((status = 200, body = ToolList),
               (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
     security(("bearer" = [])))]
-pub async fn list_tools(State(app): State<Arc<App>>, headers: HeaderMap) -> ApiResult<Json<ToolList>> {
+pub async fn list_tools(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+) -> ApiResult<Json<ToolList>> {
     authorize(&app, &headers, Scope::Read).await?;
     let mut tools: Vec<ToolOut> = app
         .file_tools()
@@ -140,7 +143,10 @@ pub async fn create_tool(
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "conflict",
-            format!("weir.toml defines custom tool `{}`; it cannot be changed over the API", req.name),
+            format!(
+                "weir.toml defines custom tool `{}`; it cannot be changed over the API",
+                req.name
+            ),
         ));
     }
     let definition = Value::Object(req.definition);
@@ -188,7 +194,10 @@ pub async fn delete_tool(
     responses((status = 200, body = TokenList),
               (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
     security(("bearer" = [])))]
-pub async fn list_tokens(State(app): State<Arc<App>>, headers: HeaderMap) -> ApiResult<Json<TokenList>> {
+pub async fn list_tokens(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+) -> ApiResult<Json<TokenList>> {
     authorize(&app, &headers, Scope::Admin).await?;
     let tokens = app
         .catalog

@@ -178,7 +178,12 @@ fn invalid_workflow(diags: Vec<Diagnostic>) -> ApiError {
 }
 
 /// Compiles and saves a document as a new version of `id` (or of the id its name gives).
-async fn save(app: &App, id: Option<String>, body: &Body, create_only: bool) -> ApiResult<WorkflowVersion> {
+async fn save(
+    app: &App,
+    id: Option<String>,
+    body: &Body,
+    create_only: bool,
+) -> ApiResult<WorkflowVersion> {
     let text = body.text()?;
     let format = format_of(body, text);
     let provisional = id.clone().unwrap_or_else(|| "workflow".into());
@@ -207,9 +212,18 @@ async fn save(app: &App, id: Option<String>, body: &Body, create_only: bool) -> 
     responses((status = 200, body = WorkflowList), (status = 401, body = crate::openapi::ErrorBody),
               (status = 403, body = crate::openapi::ErrorBody)),
     security(("bearer" = [])))]
-pub async fn list(State(app): State<Arc<App>>, headers: HeaderMap) -> ApiResult<Json<WorkflowList>> {
+pub async fn list(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+) -> ApiResult<Json<WorkflowList>> {
     authorize(&app, &headers, Scope::Read).await?;
-    let workflows = app.catalog.workflows().await?.into_iter().map(out).collect();
+    let workflows = app
+        .catalog
+        .workflows()
+        .await?
+        .into_iter()
+        .map(out)
+        .collect();
     Ok(Json(WorkflowList { workflows }))
 }
 
@@ -299,7 +313,13 @@ pub async fn versions(
     Path(id): Path<String>,
 ) -> ApiResult<Json<VersionList>> {
     authorize(&app, &headers, Scope::Read).await?;
-    let versions = app.catalog.versions(&id).await?.into_iter().map(version_out).collect();
+    let versions = app
+        .catalog
+        .versions(&id)
+        .await?
+        .into_iter()
+        .map(version_out)
+        .collect();
     Ok(Json(VersionList { versions }))
 }
 

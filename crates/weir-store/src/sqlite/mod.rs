@@ -702,13 +702,15 @@ impl RunStore for Sqlite {
     }
 
     async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
-        Ok(sqlx::query("SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(backend)?
-            .iter()
-            .map(|r| (status_of(r, "status"), r.get::<i64, _>(1) as u64))
-            .collect())
+        Ok(
+            sqlx::query("SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(backend)?
+                .iter()
+                .map(|r| (status_of(r, "status"), r.get::<i64, _>(1) as u64))
+                .collect(),
+        )
     }
 
     async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError> {
