@@ -174,6 +174,11 @@ fn transport_error(e: &reqwest::Error, secret: &str) -> ToolError {
     } else {
         "failed"
     };
+    if msg.contains("network policy:") {
+        // Refused by the server's network policy (at connect or on a redirect): a retry
+        // meets the same policy.
+        return ToolError::fatal(format!("request refused: {msg}"));
+    }
     ToolError::retryable(format!("request {kind}: {msg}"))
 }
 
