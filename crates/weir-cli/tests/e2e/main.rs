@@ -14,5 +14,6 @@ mod pipeline;
 mod providers;
 mod scheduling;
 mod secrets;
+mod serve;
 mod support;
 mod tools;
