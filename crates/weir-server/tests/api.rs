@@ -7,9 +7,8 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, to_bytes};
 use axum::http::{Method, Request, StatusCode};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tower::ServiceExt;
-use weir_core::catalog::Catalog;
 use weir_server::auth::{Scope, mint};
 use weir_server::{App, Options};
 
