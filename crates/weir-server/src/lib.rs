@@ -92,6 +92,40 @@ pub(crate) async fn authorize(app: &App, headers: &HeaderMap, scope: Scope) -> A
         .await
 }
 
+/// Query parameters; a bad one (unknown, or not of its type) is a 422 in the API's error
+/// shape rather than axum's plain-text 400.
+pub struct Query<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> axum::extract::FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::try_from_uri(&parts.uri)
+            .map(|q| Query(q.0))
+            .map_err(|e| ApiError::invalid(format!("bad query parameters: {}", e.body_text())))
+    }
+}
+
+/// Path parameters, with rejections in the API's error shape.
+pub struct Path<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> axum::extract::FromRequestParts<S> for Path<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| Path(p.0))
+            .map_err(|e| ApiError::not_found(format!("bad path: {}", e.body_text())))
+    }
+}
+
 /// A request body: JSON (or, for workflows, YAML) read under the body cap, parse errors
 /// located by line and column, unknown fields refused; all as 422 (413 when too large).
 pub struct Body {

@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
+use crate::{Path, Query};
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
@@ -377,6 +378,7 @@ async fn decide(
     responses((status = 200, body = Decided),
               (status = 404, body = crate::openapi::ErrorBody),
               (status = 409, description = "not waiting at this gate, or already decided", body = crate::openapi::ErrorBody),
+              (status = 413, body = crate::openapi::ErrorBody),
               (status = 422, body = crate::openapi::ErrorBody),
               (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
     security(("bearer" = [])))]
@@ -395,6 +397,7 @@ pub async fn approve(
     responses((status = 200, body = Decided),
               (status = 404, body = crate::openapi::ErrorBody),
               (status = 409, description = "not waiting at this gate, or already decided", body = crate::openapi::ErrorBody),
+              (status = 413, body = crate::openapi::ErrorBody),
               (status = 422, body = crate::openapi::ErrorBody),
               (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
     security(("bearer" = [])))]
@@ -444,6 +447,7 @@ pub async fn cancel(
     request_body(content = RerunBody, content_type = "application/json"),
     responses((status = 202, description = "the new run, queued", body = RunCreated),
               (status = 404, body = crate::openapi::ErrorBody),
+              (status = 413, body = crate::openapi::ErrorBody),
               (status = 422, description = "`from` names no step of the run, or the version is unknown", body = crate::openapi::ErrorBody),
               (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
     security(("bearer" = [])))]

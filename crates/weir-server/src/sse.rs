@@ -11,7 +11,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use crate::{Path, Query};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
@@ -88,7 +89,7 @@ impl Follow {
 
 #[utoipa::path(get, path = "/api/runs/{id}/events", tag = "runs",
     params(("id" = String, Path, description = "run id"),
-           ("Last-Event-ID" = Option<String>, Header, description = "resume after this event's sequence number"),
+           ("Last-Event-ID" = Option<u64>, Header, description = "resume after this event's sequence number"),
            EventsQuery),
     responses((status = 200, description = "text/event-stream of the run's events (`id:` is the sequence number)",
                content_type = "text/event-stream", body = String),

@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
+use crate::Path;
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -35,6 +36,7 @@ pub struct ToolList {
 /// A new custom tool: its name plus the fields of a `[tools.NAME]` table.
 #[derive(Deserialize, ToSchema)]
 pub struct ToolBody {
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub name: String,
     #[serde(flatten)]
     #[schema(value_type = Object)]
@@ -44,6 +46,7 @@ pub struct ToolBody {
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenBody {
+    #[schema(min_length = 1, max_length = 100)]
     pub name: String,
     pub scope: Scope,
 }
@@ -128,6 +131,7 @@ pub async fn list_tools(
     request_body(content = ToolBody, content_type = "application/json"),
     responses((status = 201, body = ToolOut),
               (status = 409, description = "weir.toml defines a tool of this name", body = crate::openapi::ErrorBody),
+              (status = 413, body = crate::openapi::ErrorBody),
               (status = 422, body = crate::openapi::ErrorBody),
               (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
     security(("bearer" = [])))]
@@ -217,7 +221,8 @@ pub async fn list_tokens(
 
 #[utoipa::path(post, path = "/api/tokens", tag = "tokens",
     request_body(content = TokenBody, content_type = "application/json"),
-    responses((status = 201, body = TokenCreated), (status = 422, body = crate::openapi::ErrorBody),
+    responses((status = 201, body = TokenCreated), (status = 413, body = crate::openapi::ErrorBody),
+              (status = 422, body = crate::openapi::ErrorBody),
               (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn create_token(

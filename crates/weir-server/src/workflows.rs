@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
+use crate::{Path, Query};
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -364,6 +365,7 @@ pub async fn validate_saved(
                  content((Object = "application/json"), (String = "application/yaml"))),
     responses((status = 200, description = "the diagnostics (a document with errors is still a 200)", body = Validation),
               (status = 413, body = crate::openapi::ErrorBody),
+              (status = 422, description = "the body is not UTF-8 text", body = crate::openapi::ErrorBody),
               (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn validate_unsaved(
