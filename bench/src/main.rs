@@ -3,9 +3,11 @@
 //! model client that returns a fixed reply after an optional delay, as the peer's fake does.
 //! Prints JSON lines `{"bench", "metric", "value", "unit"}` with the peer's names.
 //!
-//! `cargo run --release -p weir-bench [-- BENCH...]` (default: all; also `paused`).
+//! `cargo run --release -p weir-bench [-- BENCH...]` (default: all; also `paused` and `api`,
+//! the HTTP server end to end).
 
 mod fakes;
+mod server;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -277,6 +279,7 @@ fn main() {
         if want("concurrency") { bench_concurrency().await; }
         if want("durable") { bench_durable().await; }
         if want("paused") { bench_paused().await; }
+        if want("api") { server::bench_api().await; }
     });
     emit("env", "total_runtime", t0.elapsed().as_secs_f64(), "s");
 }
