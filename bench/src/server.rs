@@ -31,7 +31,8 @@ fn workflow() -> Value {
 
 /// Milliseconds into the day of the store's `YYYY-MM-DDTHH:MM:SS.mmmZ` timestamps.
 fn millis(at: &str) -> f64 {
-    let n = |r: std::ops::Range<usize>| at.get(r).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+    let n =
+        |r: std::ops::Range<usize>| at.get(r).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
     // Within one benchmark all timestamps share the date: hours, minutes, seconds, millis.
     ((n(11..13) * 60.0 + n(14..16)) * 60.0 + n(17..19)) * 1000.0 + n(20..23)
 }
@@ -61,7 +62,9 @@ pub async fn bench_api() {
     .expect("app");
     let (row, token) = mint("bench", Scope::Admin).expect("token");
     store.create_token(&row).await.expect("token stored");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(weir_server::serve(app.clone(), listener, async move {
@@ -90,7 +93,8 @@ pub async fn bench_api() {
     let created = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let clients: Vec<_> = (0..CONNECTIONS)
         .map(|_| {
-            let (http, base, auth, created) = (http.clone(), base.clone(), auth.clone(), created.clone());
+            let (http, base, auth, created) =
+                (http.clone(), base.clone(), auth.clone(), created.clone());
             tokio::spawn(async move {
                 while created.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < n {
                     let r = http
@@ -173,8 +177,18 @@ pub async fn bench_api() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     waits.sort_by(f64::total_cmp);
-    emit("api", "create_to_first_step_p50", percentile(&waits, 0.5), "ms");
-    emit("api", "create_to_first_step_p99", percentile(&waits, 0.99), "ms");
+    emit(
+        "api",
+        "create_to_first_step_p50",
+        percentile(&waits, 0.5),
+        "ms",
+    );
+    emit(
+        "api",
+        "create_to_first_step_p99",
+        percentile(&waits, 0.99),
+        "ms",
+    );
 
     // Reads: CONNECTIONS clients on one run's record for 3 s.
     let run_id = store

@@ -191,10 +191,12 @@ pub async fn serve(
     let workers = app.start_workers(stop_rx);
     let service = router(app.clone()).into_make_service_with_connect_info::<SocketAddr>();
     let stop = stop_tx.clone();
+    let closing = app.closing.clone();
     let result = axum::serve(listener, service)
         .with_graceful_shutdown(async move {
             shutdown.await;
             let _ = stop.send(true);
+            let _ = closing.send(true);
         })
         .await;
     let _ = stop_tx.send(true);

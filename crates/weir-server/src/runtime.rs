@@ -183,6 +183,9 @@ pub struct App {
     runtime: RwLock<Arc<Runtime>>,
     interrupt: Arc<Notify>,
     drain: Arc<std::sync::atomic::AtomicBool>,
+    /// Turns true when the server shuts down: open event streams end, so the graceful
+    /// shutdown does not wait for their clients.
+    pub closing: watch::Sender<bool>,
 }
 
 impl App {
@@ -211,6 +214,7 @@ impl App {
             runtime: RwLock::new(Arc::new(runtime)),
             interrupt,
             drain,
+            closing: watch::channel(false).0,
         }))
     }
 

@@ -41,6 +41,7 @@ struct Follow {
     run_id: String,
     after: u64,
     wake: broadcast::Receiver<Arc<str>>,
+    closing: tokio::sync::watch::Receiver<bool>,
     queue: std::collections::VecDeque<RunEvent>,
     ended: bool,
 }
@@ -56,7 +57,7 @@ impl Follow {
                 }
                 return Some(e);
             }
-            if self.ended {
+            if self.ended || *self.closing.borrow() {
                 return None;
             }
             match self.app.store.events_after(&self.run_id, self.after).await {
@@ -74,6 +75,7 @@ impl Follow {
             loop {
                 tokio::select! {
                     _ = &mut deadline => break,
+                    _ = self.closing.changed() => return None,
                     got = self.wake.recv() => match got {
                         Ok(id) if *id == *self.run_id => break,
                         Ok(_) => {}
@@ -115,7 +117,9 @@ pub async fn events(
     // Subscribe before the first read, so no wake-up falls between the two.
     let wake = app.hub.subscribe();
     app.store.load_run(&id).await?;
+    let closing = app.closing.subscribe();
     let follow = Follow {
+        closing,
         app,
         run_id: id,
         after,

@@ -60,7 +60,17 @@ impl Server {
     fn terminate(mut self) -> std::process::ExitStatus {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-        self.child.wait().unwrap()
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "weir serve did not stop on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
@@ -469,7 +479,20 @@ async fn sigterm(fake: &Fake) {
         assert!(start.elapsed() < Duration::from_secs(30));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // A client following the paused run does not hold the shutdown up.
+    let follower = {
+        let api = Client::new(&server, &token);
+        let paused = paused.clone();
+        tokio::spawn(async move { api.events(&paused, None, None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let status = server.terminate();
+    let followed = follower.await.unwrap();
+    assert_eq!(
+        followed.last().map(|e| e.1.as_str()),
+        Some("run_paused"),
+        "{followed:?}"
+    );
     assert!(
         status.success(),
         "weir serve exits 0 on SIGTERM: {status:?}"
