@@ -137,6 +137,7 @@ pub async fn bench_api() {
     // Latency with idle workers: one run at a time, from `run_created` to the first
     // `step_started` in the run's own event log.
     let mut waits = Vec::new();
+    let mut to_claim = Vec::new();
     for _ in 0..200 {
         let r: Value = http
             .post(format!("{base}/api/workflows/bench/runs"))
@@ -174,9 +175,17 @@ pub async fn bench_api() {
                 .expect("event")
         };
         waits.push(at("step_started") - at("run_created"));
+        to_claim.push(at("run_started") - at("run_created"));
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     waits.sort_by(f64::total_cmp);
+    to_claim.sort_by(f64::total_cmp);
+    emit(
+        "api",
+        "create_to_claim_p50",
+        percentile(&to_claim, 0.5),
+        "ms",
+    );
     emit(
         "api",
         "create_to_first_step_p50",

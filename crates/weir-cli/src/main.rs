@@ -99,9 +99,12 @@ enum Command {
         /// Address to listen on (port 0: any free port)
         #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
         listen: String,
-        /// In-process workers (runs driven at once)
+        /// In-process workers (claim loops)
         #[arg(long, default_value_t = 4)]
         workers: usize,
+        /// Runs each worker drives at once
+        #[arg(long, default_value_t = 8, value_name = "N")]
+        runs_per_worker: usize,
         /// Largest request body, in bytes
         #[arg(long, default_value_t = 1 << 20, value_name = "BYTES")]
         max_body: usize,
@@ -111,9 +114,12 @@ enum Command {
     },
     /// Drive runs from the store without serving HTTP
     Worker {
-        /// Runs driven at once
+        /// Worker loops
         #[arg(long, default_value_t = 4)]
         workers: usize,
+        /// Runs each worker drives at once
+        #[arg(long, default_value_t = 8, value_name = "N")]
+        runs_per_worker: usize,
         #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
         grace: f64,
     },
@@ -263,6 +269,7 @@ fn main() -> ExitCode {
             Command::Serve {
                 listen,
                 workers,
+                runs_per_worker,
                 max_body,
                 grace,
             } => {
@@ -271,15 +278,18 @@ fn main() -> ExitCode {
                     serve::ServeArgs {
                         listen,
                         workers: workers.max(1),
+                        runs_per_worker: runs_per_worker.max(1),
                         max_body,
                         grace: seconds(grace),
                     },
                 )
                 .await
             }
-            Command::Worker { workers, grace } => {
-                serve::worker(&env, workers.max(1), seconds(grace)).await
-            }
+            Command::Worker {
+                workers,
+                runs_per_worker,
+                grace,
+            } => serve::worker(&env, workers.max(1), runs_per_worker.max(1), seconds(grace)).await,
             Command::Tokens { command } => match command {
                 TokensCommand::Create { scope, name, json } => {
                     serve::tokens_create(&env, &name, &scope, json).await

@@ -12,18 +12,25 @@ use crate::wiring::{self, Env, Open};
 pub struct ServeArgs {
     pub listen: String,
     pub workers: usize,
+    pub runs_per_worker: usize,
     pub max_body: usize,
     pub grace: Duration,
 }
 
-async fn app(env: &Env, workers: usize, max_body: usize, grace: Duration) -> Result<Arc<App>> {
+async fn app(
+    env: &Env,
+    workers: (usize, usize),
+    max_body: usize,
+    grace: Duration,
+) -> Result<Arc<App>> {
     let store = wiring::store(env, Open::CreateIfMissing).await?;
     App::new(
         store.clone(),
         store,
         env.settings.clone(),
         Options {
-            workers,
+            workers: workers.0,
+            runs_per_worker: workers.1,
             max_body,
             grace,
             ..Options::default()
@@ -51,7 +58,13 @@ async fn stop_signal() {
 }
 
 pub async fn serve(env: &Env, args: ServeArgs) -> Result<u8> {
-    let app = app(env, args.workers, args.max_body, args.grace).await?;
+    let app = app(
+        env,
+        (args.workers, args.runs_per_worker),
+        args.max_body,
+        args.grace,
+    )
+    .await?;
     let first_token = weir_server::first_start(&app)
         .await
         .map_err(anyhow::Error::msg)?;
@@ -77,8 +90,13 @@ pub async fn serve(env: &Env, args: ServeArgs) -> Result<u8> {
     Ok(0)
 }
 
-pub async fn worker(env: &Env, workers: usize, grace: Duration) -> Result<u8> {
-    let app = app(env, workers, 1 << 20, grace).await?;
+pub async fn worker(
+    env: &Env,
+    workers: usize,
+    runs_per_worker: usize,
+    grace: Duration,
+) -> Result<u8> {
+    let app = app(env, (workers, runs_per_worker), 1 << 20, grace).await?;
     println!(
         "weir worker: driving runs from {} with {workers} worker{}",
         env.db,

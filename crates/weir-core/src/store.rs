@@ -291,6 +291,9 @@ pub trait RunStore: Send + Sync {
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError>;
     /// Events with a sequence number above `after`, in order.
     async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError>;
+    /// What a driver taking a run over needs of its steps: the highest step number so far
+    /// (0 with none) and the steps left `running` by a driver that stopped.
+    async fn open_steps(&self, run_id: &str) -> Result<(u32, Vec<StepRecord>), StoreError>;
     /// How many runs are in each status (statuses with none are left out).
     async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError>;
 }

@@ -393,7 +393,21 @@ impl Engine {
     /// Drives a claimed run to its end, to a human gate, or until interrupted. Steps a
     /// previous driver left `running` are recorded cancelled first and run again.
     pub async fn drive(&self, wf: Arc<Workflow>, lease: Lease) -> Result<RunOutcome, Error> {
-        scheduler::Run::claimed(self, wf, lease)
+        scheduler::Run::claimed(self, wf, lease, None)
+            .await?
+            .drive()
+            .await
+    }
+
+    /// [`drive`](Self::drive) a run the caller has just loaded (after claiming it), without
+    /// reading it again.
+    pub async fn drive_loaded(
+        &self,
+        wf: Arc<Workflow>,
+        lease: Lease,
+        stored: weir_core::store::StoredRun,
+    ) -> Result<RunOutcome, Error> {
+        scheduler::Run::claimed(self, wf, lease, Some(stored))
             .await?
             .drive()
             .await

@@ -105,22 +105,18 @@ impl<'e> Run<'e> {
         engine: &'e Engine,
         wf: Arc<Workflow>,
         lease: Lease,
+        stored: Option<weir_core::store::StoredRun>,
     ) -> Result<Self, Error> {
         let store = &engine.services.store;
-        let stored = store.load_run(&lease.run_id).await?;
-        let record = store.get_record(&lease.run_id).await?;
+        let stored = match stored {
+            Some(s) => s,
+            None => store.load_run(&lease.run_id).await?,
+        };
+        let (last, running) = store.open_steps(&lease.run_id).await?;
         let mut snapshot = stored.snapshot;
-        snapshot.next_seq = record
-            .steps
-            .iter()
-            .map(|s| s.seq + 1)
-            .max()
-            .unwrap_or(1)
-            .max(snapshot.next_seq);
-        let interrupted: Vec<StepRecord> = record
-            .steps
+        snapshot.next_seq = snapshot.next_seq.max(last + 1);
+        let interrupted: Vec<StepRecord> = running
             .into_iter()
-            .filter(|s| s.status == StepStatus::Running)
             .map(|mut s| {
                 s.status = StepStatus::Cancelled;
                 s.error =

@@ -311,13 +311,24 @@ pub async fn get_one(
     Path(id): Path<String>,
 ) -> ApiResult<axum::response::Response> {
     authorize(&app, &headers, Scope::Read).await?;
+    let json = |body: axum::body::Bytes| {
+        (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response()
+    };
+    if let Some(body) = app.records.get(&id) {
+        return Ok(json(body));
+    }
     let record = app.store.get_record(&id).await?;
-    let body = serde_json::to_vec(&record).map_err(|e| ApiError::internal(e.to_string()))?;
-    Ok((
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        body,
-    )
-        .into_response())
+    let body = axum::body::Bytes::from(
+        serde_json::to_vec(&record).map_err(|e| ApiError::internal(e.to_string()))?,
+    );
+    if record.status.is_terminal() {
+        app.records.put(&id, body.clone());
+    }
+    Ok(json(body))
 }
 
 async fn decide(

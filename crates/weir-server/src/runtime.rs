@@ -148,7 +148,9 @@ impl Runtime {
 /// How the server was started.
 #[derive(Clone)]
 pub struct Options {
+    /// Worker loops; each claims and drives up to `runs_per_worker` runs at once.
     pub workers: usize,
+    pub runs_per_worker: usize,
     pub max_body: usize,
     /// How long a graceful shutdown lets in-flight steps finish.
     pub grace: Duration,
@@ -162,6 +164,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             workers: 4,
+            runs_per_worker: 8,
             max_body: 1 << 20,
             grace: Duration::from_secs(10),
             poll: Duration::from_millis(500),
@@ -186,6 +189,58 @@ pub struct App {
     /// Turns true when the server shuts down: open event streams end, so the graceful
     /// shutdown does not wait for their clients.
     pub closing: watch::Sender<bool>,
+    /// The JSON of ended runs' records, which never change again.
+    pub records: Records,
+}
+
+/// A bounded cache of ended runs' record JSON (by run id), oldest out first.
+#[derive(Default)]
+pub struct Records {
+    inner: Mutex<(
+        HashMap<String, axum::body::Bytes>,
+        std::collections::VecDeque<String>,
+        usize,
+    )>,
+}
+
+impl Records {
+    const MAX_BYTES: usize = 64 << 20;
+
+    pub fn get(&self, run_id: &str) -> Option<axum::body::Bytes> {
+        self.inner
+            .lock()
+            .expect("record cache")
+            .0
+            .get(run_id)
+            .cloned()
+    }
+
+    pub fn put(&self, run_id: &str, json: axum::body::Bytes) {
+        let mut guard = self.inner.lock().expect("record cache");
+        let (map, order, bytes) = &mut *guard;
+        if json.len() > Self::MAX_BYTES / 16 || map.contains_key(run_id) {
+            return;
+        }
+        *bytes += json.len();
+        map.insert(run_id.to_string(), json);
+        order.push_back(run_id.to_string());
+        while *bytes > Self::MAX_BYTES {
+            let Some(old) = order.pop_front() else { break };
+            if let Some(b) = map.remove(&old) {
+                *bytes -= b.len();
+            }
+        }
+    }
+
+    /// Forgets a run (deleted by retention).
+    pub fn forget(&self, run_id: &str) {
+        let mut guard = self.inner.lock().expect("record cache");
+        let (map, order, bytes) = &mut *guard;
+        if let Some(b) = map.remove(run_id) {
+            *bytes -= b.len();
+            order.retain(|id| id != run_id);
+        }
+    }
 }
 
 impl App {
@@ -215,6 +270,7 @@ impl App {
             interrupt,
             drain,
             closing: watch::channel(false).0,
+            records: Records::default(),
         }))
     }
 
@@ -244,7 +300,9 @@ impl App {
         &self.base.tools
     }
 
-    /// Wakes one idle worker: a run became runnable.
+    /// Wakes an idle worker: a run became runnable. With none waiting, the wake-up is kept
+    /// for the next worker that waits (one between a claim and its wait does not miss it);
+    /// a worker with no free slot does not wait for wake-ups, so it never swallows one.
     pub fn wake(&self) {
         self.hub.work.notify_one();
     }
@@ -263,31 +321,48 @@ impl App {
             .collect()
     }
 
+    /// One worker: claims up to `runs_per_worker` runs at a time and drives them
+    /// concurrently; claims more as they finish or when woken.
     async fn work(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut drives = tokio::task::JoinSet::new();
+        let most = self.options.runs_per_worker.max(1);
         loop {
             if *stop.borrow() {
-                return;
+                break;
             }
-            let rt = self.runtime();
-            match rt.engine.claim_next(1).await {
-                Ok(leases) if !leases.is_empty() => {
-                    for lease in leases {
-                        self.drive(&rt, lease).await;
+            while drives.try_join_next().is_some() {}
+            let free = most.saturating_sub(drives.len());
+            if free > 0 {
+                let rt = self.runtime();
+                match rt.engine.claim_next(free as u32).await {
+                    Ok(leases) if !leases.is_empty() => {
+                        for lease in leases {
+                            let (app, rt) = (self.clone(), rt.clone());
+                            drives.spawn(async move { app.drive(&rt, lease).await });
+                        }
+                        continue;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!("worker: cannot claim runs: {e}");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
                     }
                 }
-                Ok(_) => {
-                    tokio::select! {
-                        _ = self.hub.work.notified() => {}
-                        _ = tokio::time::sleep(self.options.poll) => {}
-                        _ = stop.changed() => {}
-                    }
+                tokio::select! {
+                    _ = self.hub.work.notified() => {}
+                    _ = tokio::time::sleep(self.options.poll) => {}
+                    _ = stop.changed() => {}
+                    Some(_) = drives.join_next(), if !drives.is_empty() => {}
                 }
-                Err(e) => {
-                    tracing::warn!("worker: cannot claim runs: {e}");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+            } else {
+                tokio::select! {
+                    _ = stop.changed() => {}
+                    Some(_) = drives.join_next() => {}
                 }
             }
         }
+        while drives.join_next().await.is_some() {}
     }
 
     async fn drive(&self, rt: &Runtime, lease: Lease) {
@@ -301,7 +376,7 @@ impl App {
         };
         match rt.workflow(&stored.source_path, &stored.source_text) {
             Ok(wf) => {
-                if let Err(e) = rt.engine.drive(wf, lease).await {
+                if let Err(e) = rt.engine.drive_loaded(wf, lease, stored).await {
                     tracing::warn!("worker: run {run_id}: {e}");
                 }
             }

@@ -522,6 +522,19 @@ impl RunStore for Memory {
         Ok(all)
     }
 
+    async fn open_steps(&self, run_id: &str) -> Result<(u32, Vec<StepRecord>), StoreError> {
+        self.run(run_id, |r| {
+            (
+                r.steps.keys().next_back().copied().unwrap_or(0),
+                r.steps
+                    .values()
+                    .filter(|s| s.status == StepStatus::Running)
+                    .cloned()
+                    .collect(),
+            )
+        })
+    }
+
     async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
         let inner = self.inner.lock().expect("memory store lock");
         let mut counts: BTreeMap<&'static str, (RunStatus, u64)> = BTreeMap::new();

@@ -180,4 +180,13 @@ CREATE TABLE tools (
 );
 "#,
     ),
+    (
+        6,
+        r#"
+-- The queue (claim_next): queued runs oldest first, and runs whose lease may have expired,
+-- each from its own partial index, without sorting every runnable run on each claim.
+CREATE INDEX runs_queued ON runs (started_at) WHERE status = 'queued';
+CREATE INDEX runs_leased ON runs (lease_expires_at) WHERE status = 'running';
+"#,
+    ),
 ];

@@ -6,7 +6,7 @@ use sqlx::sqlite::SqliteRow;
 use weir_core::catalog::{Catalog, NewVersion, TokenRow, ToolRow, WorkflowEntry, WorkflowVersion};
 use weir_core::store::StoreError;
 
-use super::{BEGIN, Sqlite, backend, parse};
+use super::{Sqlite, backend, parse};
 
 fn version_of(r: &SqliteRow) -> WorkflowVersion {
     WorkflowVersion {
@@ -44,7 +44,7 @@ const LATEST: &str = "SELECT v.workflow_id, v.version, v.name, v.dialect, v.form
 #[async_trait]
 impl Catalog for Sqlite {
     async fn put_workflow(&self, v: &NewVersion) -> Result<WorkflowVersion, StoreError> {
-        let mut tx = self.pool.begin_with(BEGIN).await.map_err(backend)?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let existing = sqlx::query("SELECT latest, deleted_at FROM workflows WHERE id = ?")
             .bind(v.workflow_id.as_str())
             .fetch_optional(&mut *tx)

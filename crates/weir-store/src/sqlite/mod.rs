@@ -119,8 +119,23 @@ impl Sqlite {
         Ok(store)
     }
 
+    /// A write transaction on the pool, under the writer's gate (see [`Writer::gate`]).
+    async fn write_tx(
+        &self,
+    ) -> Result<
+        (
+            tokio::sync::MutexGuard<'_, ()>,
+            sqlx::Transaction<'static, sqlx::Sqlite>,
+        ),
+        StoreError,
+    > {
+        let gate = self.writer.gate.lock().await;
+        let tx = self.pool.begin_with(BEGIN).await.map_err(backend)?;
+        Ok((gate, tx))
+    }
+
     async fn migrate(&self) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin_with(BEGIN).await.map_err(backend)?;
+        let (_gate, mut tx) = self.write_tx().await?;
         sqlx::query("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY)")
             .execute(&mut *tx)
             .await
@@ -219,7 +234,7 @@ fn not_found(run_id: &str) -> StoreError {
 #[async_trait]
 impl RunStore for Sqlite {
     async fn create_run(&self, run: &NewRun) -> Result<Created, StoreError> {
-        let mut tx = self.pool.begin_with(BEGIN).await.map_err(backend)?;
+        let (_gate, mut tx) = self.write_tx().await?;
         if let Some(key) = &run.idempotency_key
             && let Some(existing) = sqlx::query("SELECT id FROM runs WHERE idempotency_key = ?")
                 .bind(key.as_str())
@@ -293,7 +308,7 @@ impl RunStore for Sqlite {
     }
 
     async fn claim_run(&self, run_id: &str, claim: &Claim) -> Result<(Lease, Written), StoreError> {
-        let mut tx = self.pool.begin_with(BEGIN).await.map_err(backend)?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let row =
             sqlx::query("SELECT id, status, epoch, owner, lease_expires_at FROM runs WHERE id = ?")
                 .bind(run_id)
@@ -315,21 +330,34 @@ impl RunStore for Sqlite {
         claim: &Claim,
         limit: u32,
     ) -> Result<Vec<(Lease, Written)>, StoreError> {
-        let mut tx = self.pool.begin_with(BEGIN).await.map_err(backend)?;
-        let rows: Vec<ClaimRow> = sqlx::query(
-            "SELECT id, status, epoch, owner, lease_expires_at FROM runs
-             WHERE status = 'queued'
-                OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at <= ?))
-             ORDER BY started_at, rowid LIMIT ?",
-        )
-        .bind(now_ms())
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(backend)?
-        .iter()
-        .map(ClaimRow::from_row)
-        .collect();
+        let (_gate, mut tx) = self.write_tx().await?;
+        // Queued runs and expired leases come from their own partial indexes; the two
+        // lists merge oldest first.
+        let mut found: Vec<(String, i64, ClaimRow)> = Vec::new();
+        for sql in [
+            "SELECT id, status, epoch, owner, lease_expires_at, started_at, rowid FROM runs
+             WHERE status = 'queued' ORDER BY started_at, rowid LIMIT ?2",
+            "SELECT id, status, epoch, owner, lease_expires_at, started_at, rowid FROM runs
+             WHERE status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at <= ?1)
+             ORDER BY started_at, rowid LIMIT ?2",
+        ] {
+            let rows = sqlx::query(sql)
+                .bind(now_ms())
+                .bind(i64::from(limit))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(backend)?;
+            found.extend(
+                rows.iter()
+                    .map(|r| (r.get("started_at"), r.get("rowid"), ClaimRow::from_row(r))),
+            );
+        }
+        found.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        let rows: Vec<ClaimRow> = found
+            .into_iter()
+            .take(limit as usize)
+            .map(|(_, _, r)| r)
+            .collect();
         let mut out = Vec::with_capacity(rows.len());
         for row in &rows {
             out.push(claim_row(&mut tx, row, claim).await?);
@@ -434,7 +462,7 @@ impl RunStore for Sqlite {
     }
 
     async fn decide(&self, d: &GateDecision) -> Result<Written, StoreError> {
-        let mut tx = self.pool.begin_with(BEGIN).await.map_err(backend)?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let row = sqlx::query(
             "UPDATE runs SET epoch = epoch + 1, status = ?, error = ?, finished_at = ?,
                              snapshot = ?, cost_usd = ?, event_seq = event_seq + ?
@@ -489,7 +517,7 @@ impl RunStore for Sqlite {
         run_id: &str,
         by: &str,
     ) -> Result<(CancelOutcome, Written), StoreError> {
-        let mut tx = self.pool.begin_with(BEGIN).await.map_err(backend)?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let row = sqlx::query(
             "SELECT status, lease_expires_at, cancel_requested, snapshot FROM runs WHERE id = ?",
         )
@@ -699,6 +727,22 @@ impl RunStore for Sqlite {
                 pin: pin_of(r),
             })
             .collect())
+    }
+
+    async fn open_steps(&self, run_id: &str) -> Result<(u32, Vec<StepRecord>), StoreError> {
+        let rows = sqlx::query("SELECT seq, status FROM steps WHERE run_id = ? ORDER BY seq DESC")
+            .bind(run_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?;
+        let last = rows.first().map_or(0, |r| r.get::<i64, _>(0) as u32);
+        let mut running = Vec::new();
+        for r in rows.iter().rev() {
+            if r.get::<&str, _>(1) == StepStatus::Running.as_str() {
+                running.extend(self.steps(run_id, Some(r.get::<i64, _>(0) as u32)).await?);
+            }
+        }
+        Ok((last, running))
     }
 
     async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
