@@ -44,7 +44,7 @@ const LATEST: &str = "SELECT v.workflow_id, v.version, v.name, v.dialect, v.form
 #[async_trait]
 impl Catalog for Sqlite {
     async fn put_workflow(&self, v: &NewVersion) -> Result<WorkflowVersion, StoreError> {
-        let (_gate, mut tx) = self.write_tx().await?;
+        let mut tx = self.write_tx().await?;
         let existing = sqlx::query("SELECT latest, deleted_at FROM workflows WHERE id = ?")
             .bind(v.workflow_id.as_str())
             .fetch_optional(&mut *tx)

@@ -24,10 +24,6 @@ type Job = Box<dyn FnOnce(&mut Conns) + Send>;
 
 pub struct Writer {
     jobs: mpsc::Sender<Job>,
-    /// Held by the writer thread for each job and by the pool's write transactions
-    /// ([`super::Sqlite::write_tx`]): within a process two writes never meet in SQLite's
-    /// busy handler, which sleeps for milliseconds at a time.
-    pub gate: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
@@ -58,18 +54,15 @@ impl Writer {
             visible: connect(path, "OFF")?,
         };
         let (jobs, rx) = mpsc::channel::<Job>();
-        let gate = std::sync::Arc::new(tokio::sync::Mutex::new(()));
-        let held = gate.clone();
         std::thread::Builder::new()
             .name("weir-sqlite-writer".into())
             .spawn(move || {
                 while let Ok(job) = rx.recv() {
-                    let _turn = held.blocking_lock();
                     job(&mut conns);
                 }
             })
             .map_err(backend)?;
-        Ok(Self { jobs, gate })
+        Ok(Self { jobs })
     }
 
     /// Runs `f` on the writer thread and waits for its result.
