@@ -32,7 +32,8 @@ pub struct CreateRun {
 #[derive(Serialize, ToSchema)]
 pub struct RunCreated {
     pub run_id: String,
-    /// `queued`: a worker claims and drives it.
+    /// `queued`: a worker claims and drives it (for a repeated `Idempotency-Key`, the first
+    /// run's status now).
     pub status: String,
     /// `false` when an `Idempotency-Key` repeated an earlier request: this is its run.
     pub created: bool,
@@ -131,8 +132,7 @@ fn runs_id(id: &str) -> ApiError {
     params(("id" = String, Path, description = "workflow id"),
            ("Idempotency-Key" = Option<String>, Header, description = "a repeated key returns the first run")),
     request_body(content = CreateRun, content_type = "application/json"),
-    responses((status = 202, description = "queued", body = RunCreated),
-              (status = 200, description = "an earlier request with this Idempotency-Key made this run", body = RunCreated),
+    responses((status = 202, description = "queued; or, for a repeated Idempotency-Key, the run the first request made (`created: false`)", body = RunCreated),
               (status = 404, body = crate::openapi::ErrorBody),
               (status = 413, body = crate::openapi::ErrorBody),
               (status = 422, description = "the input does not fit the workflow", body = crate::openapi::ErrorBody),
@@ -159,19 +159,23 @@ pub async fn create(
         None => None,
     };
     let saved = app.catalog.workflow(&id).await?.latest;
-    let created = start(
+    let mut created = start(
         &app,
         &saved,
         Value::Object(req.input.unwrap_or_default()),
         key,
     )
     .await?;
-    let status = if created.created {
-        StatusCode::ACCEPTED
-    } else {
-        StatusCode::OK
-    };
-    Ok((status, Json(created)))
+    if !created.created {
+        // The first request's run, as it is now.
+        let first = app.store.load_run(&created.run_id).await?;
+        created.status = first.status.as_str().into();
+        if let Some(pin) = first.pin {
+            created.workflow_id = pin.workflow_id;
+            created.version = pin.version;
+        }
+    }
+    Ok((StatusCode::ACCEPTED, Json(created)))
 }
 
 /// Creates a queued run of a saved version and wakes a worker.

@@ -503,7 +503,7 @@ async fn runs_are_created_idempotently_driven_listed_and_paged() {
     let first: Value =
         serde_json::from_slice(&to_bytes(first.into_body(), 1 << 20).await.unwrap()).unwrap();
     let again = create(Some("k-1")).await.unwrap();
-    assert_eq!(again.status(), StatusCode::OK);
+    assert_eq!(again.status(), StatusCode::ACCEPTED);
     let again: Value =
         serde_json::from_slice(&to_bytes(again.into_body(), 1 << 20).await.unwrap()).unwrap();
     assert_eq!(first["run_id"], again["run_id"]);
