@@ -164,6 +164,7 @@ pub async fn create(
         &saved,
         Value::Object(req.input.unwrap_or_default()),
         key,
+        None,
     )
     .await?;
     if !created.created {
@@ -178,12 +179,14 @@ pub async fn create(
     Ok((StatusCode::ACCEPTED, Json(created)))
 }
 
-/// Creates a queued run of a saved version and wakes a worker.
+/// Creates a queued run of a saved version (reusing recorded steps for a re-run) and
+/// wakes a worker.
 async fn start(
     app: &App,
     saved: &weir_core::catalog::WorkflowVersion,
     input: Value,
     key: Option<String>,
+    reuse: Option<weir_engine::Reuse>,
 ) -> ApiResult<RunCreated> {
     let rt = app.runtime();
     let path = doc_path(&saved.workflow_id, &saved.format);
@@ -198,25 +201,32 @@ async fn start(
                 .map_or("", |d| d.message.as_str())
         ))
     })?;
-    let created = rt
-        .engine
-        .create(
-            &wf,
-            Source {
-                path,
-                text: saved.source.clone(),
-                pin: Some(Pin {
-                    workflow_id: saved.workflow_id.clone(),
-                    version: saved.version,
-                }),
-            },
-            input,
-            CreateOptions {
-                idempotency_key: key,
-                claim: false,
-            },
-        )
-        .await?;
+    let source = Source {
+        path,
+        text: saved.source.clone(),
+        pin: Some(Pin {
+            workflow_id: saved.workflow_id.clone(),
+            version: saved.version,
+        }),
+    };
+    let created = match reuse {
+        Some(reuse) if !reuse.steps.is_empty() => {
+            rt.engine.create_reusing(&wf, source, input, reuse).await?
+        }
+        _ => {
+            rt.engine
+                .create(
+                    &wf,
+                    source,
+                    input,
+                    CreateOptions {
+                        idempotency_key: key,
+                        claim: false,
+                    },
+                )
+                .await?
+        }
+    };
     if created.created {
         app.wake();
     }
@@ -509,52 +519,10 @@ pub async fn rerun(
             record.steps.into_iter().filter(|s| s.seq < first).collect()
         }
     };
-    let created = crate::runs::start_reusing(&app, &saved, stored.input, reuse, &id).await?;
+    let reuse = weir_engine::Reuse {
+        from_run: id.clone(),
+        steps: reuse,
+    };
+    let created = start(&app, &saved, stored.input, None, Some(reuse)).await?;
     Ok((StatusCode::ACCEPTED, Json(created)))
-}
-
-/// A new run of `saved` that reuses the given recorded steps (in order) instead of running
-/// their nodes again.
-async fn start_reusing(
-    app: &App,
-    saved: &weir_core::catalog::WorkflowVersion,
-    input: Value,
-    reuse: Vec<weir_core::StepRecord>,
-    from_run: &str,
-) -> ApiResult<RunCreated> {
-    if reuse.is_empty() {
-        return start(app, saved, input, None).await;
-    }
-    let rt = app.runtime();
-    let path = doc_path(&saved.workflow_id, &saved.format);
-    let wf = rt
-        .workflow(&path, &saved.source)
-        .map_err(|_| ApiError::invalid("the workflow version no longer compiles"))?;
-    let created = rt
-        .engine
-        .create_reusing(
-            &wf,
-            Source {
-                path,
-                text: saved.source.clone(),
-                pin: Some(Pin {
-                    workflow_id: saved.workflow_id.clone(),
-                    version: saved.version,
-                }),
-            },
-            input,
-            weir_engine::Reuse {
-                from_run: from_run.to_string(),
-                steps: reuse,
-            },
-        )
-        .await?;
-    app.wake();
-    Ok(RunCreated {
-        run_id: created.run_id,
-        status: "queued".into(),
-        created: true,
-        workflow_id: saved.workflow_id.clone(),
-        version: saved.version,
-    })
 }

@@ -68,17 +68,15 @@ impl Policy {
     /// resolving it (every address it resolves to must be permitted).
     pub async fn check_url(&self, url: &reqwest::Url) -> Result<(), String> {
         let port = url.port_or_known_default();
-        match url.host() {
-            None => Err(format!("network policy: {url} has no host")),
-            Some(url::Host::Ipv4(ip)) => self.literal(IpAddr::V4(ip), port),
-            Some(url::Host::Ipv6(ip)) => self.literal(IpAddr::V6(ip), port),
-            Some(url::Host::Domain(name)) => {
+        match self.host(url, port)? {
+            Some(name) => {
                 let addrs: Vec<SocketAddr> = tokio::net::lookup_host((name, port.unwrap_or(0)))
                     .await
                     .map_err(|e| format!("cannot resolve {name}: {e}"))?
                     .collect();
                 self.resolved(name, &addrs, port)
             }
+            None => Ok(()),
         }
     }
 
@@ -86,17 +84,29 @@ impl Policy {
     /// synchronously); a name is resolved with the system resolver.
     pub fn check_url_blocking(&self, url: &reqwest::Url) -> Result<(), String> {
         let port = url.port_or_known_default();
-        match url.host() {
-            None => Err(format!("network policy: {url} has no host")),
-            Some(url::Host::Ipv4(ip)) => self.literal(IpAddr::V4(ip), port),
-            Some(url::Host::Ipv6(ip)) => self.literal(IpAddr::V6(ip), port),
-            Some(url::Host::Domain(name)) => {
+        match self.host(url, port)? {
+            Some(name) => {
                 let addrs: Vec<SocketAddr> = (name, port.unwrap_or(0))
                     .to_socket_addrs()
                     .map_err(|e| format!("cannot resolve {name}: {e}"))?
                     .collect();
                 self.resolved(name, &addrs, port)
             }
+            None => Ok(()),
+        }
+    }
+
+    /// Checks an IP-literal host at once; returns a name host for resolving.
+    fn host<'u>(
+        &self,
+        url: &'u reqwest::Url,
+        port: Option<u16>,
+    ) -> Result<Option<&'u str>, String> {
+        match url.host() {
+            None => Err(format!("network policy: {url} has no host")),
+            Some(url::Host::Ipv4(ip)) => self.literal(IpAddr::V4(ip), port).map(|()| None),
+            Some(url::Host::Ipv6(ip)) => self.literal(IpAddr::V6(ip), port).map(|()| None),
+            Some(url::Host::Domain(name)) => Ok(Some(name)),
         }
     }
 
