@@ -78,6 +78,20 @@ pub struct TokenCreated {
     pub token: String,
 }
 
+/// Header values may hold credentials written in literally: a listing shows a header's value
+/// only when it takes its credential from a secret (`Bearer {secrets.CRM_TOKEN}`), else
+/// `<hidden>`.
+fn hide_headers(mut definition: Value) -> Value {
+    if let Some(Value::Object(h)) = definition.get_mut("headers") {
+        for v in h.values_mut() {
+            if !v.as_str().is_some_and(|s| s.contains("{secrets.")) {
+                *v = Value::String("<hidden>".into());
+            }
+        }
+    }
+    definition
+}
+
 fn check_name(name: &str) -> ApiResult<()> {
     let ok = !name.is_empty()
         && name.len() <= 64
@@ -120,7 +134,7 @@ pub async fn list_tools(
             tools.push(ToolOut {
                 name: t.name,
                 source: "api".into(),
-                definition: t.definition,
+                definition: hide_headers(t.definition),
             });
         }
     }

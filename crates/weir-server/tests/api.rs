@@ -715,7 +715,8 @@ async fn tokens_are_shown_once_listed_without_values_and_revocable() {
 #[tokio::test]
 async fn custom_tools_saved_over_the_api_are_usable_by_workflows() {
     let api = api().await;
-    let tool = r#"{"name": "lookup", "kind": "http", "method": "GET", "url": "https://crm.example.com/{id}"}"#;
+    let tool = r#"{"name": "lookup", "kind": "http", "method": "GET", "url": "https://crm.example.com/{id}",
+                   "headers": {"Authorization": "Bearer {secrets.CRM}", "X-Api-Key": "literal-key-123"}}"#;
     let made = api.as_("admin", Method::POST, "/api/tools", tool).await;
     assert_eq!(made.status, StatusCode::CREATED, "{}", made.text);
     let wf = r#"{"name": "Uses Tool", "nodes": [{"id": "t", "type": "tool", "config": {"tool_name": "custom:lookup", "params": {"id": "1"}}}], "edges": []}"#;
@@ -731,6 +732,12 @@ async fn custom_tools_saved_over_the_api_are_usable_by_workflows() {
     assert_eq!(saved.status, StatusCode::CREATED, "{}", saved.text);
     let listed = api.as_("read", Method::GET, "/api/tools", "").await;
     assert_eq!(listed.body["tools"][0]["name"], "lookup");
+    let headers = &listed.body["tools"][0]["definition"]["headers"];
+    assert_eq!(headers["Authorization"], "Bearer {secrets.CRM}");
+    assert_eq!(
+        headers["X-Api-Key"], "<hidden>",
+        "a literal credential is never listed"
+    );
     let bad = api
         .as_(
             "admin",
