@@ -99,7 +99,7 @@ enum Command {
         /// Address to listen on (port 0: any free port)
         #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
         listen: String,
-        /// In-process workers (claim loops)
+        /// In-process workers (claim loops); 0 only serves and enqueues
         #[arg(long, default_value_t = 4)]
         workers: usize,
         /// Runs each worker drives at once
@@ -114,12 +114,13 @@ enum Command {
     },
     /// Drive runs from the store without serving HTTP
     Worker {
-        /// Worker loops
-        #[arg(long, default_value_t = 4)]
-        workers: usize,
-        /// Runs each worker drives at once
+        /// Runs driven at once
         #[arg(long, default_value_t = 8, value_name = "N")]
-        runs_per_worker: usize,
+        concurrency: usize,
+        /// The name its leases carry (default: host:pid)
+        #[arg(long)]
+        name: Option<String>,
+        /// On SIGTERM, how long in-flight steps may finish before they are interrupted
         #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
         grace: f64,
     },
@@ -277,7 +278,7 @@ fn main() -> ExitCode {
                     &env,
                     serve::ServeArgs {
                         listen,
-                        workers: workers.max(1),
+                        workers,
                         runs_per_worker: runs_per_worker.max(1),
                         max_body,
                         grace: seconds(grace),
@@ -286,10 +287,10 @@ fn main() -> ExitCode {
                 .await
             }
             Command::Worker {
-                workers,
-                runs_per_worker,
+                concurrency,
+                name,
                 grace,
-            } => serve::worker(&env, workers.max(1), runs_per_worker.max(1), seconds(grace)).await,
+            } => serve::worker(&env, concurrency.max(1), name, seconds(grace)).await,
             Command::Tokens { command } => match command {
                 TokensCommand::Create { scope, name, json } => {
                     serve::tokens_create(&env, &name, &scope, json).await

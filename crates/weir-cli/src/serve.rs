@@ -22,6 +22,7 @@ async fn app(
     workers: (usize, usize),
     max_body: usize,
     grace: Duration,
+    owner: Option<String>,
 ) -> Result<Arc<App>> {
     let store = wiring::store(env, Open::CreateIfMissing).await?;
     App::new(
@@ -33,6 +34,7 @@ async fn app(
             runs_per_worker: workers.1,
             max_body,
             grace,
+            owner: owner.unwrap_or_else(weir_engine::process_owner),
             ..Options::default()
         },
     )
@@ -63,6 +65,7 @@ pub async fn serve(env: &Env, args: ServeArgs) -> Result<u8> {
         (args.workers, args.runs_per_worker),
         args.max_body,
         args.grace,
+        None,
     )
     .await?;
     let first_token = weir_server::first_start(&app)
@@ -78,6 +81,11 @@ pub async fn serve(env: &Env, args: ServeArgs) -> Result<u8> {
         if args.workers == 1 { "" } else { "s" },
         env.db
     );
+    if args.workers == 0 {
+        println!(
+            "weir serve: --workers 0: runs are queued here and driven by `weir worker` processes"
+        );
+    }
     if let Some(token) = first_token {
         println!("weir serve: created an admin token; it is shown this once:");
         println!("  {token}");
@@ -92,15 +100,16 @@ pub async fn serve(env: &Env, args: ServeArgs) -> Result<u8> {
 
 pub async fn worker(
     env: &Env,
-    workers: usize,
-    runs_per_worker: usize,
+    concurrency: usize,
+    name: Option<String>,
     grace: Duration,
 ) -> Result<u8> {
-    let app = app(env, (workers, runs_per_worker), 1 << 20, grace).await?;
+    let app = app(env, (1, concurrency), 1 << 20, grace, name).await?;
     println!(
-        "weir worker: driving runs from {} with {workers} worker{}",
-        env.db,
-        if workers == 1 { "" } else { "s" }
+        "weir worker {}: driving up to {concurrency} run{} at once from {}",
+        app.options.owner,
+        if concurrency == 1 { "" } else { "s" },
+        env.db
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let handles = app.start_workers(stop_rx);

@@ -536,3 +536,46 @@ fn tokens_are_made_listed_and_revoked_from_the_cli() {
     let bad = w.run(&["tokens", "create", "--scope", "root", "--name", "x"]);
     assert_eq!(bad.code, 2, "{}", bad.stderr);
 }
+
+#[test]
+fn a_serve_without_workers_enqueues_and_a_weir_worker_drives() {
+    block(serve_and_worker())
+}
+
+async fn serve_and_worker() {
+    let w = Weir::new();
+    let server = Server::start(&w, &["--workers", "0"]);
+    let token = server.first_token().unwrap();
+    let api = Client::new(&server, &token);
+    let (status, created) = api
+        .post(
+            "/api/workflows/support-triage/runs",
+            json!({"input": {"customer": "Ada", "ticket": "refund please"}}),
+        )
+        .await;
+    assert_eq!(status, 202, "{created}");
+    let run = created["run_id"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        api.get(&format!("/api/runs/{run}")).await["status"],
+        "queued",
+        "no worker drives it"
+    );
+    let mut worker = w.spawn(&["worker", "--concurrency", "2", "--name", "worker-one"]);
+    let record = api.wait_for(&run, |s| s == "succeeded").await;
+    let started = record["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "run_started")
+        .cloned()
+        .unwrap();
+    assert_eq!(started["owner"], "worker-one", "{started}");
+    let pid = nix::unistd::Pid::from_raw(worker.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = worker.wait().unwrap();
+    assert!(
+        status.success(),
+        "weir worker exits 0 on SIGTERM: {status:?}"
+    );
+}
