@@ -128,7 +128,7 @@ pub async fn bench_api() {
         if done as usize >= n {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(Duration::from_millis(25)).await;
     }
     let total_s = start.elapsed().as_secs_f64();
     emit("api", "runs_per_s_end_to_end", n as f64 / total_s, "runs/s");
