@@ -167,6 +167,17 @@ enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Delete runs that ended longer ago than an age (never paused, queued or running ones)
+    Prune {
+        /// An age: 30d, 12h, 90m, 45s, 2w
+        #[arg(long, value_name = "AGE")]
+        older_than: String,
+        /// Only runs that ended so: succeeded, failed, aborted, cancelled (repeatable)
+        #[arg(long, value_name = "STATUS")]
+        status: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Exit codes of DESIGN §10.
@@ -267,6 +278,14 @@ fn main() -> ExitCode {
             Command::Runs {
                 command: RunsCommand::Show { run_id, json },
             } => runs::show(&env, &run_id, json).await,
+            Command::Runs {
+                command:
+                    RunsCommand::Prune {
+                        older_than,
+                        status,
+                        json,
+                    },
+            } => runs::prune(&env, &older_than, &status, json).await,
             Command::Serve {
                 listen,
                 workers,

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 use serde_json::Value;
-use weir_core::Workflow;
 use weir_core::record::RunStatus;
 use weir_core::store::RunFilter;
+use weir_core::{RunStore, Workflow};
 use weir_engine::{CancelOutcome, Decision, Engine, Lease, RunOutcome, Services, Source};
 
 use crate::output::{self, DbHint, Progress};
@@ -298,4 +298,29 @@ pub async fn show(env: &Env, run_id: &str, as_json: bool) -> Result<u8> {
         RunStatus::Queued | RunStatus::Running => 0,
         s => output::exit_code(s),
     })
+}
+
+/// `weir runs prune --older-than AGE [--status S]...`: retention by hand.
+pub async fn prune(env: &Env, older_than: &str, statuses: &[String], as_json: bool) -> Result<u8> {
+    let age = weir_core::settings::parse_age(older_than)
+        .map_err(|e| crate::Usage(format!("--older-than {e}")))?;
+    let statuses = weir_server::retention::statuses(statuses).map_err(crate::Usage)?;
+    let store = wiring::store(env, wiring::Open::MustExist).await?;
+    let before = weir_core::store::format_millis(
+        weir_core::store::now_ms() - i64::try_from(age.as_millis()).unwrap_or(i64::MAX),
+    );
+    let pruned = RunStore::prune(store.as_ref(), &before, &statuses).await?;
+    if as_json {
+        println!(
+            "{}",
+            serde_json::json!({"pruned": pruned.len(), "before": before, "run_ids": pruned})
+        );
+    } else {
+        println!(
+            "pruned {} run{} that ended before {before}",
+            pruned.len(),
+            if pruned.len() == 1 { "" } else { "s" }
+        );
+    }
+    Ok(0)
 }

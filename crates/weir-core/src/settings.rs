@@ -39,6 +39,69 @@ pub struct Settings {
     /// What `weir serve` may connect to beyond public addresses.
     #[serde(default)]
     pub network: NetworkSettings,
+    /// How long ended runs are kept: `weir serve` prunes on this schedule.
+    #[serde(default)]
+    pub retention: Option<RetentionSettings>,
+}
+
+/// `[retention] older_than = "30d"`: `weir serve` deletes runs that ended longer ago than
+/// that (of `statuses` when given), every `every` (default `1h`). Paused, queued and running
+/// runs are never deleted. `weir runs prune` does the same by hand.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionSettings {
+    pub older_than: String,
+    #[serde(default)]
+    pub statuses: Vec<String>,
+    #[serde(default = "default_every")]
+    pub every: String,
+}
+
+fn default_every() -> String {
+    "1h".into()
+}
+
+/// `ip`, `ip:port`, `[v6]:port` or `ip/prefix`.
+fn allow_entry_ok(entry: &str) -> bool {
+    use std::net::{IpAddr, SocketAddr};
+    let e = entry.trim();
+    if e.parse::<IpAddr>().is_ok() || e.parse::<SocketAddr>().is_ok() {
+        return true;
+    }
+    match e.split_once('/') {
+        Some((ip, prefix)) => match (ip.parse::<IpAddr>(), prefix.parse::<u8>()) {
+            (Ok(IpAddr::V4(_)), Ok(p)) => p <= 32,
+            (Ok(IpAddr::V6(_)), Ok(p)) => p <= 128,
+            _ => false,
+        },
+        None => false,
+    }
+}
+
+/// An age such as `30d`, `12h`, `90m`, `45s` or `2w`.
+pub fn parse_age(text: &str) -> Result<std::time::Duration, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let n: u64 = n.parse().map_err(|_| {
+        format!("`{text}` is not an age: write a number and a unit, e.g. 30d, 12h, 90m")
+    })?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 604_800,
+        _ => {
+            return Err(format!(
+                "`{text}`: the unit must be s, m, h, d or w (e.g. 30d)"
+            ));
+        }
+    };
+    n.checked_mul(secs)
+        .filter(|s| *s > 0)
+        .map(std::time::Duration::from_secs)
+        .ok_or_else(|| format!("`{text}` is not a positive age"))
 }
 
 /// `[network] allow = ["127.0.0.1:9000", "10.0.0.0/8"]`: internal addresses the server's
@@ -206,20 +269,36 @@ impl Settings {
         for key in raw.keys() {
             match key.as_str() {
                 "models" | "providers" | "pricing" | "mcp" | "tools" | "secrets" | "lease"
-                | "scripts" | "limits" => {}
-                "network" => {
-                    return Err(format!(
-                        "section [{key}] is not available in this version of weir; remove it"
-                    ));
-                }
+                | "scripts" | "limits" | "network" | "retention" => {}
                 other => {
                     return Err(format!(
-                        "unknown section [{other}]; weir.toml has [models], [providers], [pricing], [mcp], [tools], [secrets], [lease], [scripts] and [limits]"
+                        "unknown section [{other}]; weir.toml has [models], [providers], [pricing], [mcp], [tools], [secrets], [lease], [scripts], [limits], [network] and [retention]"
                     ));
                 }
             }
         }
         let s: Settings = toml::from_str(text).map_err(|e| e.to_string())?;
+        for entry in &s.network.allow {
+            if !allow_entry_ok(entry) {
+                return Err(format!(
+                    "[network] allow: `{entry}` is not an address, address:port or CIDR block (e.g. \"127.0.0.1:9000\", \"10.0.0.0/8\", \"[fd00::1]:443\")"
+                ));
+            }
+        }
+        if let Some(r) = &s.retention {
+            parse_age(&r.older_than).map_err(|e| format!("[retention] older_than: {e}"))?;
+            parse_age(&r.every).map_err(|e| format!("[retention] every: {e}"))?;
+            for st in &r.statuses {
+                if !matches!(
+                    st.as_str(),
+                    "succeeded" | "failed" | "aborted" | "cancelled"
+                ) {
+                    return Err(format!(
+                        "[retention] statuses: `{st}` is not an ended status (succeeded, failed, aborted, cancelled); paused and running runs are never pruned"
+                    ));
+                }
+            }
+        }
         for (name, p) in &s.providers.named {
             if BUILT_IN_PROVIDERS.contains(&name.as_str()) {
                 return Err(format!(
@@ -473,11 +552,29 @@ CRM_TOKEN = { env = "CRM_TOKEN" }
                 .contains("unknown section")
         );
         assert!(Settings::parse("[models]\nalow = []").is_err());
+        assert!(Settings::parse("[network]\nallow_private = true").is_err());
         assert!(
-            Settings::parse("[network]\nallow_private = true")
+            Settings::parse("[network]\nallow = [\"localhost\"]")
                 .unwrap_err()
-                .contains("not available")
+                .contains("not an address")
         );
+        let ok = Settings::parse(
+            "[network]\nallow = [\"127.0.0.1:9000\", \"10.0.0.0/8\", \"[::1]:80\", \"fd00::/8\"]\n[retention]\nolder_than = \"30d\"\nstatuses = [\"succeeded\"]",
+        )
+        .unwrap();
+        assert_eq!(ok.network.allow.len(), 4);
+        assert_eq!(ok.retention.unwrap().every, "1h");
+        assert!(
+            Settings::parse("[retention]\nolder_than = \"30 days\"")
+                .unwrap_err()
+                .contains("unit")
+        );
+        assert!(
+            Settings::parse("[retention]\nolder_than = \"1d\"\nstatuses = [\"paused\"]")
+                .unwrap_err()
+                .contains("never pruned")
+        );
+        assert_eq!(parse_age("2w").unwrap().as_secs(), 1_209_600);
         assert!(
             Settings::parse("[mcp.servers.x]\nargs = []")
                 .unwrap_err()

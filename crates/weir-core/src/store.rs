@@ -294,6 +294,10 @@ pub trait RunStore: Send + Sync {
     /// What a driver taking a run over needs of its steps: the highest step number so far
     /// (0 with none) and the steps left `running` by a driver that stopped.
     async fn open_steps(&self, run_id: &str) -> Result<(u32, Vec<StepRecord>), StoreError>;
+    /// Retention: deletes the runs that ended (succeeded, failed, aborted, cancelled; of
+    /// `statuses` when given) before `before` (RFC 3339), with their steps, attempts and
+    /// events, and returns their ids. Queued, running and paused runs are never touched.
+    async fn prune(&self, before: &str, statuses: &[RunStatus]) -> Result<Vec<String>, StoreError>;
     /// How many runs are in each status (statuses with none are left out).
     async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError>;
 }

@@ -9,6 +9,7 @@ mod error;
 mod examples;
 mod meta;
 mod openapi;
+pub mod retention;
 mod runs;
 pub mod runtime;
 mod sse;
@@ -188,7 +189,8 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let workers = app.start_workers(stop_rx);
+    let workers = app.start_workers(stop_rx.clone());
+    let pruning = retention::schedule(app.clone(), app.retention().clone(), stop_rx);
     let service = router(app.clone()).into_make_service_with_connect_info::<SocketAddr>();
     let stop = stop_tx.clone();
     let closing = app.closing.clone();
@@ -201,6 +203,9 @@ pub async fn serve(
         .await;
     let _ = stop_tx.send(true);
     app.drain(workers).await;
+    if let Some(p) = pruning {
+        let _ = p.await;
+    }
     result
 }
 

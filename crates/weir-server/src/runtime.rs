@@ -295,6 +295,11 @@ impl App {
         Ok(())
     }
 
+    /// `[retention]` of weir.toml.
+    pub fn retention(&self) -> &Option<weir_core::settings::RetentionSettings> {
+        &self.base.retention
+    }
+
     /// The custom tools of weir.toml (which the API cannot change).
     pub fn file_tools(&self) -> &std::collections::BTreeMap<String, CustomTool> {
         &self.base.tools

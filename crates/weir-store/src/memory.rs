@@ -522,6 +522,27 @@ impl RunStore for Memory {
         Ok(all)
     }
 
+    async fn prune(&self, before: &str, statuses: &[RunStatus]) -> Result<Vec<String>, StoreError> {
+        let ended = rules::ended_statuses(statuses);
+        let mut inner = self.inner.lock().expect("memory store lock");
+        let ids: Vec<String> = inner
+            .runs
+            .iter()
+            .filter(|(_, r)| {
+                ended.contains(&r.status.as_str())
+                    && r.finished_at.as_deref().is_some_and(|f| f < before)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &ids {
+            if let Some(run) = inner.runs.remove(id) {
+                inner.order.remove(&run.order);
+            }
+            inner.keys.retain(|_, v| v != id);
+        }
+        Ok(ids)
+    }
+
     async fn open_steps(&self, run_id: &str) -> Result<(u32, Vec<StepRecord>), StoreError> {
         self.run(run_id, |r| {
             (

@@ -101,3 +101,17 @@ pub fn cancel_conflict(run_id: &str, status: RunStatus) -> StoreError {
         status.as_str()
     ))
 }
+
+/// The statuses retention may delete: the ended ones, narrowed to `wanted` when given.
+pub fn ended_statuses(wanted: &[RunStatus]) -> Vec<&'static str> {
+    [
+        RunStatus::Succeeded,
+        RunStatus::Failed,
+        RunStatus::Aborted,
+        RunStatus::Cancelled,
+    ]
+    .into_iter()
+    .filter(|s| wanted.is_empty() || wanted.contains(s))
+    .map(RunStatus::as_str)
+    .collect()
+}

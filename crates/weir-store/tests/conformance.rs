@@ -728,6 +728,67 @@ async fn tokens_and_tools(f: Fixture) {
     ));
 }
 
+async fn retention_deletes_only_ended_runs(f: Fixture) {
+    let s = f.store;
+    s.create_run(&new_run("queued")).await.unwrap();
+    paused_run(s.as_ref(), "paused").await;
+    s.create_run(&new_run("cancelled")).await.unwrap();
+    s.request_cancel("cancelled", "me").await.unwrap();
+    let mut n = new_run("done");
+    n.claim = Some(claim("driver", 30_000));
+    let lease = s.create_run(&n).await.unwrap().lease.unwrap();
+    let mut running = new_run("running");
+    running.claim = Some(claim("driver", 30_000));
+    s.create_run(&running).await.unwrap();
+    s.finish_run(
+        &lease,
+        &RunUpdate {
+            status: RunStatus::Succeeded,
+            error: None,
+            finished_at: Some(weir_core::store::now_rfc3339()),
+            snapshot: snap(&["a"], vec![]),
+        },
+        vec![EventKind::RunFinished {
+            status: RunStatus::Succeeded,
+            error: None,
+        }],
+    )
+    .await
+    .unwrap();
+    let future = "9999-01-01T00:00:00.000Z";
+    assert!(
+        s.prune("2000-01-01T00:00:00.000Z", &[])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        s.prune(future, &[RunStatus::Succeeded]).await.unwrap(),
+        ["done"]
+    );
+    assert!(matches!(
+        s.load_run("done").await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        s.get_record("done").await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert_eq!(s.prune(future, &[]).await.unwrap(), ["cancelled"]);
+    for kept in ["queued", "paused", "running"] {
+        assert!(s.load_run(kept).await.is_ok(), "{kept} is never pruned");
+    }
+    assert!(s.prune(future, &[]).await.unwrap().is_empty());
+    let listed = s
+        .list_runs(&RunFilter {
+            limit: 10,
+            ..RunFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 3);
+}
+
 async fn run_listing_filters_and_pages(f: Fixture) {
     let s = f.store;
     for i in 0..7 {
@@ -875,4 +936,5 @@ conformance!(
     workflow_versions_and_deletion,
     tokens_and_tools,
     run_listing_filters_and_pages,
+    retention_deletes_only_ended_runs,
 );

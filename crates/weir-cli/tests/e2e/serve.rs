@@ -579,3 +579,175 @@ async fn serve_and_worker() {
         "weir worker exits 0 on SIGTERM: {status:?}"
     );
 }
+
+/// One `http_request` node calling `url`.
+fn fetch(url: &str) -> Value {
+    json!({"name": "Fetch", "nodes": [{"id": "get", "type": "tool",
+           "config": {"tool_name": "http_request", "params": {"url": url}, "output_key": "got"}}], "edges": []})
+}
+
+#[test]
+fn the_server_reaches_only_what_network_allow_permits_and_weir_run_reaches_anything() {
+    let allowed = Fake::start();
+    allowed.always("/data", Reply::text(200, "allowed data"));
+    let other = Fake::start();
+    other.always("/data", Reply::text(200, "internal data"));
+    block(network_policy(&allowed, &other));
+}
+
+async fn network_policy(allowed: &Fake, other: &Fake) {
+    let w = Weir::new();
+    let port = allowed.url.rsplit(':').next().unwrap().to_string();
+    w.file(
+        "weir.toml",
+        &format!("[network]\nallow = [\"127.0.0.1:{port}\"]\n"),
+    );
+    let server = Server::start(&w, &[]);
+    let token = server.first_token().unwrap();
+    let api = Client::new(&server, &token);
+    for (id, url) in [
+        ("ok", format!("{}/data", allowed.url)),
+        ("internal", format!("{}/data", other.url)),
+    ] {
+        let (status, saved) = api
+            .send(
+                reqwest::Method::PUT,
+                &format!("/api/workflows/{id}"),
+                Some(fetch(&url)),
+            )
+            .await;
+        assert_eq!(status, 200, "{saved}");
+    }
+    let (_, ok) = api.post("/api/workflows/ok/runs", json!({})).await;
+    let ok = api
+        .wait_for(ok["run_id"].as_str().unwrap(), |s| {
+            s == "succeeded" || s == "failed"
+        })
+        .await;
+    assert_eq!(ok["status"], "succeeded", "{}", ok["error"]);
+    assert_eq!(ok["state"]["got"]["body"], "allowed data");
+    let (_, bad) = api.post("/api/workflows/internal/runs", json!({})).await;
+    let bad = api
+        .wait_for(bad["run_id"].as_str().unwrap(), |s| {
+            s == "succeeded" || s == "failed"
+        })
+        .await;
+    assert_eq!(bad["status"], "failed");
+    let error = bad["steps"][0]["error"].as_str().unwrap();
+    assert!(
+        error.contains("network policy") && error.contains("[network] allow"),
+        "{error}"
+    );
+    assert_eq!(
+        bad["steps"][0]["attempts"].as_array().unwrap().len(),
+        1,
+        "a refusal is not retried"
+    );
+    assert!(
+        other.seen("/data").is_empty(),
+        "the refused server was never reached"
+    );
+    // `weir run` of the same workflow: the user's own file, the user's own privileges.
+    let file = w.file(
+        "internal.json",
+        &fetch(&format!("{}/data", other.url)).to_string(),
+    );
+    let ran = w.run(&["run", &file, "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert_eq!(ran.json()["state"]["got"]["body"], "internal data");
+}
+
+#[test]
+fn runs_prune_deletes_ended_runs_and_keeps_paused_ones() {
+    let w = Weir::new();
+    let gate = crate::support::repo_root().join("examples/graph/approval.yaml");
+    let gate = gate.to_string_lossy();
+    let paused = w.run(&[
+        "run",
+        &gate,
+        "--input",
+        r#"{"customer": "Ada", "amount": 250}"#,
+        "--json",
+    ]);
+    assert_eq!(paused.code, 3, "{}", paused.stderr);
+    let done = w.run(&[
+        "run",
+        &gate,
+        "--input",
+        r#"{"customer": "Bo", "amount": 5}"#,
+        "--json",
+    ]);
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    let done_id = done.json()["run_id"].as_str().unwrap().to_string();
+    let kept = w.run(&["runs", "prune", "--older-than", "1h", "--json"]);
+    assert_eq!(kept.code, 0, "{}", kept.stderr);
+    assert_eq!(
+        serde_json::from_str::<Value>(&kept.stdout).unwrap()["pruned"],
+        0
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    let pruned = w.run(&["runs", "prune", "--older-than", "1s", "--json"]);
+    let out: Value = serde_json::from_str(&pruned.stdout).unwrap();
+    assert_eq!(out["run_ids"], json!([done_id]), "{out}");
+    assert_eq!(
+        w.run(&["runs", "show", &done_id]).code,
+        2,
+        "a pruned run is gone"
+    );
+    assert_eq!(w.run_ids().len(), 1, "the paused run stays");
+    let bad = w.run(&["runs", "prune", "--older-than", "soon"]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    let bad = w.run(&["runs", "prune", "--older-than", "1d", "--status", "paused"]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("never pruned"), "{}", bad.stderr);
+}
+
+#[test]
+fn the_server_prunes_on_its_retention_schedule() {
+    block(retention_schedule())
+}
+
+async fn retention_schedule() {
+    let w = Weir::new();
+    w.file(
+        "weir.toml",
+        "[retention]\nolder_than = \"1s\"\nevery = \"1s\"\n",
+    );
+    let server = Server::start(&w, &[]);
+    let token = server.first_token().unwrap();
+    let api = Client::new(&server, &token);
+    let (_, done) = api
+        .post(
+            "/api/workflows/approval/runs",
+            json!({"input": {"customer": "Bo", "amount": 5}}),
+        )
+        .await;
+    let done = done["run_id"].as_str().unwrap().to_string();
+    api.wait_for(&done, |s| s == "succeeded").await;
+    let (_, paused) = api
+        .post(
+            "/api/workflows/approval/runs",
+            json!({"input": {"customer": "Ada", "amount": 250}}),
+        )
+        .await;
+    let paused = paused["run_id"].as_str().unwrap().to_string();
+    api.wait_for(&paused, |s| s == "paused").await;
+    let start = Instant::now();
+    loop {
+        let (status, _) = api
+            .send(reqwest::Method::GET, &format!("/api/runs/{done}"), None)
+            .await;
+        if status == 404 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the ended run was never pruned"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        api.get(&format!("/api/runs/{paused}")).await["status"],
+        "paused"
+    );
+}

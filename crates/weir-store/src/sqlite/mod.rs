@@ -721,6 +721,40 @@ impl RunStore for Sqlite {
             .collect())
     }
 
+    async fn prune(&self, before: &str, statuses: &[RunStatus]) -> Result<Vec<String>, StoreError> {
+        let ended = rules::ended_statuses(statuses);
+        let list = serde_json::to_string(&ended).map_err(backend)?;
+        let mut tx = self.write_tx().await?;
+        let ids: Vec<String> = sqlx::query(
+            "SELECT id FROM runs WHERE finished_at IS NOT NULL AND finished_at < ?
+               AND status IN (SELECT value FROM json_each(?))",
+        )
+        .bind(before)
+        .bind(list.as_str())
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+        for id in &ids {
+            for sql in [
+                "DELETE FROM attempts WHERE run_id = ?",
+                "DELETE FROM steps WHERE run_id = ?",
+                "DELETE FROM run_events WHERE run_id = ?",
+                "DELETE FROM runs WHERE id = ?",
+            ] {
+                sqlx::query(sql)
+                    .bind(id.as_str())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+            }
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(ids)
+    }
+
     async fn open_steps(&self, run_id: &str) -> Result<(u32, Vec<StepRecord>), StoreError> {
         let rows = sqlx::query("SELECT seq, status FROM steps WHERE run_id = ? ORDER BY seq DESC")
             .bind(run_id)
