@@ -226,77 +226,11 @@ fn not_found(run_id: &str) -> StoreError {
 #[async_trait]
 impl RunStore for Sqlite {
     async fn create_run(&self, run: &NewRun) -> Result<Created, StoreError> {
-        let mut tx = self.write_tx().await?;
-        if let Some(key) = &run.idempotency_key
-            && let Some(existing) = sqlx::query("SELECT id FROM runs WHERE idempotency_key = ?")
-                .bind(key.as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(backend)?
-        {
-            return Ok(Created {
-                run_id: existing.get(0),
-                created: false,
-                lease: None,
-                events: Vec::new(),
-            });
-        }
-        sqlx::query(
-            "INSERT INTO runs (id, workflow, dialect, status, source_path, source_text, input,
-                               snapshot, cost_usd, started_at, idempotency_key, event_seq,
-                               workflow_id, workflow_version)
-             VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, 0, ?, ?, 1, ?, ?)",
-        )
-        .bind(run.run_id.as_str())
-        .bind(run.workflow.as_str())
-        .bind(run.dialect.as_str())
-        .bind(run.source_path.as_str())
-        .bind(run.source_text.as_str())
-        .bind(json(&run.input)?)
-        .bind(json(&run.snapshot)?)
-        .bind(run.created_at.as_str())
-        .bind(run.idempotency_key.as_deref())
-        .bind(run.pin.as_ref().map(|p| p.workflow_id.as_str()))
-        .bind(run.pin.as_ref().map(|p| i64::from(p.version)))
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| match e {
-            sqlx::Error::Database(d) if d.is_unique_violation() => {
-                StoreError::Conflict(format!("run {} already exists", run.run_id))
-            }
-            other => backend(other),
-        })?;
-        let mut events = insert_events(
-            &mut tx,
-            &run.run_id,
-            1,
-            vec![EventKind::RunCreated {
-                workflow: run.workflow.clone(),
-            }],
-        )
-        .await?;
-        let lease = match &run.claim {
-            Some(c) => {
-                let row = ClaimRow {
-                    id: run.run_id.clone(),
-                    status: RunStatus::Queued,
-                    epoch: 0,
-                    owner: None,
-                    lease_expires_at: None,
-                };
-                let (lease, w) = claim_row(&mut tx, &row, c).await?;
-                events.extend(w.events);
-                Some(lease)
-            }
-            None => None,
-        };
-        tx.commit().await.map_err(backend)?;
-        Ok(Created {
-            run_id: run.run_id.clone(),
-            created: true,
-            lease,
-            events,
-        })
+        let (input, snapshot) = (json(&run.input)?, json(&run.snapshot)?);
+        let run = run.clone();
+        self.writer
+            .run(move |c| writer::create_run(c, &run, &input, &snapshot))
+            .await
     }
 
     async fn claim_run(&self, run_id: &str, claim: &Claim) -> Result<(Lease, Written), StoreError> {
@@ -322,40 +256,10 @@ impl RunStore for Sqlite {
         claim: &Claim,
         limit: u32,
     ) -> Result<Vec<(Lease, Written)>, StoreError> {
-        let mut tx = self.write_tx().await?;
-        // Queued runs and expired leases come from their own partial indexes; the two
-        // lists merge oldest first.
-        let mut found: Vec<(String, i64, ClaimRow)> = Vec::new();
-        for sql in [
-            "SELECT id, status, epoch, owner, lease_expires_at, started_at, rowid FROM runs
-             WHERE status = 'queued' ORDER BY started_at, rowid LIMIT ?2",
-            "SELECT id, status, epoch, owner, lease_expires_at, started_at, rowid FROM runs
-             WHERE status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at <= ?1)
-             ORDER BY started_at, rowid LIMIT ?2",
-        ] {
-            let rows = sqlx::query(sql)
-                .bind(now_ms())
-                .bind(i64::from(limit))
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(backend)?;
-            found.extend(
-                rows.iter()
-                    .map(|r| (r.get("started_at"), r.get("rowid"), ClaimRow::from_row(r))),
-            );
-        }
-        found.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
-        let rows: Vec<ClaimRow> = found
-            .into_iter()
-            .take(limit as usize)
-            .map(|(_, _, r)| r)
-            .collect();
-        let mut out = Vec::with_capacity(rows.len());
-        for row in &rows {
-            out.push(claim_row(&mut tx, row, claim).await?);
-        }
-        tx.commit().await.map_err(backend)?;
-        Ok(out)
+        let claim = claim.clone();
+        self.writer
+            .run(move |c| writer::claim_next(c, &claim, limit))
+            .await
     }
 
     async fn renew(&self, lease: &mut Lease, ttl: Duration) -> Result<Written, StoreError> {

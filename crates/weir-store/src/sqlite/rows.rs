@@ -71,9 +71,9 @@ pub(super) async fn insert_steps(
 /// The stored body of an event: everything but its sequence number, which is the row's key.
 #[derive(serde::Serialize)]
 pub(super) struct Body<'a> {
-    at: &'a str,
+    pub(super) at: &'a str,
     #[serde(flatten)]
-    kind: &'a EventKind,
+    pub(super) kind: &'a EventKind,
 }
 
 /// An event as readers see it, `{"seq", "at", "type", …}`, from its row.

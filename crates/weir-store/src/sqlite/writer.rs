@@ -296,3 +296,220 @@ pub fn renew(
         }
     }
 }
+
+/// Claims up to `limit` runnable runs (queued, or with an expired lease), oldest first, in
+/// one transaction on the synced connection: one hand-off to this thread for the whole
+/// claim instead of a round trip per statement.
+pub fn claim_next(
+    conns: &mut Conns,
+    claim: &weir_core::store::Claim,
+    limit: u32,
+) -> Result<Vec<(weir_core::store::Lease, weir_core::store::Written)>, StoreError> {
+    use super::rows::ClaimRow;
+    let tx = conns
+        .synced
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(backend)?;
+    let now = weir_core::store::now_ms();
+    // Queued runs and expired leases come from their own partial indexes; the two lists
+    // merge oldest first.
+    let mut found: Vec<(String, i64, ClaimRow)> = Vec::new();
+    for sql in [
+        "SELECT id, status, epoch, owner, lease_expires_at, started_at, rowid FROM runs
+         WHERE status = 'queued' ORDER BY started_at, rowid LIMIT ?2",
+        "SELECT id, status, epoch, owner, lease_expires_at, started_at, rowid FROM runs
+         WHERE status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at <= ?1)
+         ORDER BY started_at, rowid LIMIT ?2",
+    ] {
+        let mut st = tx.prepare_cached(sql).map_err(backend)?;
+        let rows = st
+            .query_map(params![now, i64::from(limit)], |r| {
+                Ok((
+                    r.get::<_, String>(5)?,
+                    r.get::<_, i64>(6)?,
+                    ClaimRow {
+                        id: r.get(0)?,
+                        status: RunStatus::parse(&r.get::<_, String>(1)?)
+                            .unwrap_or(RunStatus::Failed),
+                        epoch: r.get::<_, i64>(2)? as u64,
+                        owner: r.get(3)?,
+                        lease_expires_at: r.get(4)?,
+                    },
+                ))
+            })
+            .map_err(backend)?;
+        for row in rows {
+            found.push(row.map_err(backend)?);
+        }
+    }
+    found.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    let at = weir_core::store::now_rfc3339();
+    let mut out = Vec::new();
+    for (_, _, row) in found.into_iter().take(limit as usize) {
+        out.extend(claim_one(&tx, &row, claim, &at)?);
+    }
+    tx.commit().map_err(backend)?;
+    Ok(out)
+}
+
+/// Claims one run checked claimable, inside the caller's transaction; `None` when another
+/// claim moved its epoch first.
+fn claim_one(
+    tx: &rusqlite::Transaction<'_>,
+    row: &super::rows::ClaimRow,
+    claim: &weir_core::store::Claim,
+    at: &str,
+) -> Result<Option<(weir_core::store::Lease, weir_core::store::Written)>, StoreError> {
+    let epoch = row.epoch + 1;
+    let kind = rules::claim_event(&row.view(), &claim.owner, epoch);
+    let expires_at = weir_core::store::now_ms() + claim.ttl.as_millis() as i64;
+    let claimed: Option<(i64, i64)> = tx
+        .prepare_cached(
+            "UPDATE runs SET status = 'running', epoch = ?1, owner = ?2, lease_expires_at = ?3,
+                             event_seq = event_seq + 1
+             WHERE id = ?4 AND epoch = ?5 RETURNING event_seq, cancel_requested",
+        )
+        .map_err(backend)?
+        .query_row(
+            params![
+                epoch as i64,
+                claim.owner,
+                expires_at,
+                row.id,
+                row.epoch as i64
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(backend)?;
+    let Some((seq, cancel)) = claimed else {
+        return Ok(None);
+    };
+    let event = insert_event(tx, &row.id, seq, at, kind)?;
+    Ok(Some((
+        weir_core::store::Lease {
+            run_id: row.id.clone(),
+            owner: claim.owner.clone(),
+            epoch,
+            expires_at,
+        },
+        weir_core::store::Written {
+            events: vec![event],
+            cancel_requested: cancel != 0,
+        },
+    )))
+}
+
+fn insert_event(
+    tx: &rusqlite::Transaction<'_>,
+    run_id: &str,
+    seq: i64,
+    at: &str,
+    kind: weir_core::event::EventKind,
+) -> Result<weir_core::event::RunEvent, StoreError> {
+    let body = serde_json::to_string(&super::rows::Body { at, kind: &kind }).map_err(backend)?;
+    tx.prepare_cached("INSERT INTO run_events (run_id, seq, body) VALUES (?1, ?2, ?3)")
+        .map_err(backend)?
+        .execute(params![run_id, seq, body])
+        .map_err(backend)?;
+    Ok(weir_core::event::RunEvent {
+        seq: seq as u64,
+        at: at.to_string(),
+        kind,
+    })
+}
+
+/// Creates a run (`queued`, or claimed in the same transaction), or returns the run an
+/// earlier request with the same idempotency key created.
+pub fn create_run(
+    conns: &mut Conns,
+    run: &weir_core::store::NewRun,
+    input: &str,
+    snapshot: &str,
+) -> Result<weir_core::store::Created, StoreError> {
+    let tx = conns
+        .synced
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(backend)?;
+    if let Some(key) = &run.idempotency_key {
+        let existing: Option<String> = tx
+            .prepare_cached("SELECT id FROM runs WHERE idempotency_key = ?1")
+            .map_err(backend)?
+            .query_row(params![key], |r| r.get(0))
+            .optional()
+            .map_err(backend)?;
+        if let Some(id) = existing {
+            return Ok(weir_core::store::Created {
+                run_id: id,
+                created: false,
+                lease: None,
+                events: Vec::new(),
+            });
+        }
+    }
+    tx.prepare_cached(
+        "INSERT INTO runs (id, workflow, dialect, status, source_path, source_text, input,
+                           snapshot, cost_usd, started_at, idempotency_key, event_seq,
+                           workflow_id, workflow_version)
+         VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, 0, ?8, ?9, 1, ?10, ?11)",
+    )
+    .map_err(backend)?
+    .execute(params![
+        run.run_id,
+        run.workflow,
+        run.dialect,
+        run.source_path,
+        run.source_text,
+        input,
+        snapshot,
+        run.created_at,
+        run.idempotency_key,
+        run.pin.as_ref().map(|p| p.workflow_id.as_str()),
+        run.pin.as_ref().map(|p| i64::from(p.version)),
+    ])
+    .map_err(|e| match e {
+        rusqlite::Error::SqliteFailure(f, _)
+            if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+        {
+            StoreError::Conflict(format!("run {} already exists", run.run_id))
+        }
+        other => backend(other),
+    })?;
+    let at = weir_core::store::now_rfc3339();
+    let mut events = vec![insert_event(
+        &tx,
+        &run.run_id,
+        1,
+        &at,
+        weir_core::event::EventKind::RunCreated {
+            workflow: run.workflow.clone(),
+        },
+    )?];
+    let lease = match &run.claim {
+        Some(c) => {
+            let row = super::rows::ClaimRow {
+                id: run.run_id.clone(),
+                status: RunStatus::Queued,
+                epoch: 0,
+                owner: None,
+                lease_expires_at: None,
+            };
+            let (lease, w) = claim_one(&tx, &row, c, &at)?.ok_or_else(|| {
+                StoreError::Backend(format!(
+                    "run {} could not be claimed as it was created",
+                    run.run_id
+                ))
+            })?;
+            events.extend(w.events);
+            Some(lease)
+        }
+        None => None,
+    };
+    tx.commit().map_err(backend)?;
+    Ok(weir_core::store::Created {
+        run_id: run.run_id.clone(),
+        created: true,
+        lease,
+        events,
+    })
+}
