@@ -33,7 +33,7 @@ mod rows;
 mod tests;
 mod writer;
 
-use rows::{ClaimRow, End, Fenced, claim_row, event_of, event_value, insert_events, insert_steps};
+use rows::{End, Fenced, event_of, event_value, insert_events, insert_steps};
 use writer::Writer;
 
 pub struct Sqlite {
@@ -234,21 +234,10 @@ impl RunStore for Sqlite {
     }
 
     async fn claim_run(&self, run_id: &str, claim: &Claim) -> Result<(Lease, Written), StoreError> {
-        let mut tx = self.write_tx().await?;
-        let row =
-            sqlx::query("SELECT id, status, epoch, owner, lease_expires_at FROM runs WHERE id = ?")
-                .bind(run_id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(backend)?
-                .map(|r| ClaimRow::from_row(&r))
-                .ok_or_else(|| not_found(run_id))?;
-        if let Some(refusal) = rules::claim_refusal(&row.view(), now_ms()) {
-            return Err(refusal);
-        }
-        let out = claim_row(&mut tx, &row, claim).await?;
-        tx.commit().await.map_err(backend)?;
-        Ok(out)
+        let (run_id, claim) = (run_id.to_string(), claim.clone());
+        self.writer
+            .run(move |c| writer::claim_run(c, &run_id, &claim))
+            .await
     }
 
     async fn claim_next(

@@ -2,15 +2,14 @@
 //! fenced writes of a drive handed to the writer thread.
 
 use serde_json::Value;
-use sqlx::sqlite::SqliteRow;
-use sqlx::{QueryBuilder, Row, Sqlite as Db, SqliteConnection};
+use sqlx::{QueryBuilder, Sqlite as Db, SqliteConnection};
 use weir_core::event::{EventKind, RunEvent};
 use weir_core::record::{RunStatus, Snapshot, StepRecord};
-use weir_core::store::{Claim, Lease, RunUpdate, StoreError, Written, now_ms, now_rfc3339};
+use weir_core::store::{Lease, RunUpdate, StoreError, Written, now_rfc3339};
 
 use super::writer::{self, EndRow, FencedWrite, StepRow};
-use super::{Sqlite, backend, json, parse, status_of};
-use crate::rules::{self, ClaimView};
+use super::{Sqlite, backend, json, parse};
+use crate::rules::ClaimView;
 
 pub(super) async fn insert_steps(
     conn: &mut SqliteConnection,
@@ -222,16 +221,6 @@ pub(super) struct ClaimRow {
 }
 
 impl ClaimRow {
-    pub(super) fn from_row(r: &SqliteRow) -> Self {
-        Self {
-            id: r.get("id"),
-            status: status_of(r, "status"),
-            epoch: r.get::<i64, _>("epoch") as u64,
-            owner: r.get("owner"),
-            lease_expires_at: r.get("lease_expires_at"),
-        }
-    }
-
     pub(super) fn view(&self) -> ClaimView<'_> {
         ClaimView {
             run_id: &self.id,
@@ -241,42 +230,4 @@ impl ClaimRow {
             lease_expires_at: self.lease_expires_at,
         }
     }
-}
-
-/// Claims a run already checked claimable, inside the caller's transaction.
-pub(super) async fn claim_row(
-    conn: &mut SqliteConnection,
-    row: &ClaimRow,
-    claim: &Claim,
-) -> Result<(Lease, Written), StoreError> {
-    let epoch = row.epoch + 1;
-    let event = rules::claim_event(&row.view(), &claim.owner, epoch);
-    let expires_at = now_ms() + claim.ttl.as_millis() as i64;
-    let r = sqlx::query(
-        "UPDATE runs SET status = 'running', epoch = ?, owner = ?, lease_expires_at = ?,
-                         event_seq = event_seq + 1
-         WHERE id = ? AND epoch = ? RETURNING event_seq, cancel_requested",
-    )
-    .bind(epoch as i64)
-    .bind(claim.owner.as_str())
-    .bind(expires_at)
-    .bind(row.id.as_str())
-    .bind(row.epoch as i64)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(backend)?
-    .ok_or_else(|| StoreError::Conflict(format!("run {} was claimed by someone else", row.id)))?;
-    let events = insert_events(conn, &row.id, r.get(0), vec![event]).await?;
-    Ok((
-        Lease {
-            run_id: row.id.clone(),
-            owner: claim.owner.clone(),
-            epoch,
-            expires_at,
-        },
-        Written {
-            events,
-            cancel_requested: r.get::<i64, _>(1) != 0,
-        },
-    ))
 }

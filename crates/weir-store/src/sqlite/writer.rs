@@ -513,3 +513,39 @@ pub fn create_run(
         events,
     })
 }
+
+/// Claims one named run if it is claimable (queued, or its lease expired), else the
+/// refusal of `rules::claim_refusal`.
+pub fn claim_run(
+    conns: &mut Conns,
+    run_id: &str,
+    claim: &weir_core::store::Claim,
+) -> Result<(weir_core::store::Lease, weir_core::store::Written), StoreError> {
+    let tx = conns
+        .synced
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(backend)?;
+    let row = tx
+        .prepare_cached("SELECT id, status, epoch, owner, lease_expires_at FROM runs WHERE id = ?1")
+        .map_err(backend)?
+        .query_row(params![run_id], |r| {
+            Ok(super::rows::ClaimRow {
+                id: r.get(0)?,
+                status: RunStatus::parse(&r.get::<_, String>(1)?).unwrap_or(RunStatus::Failed),
+                epoch: r.get::<_, i64>(2)? as u64,
+                owner: r.get(3)?,
+                lease_expires_at: r.get(4)?,
+            })
+        })
+        .optional()
+        .map_err(backend)?
+        .ok_or_else(|| StoreError::NotFound(format!("no run with id {run_id}")))?;
+    if let Some(refusal) = rules::claim_refusal(&row.view(), weir_core::store::now_ms()) {
+        return Err(refusal);
+    }
+    let at = weir_core::store::now_rfc3339();
+    let out = claim_one(&tx, &row, claim, &at)?
+        .ok_or_else(|| StoreError::Conflict(format!("run {run_id} was claimed by someone else")))?;
+    tx.commit().map_err(backend)?;
+    Ok(out)
+}
