@@ -65,7 +65,25 @@ impl Follow {
                     self.queue.extend(events);
                     continue;
                 }
-                Ok(_) => {}
+                Ok(_) => {
+                    // Nothing after `after`: a run that has ended (a client resuming after its
+                    // final event) or was deleted by retention has nothing more to send.
+                    // (The status changes in the transaction that writes the final event, so
+                    // the log is read once more: the run may have ended since the read above.)
+                    match self.app.store.load_run(&self.run_id).await {
+                        Ok(run) if run.status.is_terminal() => {
+                            match self.app.store.events_after(&self.run_id, self.after).await {
+                                Ok(rest) if !rest.is_empty() => {
+                                    self.queue.extend(rest);
+                                    continue;
+                                }
+                                _ => return None,
+                            }
+                        }
+                        Err(weir_core::store::StoreError::NotFound(_)) => return None,
+                        _ => {}
+                    }
+                }
                 Err(e) => {
                     tracing::warn!("events of run {}: {e}", self.run_id);
                 }

@@ -284,8 +284,15 @@ async fn first_start() {
     let mut joined = early.clone();
     joined.extend(rest);
     assert_eq!(joined, log);
-    // After the end, a new subscriber gets the whole log and the end.
+    // After the end, a new subscriber gets the whole log and the end; one resuming after
+    // the final event gets nothing, and its stream ends too.
     assert_eq!(api.events(&run, None, None).await, log);
+    let last = log.last().unwrap().0;
+    let after_end =
+        tokio::time::timeout(Duration::from_secs(10), api.events(&run, Some(last), None))
+            .await
+            .expect("a stream resumed after the final event ends");
+    assert!(after_end.is_empty(), "{after_end:?}");
     // A bad token is refused; healthz needs none; metrics count the run.
     let bad = reqwest::Client::new()
         .get(format!("{}/api/runs", server.url))
