@@ -132,6 +132,11 @@ pub async fn bench_api() {
     }
     let total_s = start.elapsed().as_secs_f64();
     emit("api", "runs_per_s_end_to_end", n as f64 / total_s, "runs/s");
+    let size = |name: &str| {
+        std::fs::metadata(dir.path().join(name)).map_or(0.0, |m| m.len() as f64 / f64::from(1 << 20))
+    };
+    emit("api", "db_mib", size("weir.db"), "MiB");
+    emit("api", "wal_mib", size("weir.db-wal"), "MiB");
     emit("api", "creates_per_s", n as f64 / create_s, "req/s");
 
     // Latency with idle workers: one run at a time, from `run_created` to the first
