@@ -133,7 +133,8 @@ pub async fn bench_api() {
     let total_s = start.elapsed().as_secs_f64();
     emit("api", "runs_per_s_end_to_end", n as f64 / total_s, "runs/s");
     let size = |name: &str| {
-        std::fs::metadata(dir.path().join(name)).map_or(0.0, |m| m.len() as f64 / f64::from(1 << 20))
+        std::fs::metadata(dir.path().join(name))
+            .map_or(0.0, |m| m.len() as f64 / f64::from(1 << 20))
     };
     emit("api", "db_mib", size("weir.db"), "MiB");
     emit("api", "wal_mib", size("weir.db-wal"), "MiB");
