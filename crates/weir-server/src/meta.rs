@@ -28,9 +28,8 @@ pub async fn healthz(State(app): State<Arc<App>>) -> impl IntoResponse {
 }
 
 #[utoipa::path(get, path = "/metrics", tag = "meta",
-    responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)),
+    security(("bearer" = ["read"])))]
 pub async fn metrics(
     State(app): State<Arc<App>>,
     headers: HeaderMap,

@@ -22,15 +22,48 @@ pub struct ErrorDetail {
     pub details: serde_json::Value,
 }
 
+/// The bearer scheme, and on every operation that needs a token the two answers any of them
+/// gives: 401 (no valid token) and 403 (the token lacks the scope its `security` names).
 struct Bearer;
 
 impl Modify for Bearer {
     fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{RefOr, ResponseBuilder, content::ContentBuilder};
         let components = api.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+        let error = |what: &str| {
+            RefOr::T(
+                ResponseBuilder::new()
+                    .description(what)
+                    .content(
+                        "application/json",
+                        ContentBuilder::new()
+                            .schema(Some(utoipa::openapi::Ref::from_schema_name("ErrorBody")))
+                            .build(),
+                    )
+                    .build(),
+            )
+        };
+        for item in api.paths.paths.values_mut() {
+            for op in [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.delete,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                if op.security.as_ref().is_some_and(|s| !s.is_empty()) {
+                    let r = &mut op.responses.responses;
+                    r.insert("401".into(), error("no valid token"));
+                    r.insert("403".into(), error("the token lacks this route's scope"));
+                }
+            }
+        }
     }
 }
 
@@ -53,9 +86,8 @@ impl Modify for Bearer {
 pub struct Api;
 
 #[utoipa::path(get, path = "/api/openapi.json", tag = "meta",
-    responses((status = 200, description = "this document", body = Object),
-              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, description = "this document", body = Object)),
+    security(("bearer" = ["read"])))]
 pub async fn document(
     axum::extract::State(app): axum::extract::State<std::sync::Arc<crate::App>>,
     headers: axum::http::HeaderMap,

@@ -135,9 +135,8 @@ fn runs_id(id: &str) -> ApiError {
     responses((status = 202, description = "queued; or, for a repeated Idempotency-Key, the run the first request made (`created: false`)", body = RunCreated),
               (status = 404, body = crate::openapi::ErrorBody),
               (status = 413, body = crate::openapi::ErrorBody),
-              (status = 422, description = "the input does not fit the workflow", body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 422, description = "the input does not fit the workflow", body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["run"])))]
 pub async fn create(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -240,9 +239,8 @@ async fn start(
 }
 
 #[utoipa::path(get, path = "/api/runs", tag = "runs", params(ListQuery),
-    responses((status = 200, body = RunList), (status = 422, body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = RunList), (status = 422, body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["read"])))]
 pub async fn list(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -316,9 +314,8 @@ pub async fn list(
 #[utoipa::path(get, path = "/api/runs/{id}", tag = "runs",
     params(("id" = String, Path, description = "run id")),
     responses((status = 200, description = "the run record (DESIGN §10), every step and attempt", body = Object),
-              (status = 404, body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 404, body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["read"])))]
 pub async fn get_one(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -404,9 +401,8 @@ async fn decide(
               (status = 404, body = crate::openapi::ErrorBody),
               (status = 409, description = "not waiting at this gate, or already decided", body = crate::openapi::ErrorBody),
               (status = 413, body = crate::openapi::ErrorBody),
-              (status = 422, body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 422, body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["approve"])))]
 pub async fn approve(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -423,9 +419,8 @@ pub async fn approve(
               (status = 404, body = crate::openapi::ErrorBody),
               (status = 409, description = "not waiting at this gate, or already decided", body = crate::openapi::ErrorBody),
               (status = 413, body = crate::openapi::ErrorBody),
-              (status = 422, body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 422, body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["approve"])))]
 pub async fn reject(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -439,9 +434,8 @@ pub async fn reject(
     params(("id" = String, Path, description = "run id")),
     responses((status = 202, body = Cancelled),
               (status = 404, body = crate::openapi::ErrorBody),
-              (status = 409, description = "the run has ended", body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 409, description = "the run has ended", body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["run"])))]
 pub async fn cancel(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -473,9 +467,8 @@ pub async fn cancel(
     responses((status = 202, description = "the new run, queued", body = RunCreated),
               (status = 404, body = crate::openapi::ErrorBody),
               (status = 413, body = crate::openapi::ErrorBody),
-              (status = 422, description = "`from` names no step of the run, or the version is unknown", body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 422, description = "`from` names no step of the run, or the version is unknown", body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["run"])))]
 pub async fn rerun(
     State(app): State<Arc<App>>,
     headers: HeaderMap,

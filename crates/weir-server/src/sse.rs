@@ -114,9 +114,8 @@ impl Follow {
     responses((status = 200, description = "text/event-stream of the run's events (`id:` is the sequence number)",
                content_type = "text/event-stream", body = String),
               (status = 404, body = crate::openapi::ErrorBody),
-              (status = 422, body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 422, body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["read"])))]
 pub async fn events(
     State(app): State<Arc<App>>,
     headers: HeaderMap,

@@ -108,9 +108,8 @@ fn check_name(name: &str) -> ApiResult<()> {
 }
 
 #[utoipa::path(get, path = "/api/tools", tag = "tools",
-    responses((status = 200, body = ToolList),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = ToolList)),
+    security(("bearer" = ["read"])))]
 pub async fn list_tools(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -146,9 +145,8 @@ pub async fn list_tools(
     responses((status = 201, body = ToolOut),
               (status = 409, description = "weir.toml defines a tool of this name", body = crate::openapi::ErrorBody),
               (status = 413, body = crate::openapi::ErrorBody),
-              (status = 422, body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 422, body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["admin"])))]
 pub async fn create_tool(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -194,9 +192,8 @@ pub async fn create_tool(
 #[utoipa::path(delete, path = "/api/tools/{name}", tag = "tools",
     params(("name" = String, Path, description = "tool name")),
     responses((status = 204, description = "deleted"),
-              (status = 404, body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 404, body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["admin"])))]
 pub async fn delete_tool(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -209,9 +206,8 @@ pub async fn delete_tool(
 }
 
 #[utoipa::path(get, path = "/api/tokens", tag = "tokens",
-    responses((status = 200, body = TokenList),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = TokenList)),
+    security(("bearer" = ["admin"])))]
 pub async fn list_tokens(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -236,9 +232,8 @@ pub async fn list_tokens(
 #[utoipa::path(post, path = "/api/tokens", tag = "tokens",
     request_body(content = TokenBody, content_type = "application/json"),
     responses((status = 201, body = TokenCreated), (status = 413, body = crate::openapi::ErrorBody),
-              (status = 422, body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 422, body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["admin"])))]
 pub async fn create_token(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -265,9 +260,8 @@ pub async fn create_token(
 
 #[utoipa::path(delete, path = "/api/tokens/{id}", tag = "tokens",
     params(("id" = String, Path, description = "token id")),
-    responses((status = 204, description = "revoked"), (status = 404, body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 204, description = "revoked"), (status = 404, body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["admin"])))]
 pub async fn revoke_token(
     State(app): State<Arc<App>>,
     headers: HeaderMap,

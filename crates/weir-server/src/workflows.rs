@@ -210,9 +210,8 @@ async fn save(
 }
 
 #[utoipa::path(get, path = "/api/workflows", tag = "workflows",
-    responses((status = 200, body = WorkflowList), (status = 401, body = crate::openapi::ErrorBody),
-              (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = WorkflowList)),
+    security(("bearer" = ["read"])))]
 pub async fn list(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -234,9 +233,8 @@ pub async fn list(
     responses((status = 201, body = WorkflowOut),
               (status = 409, description = "a workflow with this id exists", body = crate::openapi::ErrorBody),
               (status = 413, body = crate::openapi::ErrorBody),
-              (status = 422, description = "invalid document, with diagnostics", body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 422, description = "invalid document, with diagnostics", body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["admin"])))]
 pub async fn create(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -254,9 +252,8 @@ pub async fn create(
 
 #[utoipa::path(get, path = "/api/workflows/{id}", tag = "workflows",
     params(("id" = String, Path, description = "workflow id")),
-    responses((status = 200, body = WorkflowOut), (status = 404, body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = WorkflowOut), (status = 404, body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["read"])))]
 pub async fn get_one(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -272,9 +269,8 @@ pub async fn get_one(
                  content((Object = "application/json"), (String = "application/yaml"))),
     responses((status = 200, description = "saved as a new version", body = WorkflowOut),
               (status = 413, body = crate::openapi::ErrorBody),
-              (status = 422, body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 422, body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["admin"])))]
 pub async fn put(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -290,9 +286,8 @@ pub async fn put(
 #[utoipa::path(delete, path = "/api/workflows/{id}", tag = "workflows",
     params(("id" = String, Path, description = "workflow id")),
     responses((status = 204, description = "deleted; runs keep the versions they pinned"),
-              (status = 404, body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 404, body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["admin"])))]
 pub async fn delete(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -305,9 +300,8 @@ pub async fn delete(
 
 #[utoipa::path(get, path = "/api/workflows/{id}/versions", tag = "workflows",
     params(("id" = String, Path, description = "workflow id")),
-    responses((status = 200, body = VersionList), (status = 404, body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = VersionList), (status = 404, body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["read"])))]
 pub async fn versions(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -326,9 +320,8 @@ pub async fn versions(
 
 #[utoipa::path(get, path = "/api/workflows/{id}/versions/{v}", tag = "workflows",
     params(("id" = String, Path, description = "workflow id"), ("v" = u32, Path, description = "version")),
-    responses((status = 200, body = VersionOut), (status = 404, body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = VersionOut), (status = 404, body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["read"])))]
 pub async fn version(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -343,9 +336,8 @@ pub async fn version(
 
 #[utoipa::path(post, path = "/api/workflows/{id}/validate", tag = "workflows",
     params(("id" = String, Path, description = "workflow id")),
-    responses((status = 200, body = Validation), (status = 404, body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = Validation), (status = 404, body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["read"])))]
 pub async fn validate_saved(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -365,9 +357,8 @@ pub async fn validate_saved(
                  content((Object = "application/json"), (String = "application/yaml"))),
     responses((status = 200, description = "the diagnostics (a document with errors is still a 200)", body = Validation),
               (status = 413, body = crate::openapi::ErrorBody),
-              (status = 422, description = "the body is not UTF-8 text", body = crate::openapi::ErrorBody),
-              (status = 401, body = crate::openapi::ErrorBody), (status = 403, body = crate::openapi::ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 422, description = "the body is not UTF-8 text", body = crate::openapi::ErrorBody)),
+    security(("bearer" = ["read"])))]
 pub async fn validate_unsaved(
     State(app): State<Arc<App>>,
     headers: HeaderMap,

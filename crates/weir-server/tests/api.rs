@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, to_bytes};
 use axum::http::{Method, Request, StatusCode};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tower::ServiceExt;
 use weir_server::auth::{Scope, mint};
 use weir_server::{App, Options};
@@ -291,7 +291,7 @@ async fn the_openapi_document_covers_every_route() {
         doc["openapi"]
     );
     let paths = doc["paths"].as_object().unwrap();
-    for (method, path, _) in routes() {
+    for (method, path, scope) in routes() {
         let templ = path
             .replace("two-steps", "{id}")
             .replace(
@@ -313,8 +313,23 @@ async fn the_openapi_document_covers_every_route() {
             op["responses"].as_object().unwrap().len() >= 2,
             "{method} {templ}: errors listed"
         );
+        for code in ["401", "403"] {
+            assert!(
+                op["responses"][code].is_object(),
+                "{method} {templ}: {code} listed"
+            );
+        }
+        assert_eq!(
+            op["security"][0]["bearer"],
+            json!([at(scope)]),
+            "{method} {templ}: the document names the scope the route needs"
+        );
     }
     assert!(paths.contains_key("/healthz"));
+    assert!(
+        paths["/healthz"]["get"]["responses"]["401"].is_null(),
+        "healthz needs no token"
+    );
 }
 
 #[tokio::test]
