@@ -306,9 +306,7 @@ pub async fn prune(env: &Env, older_than: &str, statuses: &[String], as_json: bo
         .map_err(|e| crate::Usage(format!("--older-than {e}")))?;
     let statuses = weir_server::retention::statuses(statuses).map_err(crate::Usage)?;
     let store = wiring::store(env, wiring::Open::MustExist).await?;
-    let before = weir_core::store::format_millis(
-        weir_core::store::now_ms() - i64::try_from(age.as_millis()).unwrap_or(i64::MAX),
-    );
+    let before = weir_server::retention::cutoff(age);
     let pruned = RunStore::prune(store.as_ref(), &before, &statuses).await?;
     if as_json {
         println!(

@@ -289,10 +289,7 @@ impl Settings {
             parse_age(&r.older_than).map_err(|e| format!("[retention] older_than: {e}"))?;
             parse_age(&r.every).map_err(|e| format!("[retention] every: {e}"))?;
             for st in &r.statuses {
-                if !matches!(
-                    st.as_str(),
-                    "succeeded" | "failed" | "aborted" | "cancelled"
-                ) {
+                if !crate::record::RunStatus::parse(st).is_some_and(|s| s.is_terminal()) {
                     return Err(format!(
                         "[retention] statuses: `{st}` is not an ended status (succeeded, failed, aborted, cancelled); paused and running runs are never pruned"
                     ));

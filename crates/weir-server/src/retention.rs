@@ -10,17 +10,19 @@ use weir_core::settings::{RetentionSettings, parse_age};
 
 use crate::App;
 
+/// The time before which ended runs go, for an age.
+pub fn cutoff(age: Duration) -> String {
+    weir_core::store::format_millis(
+        weir_core::store::now_ms() - i64::try_from(age.as_millis()).unwrap_or(i64::MAX),
+    )
+}
+
 /// Ended statuses by name; anything else is an error naming the choices.
 pub fn statuses(names: &[String]) -> Result<Vec<RunStatus>, String> {
     names
         .iter()
         .map(|n| match RunStatus::parse(n) {
-            Some(
-                s @ (RunStatus::Succeeded
-                | RunStatus::Failed
-                | RunStatus::Aborted
-                | RunStatus::Cancelled),
-            ) => Ok(s),
+            Some(s) if s.is_terminal() => Ok(s),
             _ => Err(format!(
                 "`{n}` is not an ended status (succeeded, failed, aborted, cancelled); paused, queued and running runs are never pruned"
             )),
@@ -30,10 +32,7 @@ pub fn statuses(names: &[String]) -> Result<Vec<RunStatus>, String> {
 
 /// Deletes what the policy says may go now; returns how many runs were deleted.
 pub async fn prune_once(app: &App, policy: &RetentionSettings) -> Result<usize, String> {
-    let age = parse_age(&policy.older_than)?;
-    let before = weir_core::store::format_millis(
-        weir_core::store::now_ms() - i64::try_from(age.as_millis()).unwrap_or(i64::MAX),
-    );
+    let before = cutoff(parse_age(&policy.older_than)?);
     let ids = app
         .store
         .prune(&before, &statuses(&policy.statuses)?)

@@ -324,18 +324,7 @@ pub fn claim_next(
         let mut st = tx.prepare_cached(sql).map_err(backend)?;
         let rows = st
             .query_map(params![now, i64::from(limit)], |r| {
-                Ok((
-                    r.get::<_, String>(5)?,
-                    r.get::<_, i64>(6)?,
-                    ClaimRow {
-                        id: r.get(0)?,
-                        status: RunStatus::parse(&r.get::<_, String>(1)?)
-                            .unwrap_or(RunStatus::Failed),
-                        epoch: r.get::<_, i64>(2)? as u64,
-                        owner: r.get(3)?,
-                        lease_expires_at: r.get(4)?,
-                    },
-                ))
+                Ok((r.get::<_, String>(5)?, r.get::<_, i64>(6)?, claim_row(r)?))
             })
             .map_err(backend)?;
         for row in rows {
@@ -350,6 +339,17 @@ pub fn claim_next(
     }
     tx.commit().map_err(backend)?;
     Ok(out)
+}
+
+/// `id, status, epoch, owner, lease_expires_at` (the first five columns) as a claim row.
+fn claim_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<super::rows::ClaimRow> {
+    Ok(super::rows::ClaimRow {
+        id: r.get(0)?,
+        status: RunStatus::parse(&r.get::<_, String>(1)?).unwrap_or(RunStatus::Failed),
+        epoch: r.get::<_, i64>(2)? as u64,
+        owner: r.get(3)?,
+        lease_expires_at: r.get(4)?,
+    })
 }
 
 /// Claims one run checked claimable, inside the caller's transaction; `None` when another
@@ -528,15 +528,7 @@ pub fn claim_run(
     let row = tx
         .prepare_cached("SELECT id, status, epoch, owner, lease_expires_at FROM runs WHERE id = ?1")
         .map_err(backend)?
-        .query_row(params![run_id], |r| {
-            Ok(super::rows::ClaimRow {
-                id: r.get(0)?,
-                status: RunStatus::parse(&r.get::<_, String>(1)?).unwrap_or(RunStatus::Failed),
-                epoch: r.get::<_, i64>(2)? as u64,
-                owner: r.get(3)?,
-                lease_expires_at: r.get(4)?,
-            })
-        })
+        .query_row(params![run_id], claim_row)
         .optional()
         .map_err(backend)?
         .ok_or_else(|| StoreError::NotFound(format!("no run with id {run_id}")))?;
