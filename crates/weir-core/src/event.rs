@@ -99,6 +99,20 @@ pub enum EventKind {
         provider: Option<String>,
         reason: String,
     },
+    /// A driver whose lease is no longer the run's tried to write (a zombie woken after its
+    /// lease expired and another driver took the run over); the write changed nothing.
+    StaleWriteRefused {
+        /// The stale driver and the epoch its lease carried.
+        owner: String,
+        epoch: u64,
+        /// The run's current lease holder and epoch (the last claimer, when none is held).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        current_owner: Option<String>,
+        current_epoch: u64,
+        /// What it tried: `heartbeat`, `start_steps`, `commit_step`, `append_events`,
+        /// `finish_run` or `release`.
+        write: String,
+    },
     /// An event written by a weir version before the typed log, kept as it was.
     Legacy { body: Value },
 }
@@ -141,6 +155,7 @@ impl EventKind {
             EventKind::GateDecided { .. } => "gate_decided",
             EventKind::StepReused { .. } => "step_reused",
             EventKind::ModelFallbackBlocked { .. } => "model_fallback_blocked",
+            EventKind::StaleWriteRefused { .. } => "stale_write_refused",
             EventKind::Legacy { .. } => "legacy",
         }
     }

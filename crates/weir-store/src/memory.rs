@@ -167,6 +167,7 @@ impl Memory {
     fn with_lease<T>(
         &self,
         lease: &Lease,
+        write: &str,
         f: impl FnOnce(&mut MemRun, &mut Written) -> T,
     ) -> Result<(T, Written), StoreError> {
         let mut inner = self.inner.lock().expect("memory store lock");
@@ -174,11 +175,10 @@ impl Memory {
             return Err(rules::lease_lost(&lease.run_id, lease.epoch, None));
         };
         if run.epoch != lease.epoch || run.lease_expires_at.is_none() {
-            return Err(rules::lease_lost(
-                &lease.run_id,
-                lease.epoch,
-                Some((run.epoch, run.owner.clone(), run.status)),
-            ));
+            let current = (run.epoch, run.owner.clone(), run.status);
+            let refused = rules::stale_write(&lease.owner, lease.epoch, &current, write);
+            run.append(vec![refused], &mut Written::default());
+            return Err(rules::lease_lost(&lease.run_id, lease.epoch, Some(current)));
         }
         let mut w = Written {
             cancel_requested: run.cancel_requested,
@@ -311,7 +311,9 @@ impl RunStore for Memory {
 
     async fn renew(&self, lease: &mut Lease, ttl: Duration) -> Result<Written, StoreError> {
         let expires = now_ms() + ttl.as_millis() as i64;
-        let ((), w) = self.with_lease(lease, |run, _| run.lease_expires_at = Some(expires))?;
+        let ((), w) = self.with_lease(lease, "heartbeat", |run, _| {
+            run.lease_expires_at = Some(expires)
+        })?;
         lease.expires_at = expires;
         Ok(w)
     }
@@ -322,7 +324,7 @@ impl RunStore for Memory {
         steps: &[StepRecord],
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        let ((), w) = self.with_lease(lease, |run, w| {
+        let ((), w) = self.with_lease(lease, "start_steps", |run, w| {
             if !run.ephemeral {
                 for s in steps {
                     run.steps.insert(s.seq, s.clone());
@@ -334,7 +336,7 @@ impl RunStore for Memory {
     }
 
     async fn commit_step(&self, lease: &Lease, c: StepCommit<'_>) -> Result<Written, StoreError> {
-        let ((), w) = self.with_lease(lease, |run, w| {
+        let ((), w) = self.with_lease(lease, "commit_step", |run, w| {
             // Holding the snapshot would make the driver's next write copy the state.
             if !run.ephemeral {
                 for s in c.started {
@@ -353,7 +355,7 @@ impl RunStore for Memory {
         lease: &Lease,
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        let ((), w) = self.with_lease(lease, |run, w| run.append(events, w))?;
+        let ((), w) = self.with_lease(lease, "append_events", |run, w| run.append(events, w))?;
         Ok(w)
     }
 
@@ -363,7 +365,7 @@ impl RunStore for Memory {
         u: &RunUpdate,
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        let ((), w) = self.with_lease(lease, |run, w| {
+        let ((), w) = self.with_lease(lease, "finish_run", |run, w| {
             run.status = u.status;
             run.error = u.error.clone();
             run.finished_at = u.finished_at.clone();
@@ -388,7 +390,7 @@ impl RunStore for Memory {
         snapshot: &Snapshot,
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        let ((), w) = self.with_lease(lease, |run, w| {
+        let ((), w) = self.with_lease(lease, "release", |run, w| {
             run.status = RunStatus::Queued;
             run.snapshot = snapshot.clone();
             run.lease_expires_at = None;

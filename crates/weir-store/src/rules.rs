@@ -80,6 +80,23 @@ pub fn lease_lost(
     }
 }
 
+/// The event a refused stale write leaves on the run's timeline (the run exists: `current`
+/// is its epoch, last owner and status).
+pub fn stale_write(
+    owner: &str,
+    epoch: u64,
+    current: &(u64, Option<String>, RunStatus),
+    write: &str,
+) -> EventKind {
+    EventKind::StaleWriteRefused {
+        owner: owner.to_string(),
+        epoch,
+        current_owner: current.1.clone(),
+        current_epoch: current.0,
+        write: write.to_string(),
+    }
+}
+
 /// The refusal of a decision on a run that is not (or no longer) paused as it was read.
 pub fn decision_conflict(run_id: &str, status: RunStatus, epoch: u64, expected: u64) -> StoreError {
     if status != RunStatus::Paused {

@@ -274,8 +274,25 @@ async fn expired_lease_is_taken_over_and_the_old_one_fenced(f: Fixture) {
         .await,
         Err(StoreError::LeaseLost { .. })
     ));
-    let after = s.get_record("r1").await.unwrap();
+    // A refused write changes nothing but the timeline, which shows each refusal.
+    let mut after = s.get_record("r1").await.unwrap();
+    let refused: Vec<Value> = after.events.split_off(before.events.len());
     assert_eq!(after, before, "a refused write must change nothing");
+    let writes: Vec<&str> = refused
+        .iter()
+        .map(|e| {
+            assert_eq!(e["type"], "stale_write_refused", "{e}");
+            assert_eq!(e["owner"], "alice", "{e}");
+            assert_eq!(e["current_owner"], "bob", "{e}");
+            assert_eq!(e["epoch"].as_u64(), Some(old.epoch), "{e}");
+            assert_eq!(e["current_epoch"].as_u64(), Some(new.epoch), "{e}");
+            e["write"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(
+        writes,
+        ["commit_step", "start_steps", "heartbeat", "finish_run", "release", "append_events"]
+    );
     // The new lease still works.
     s.finish_run(&new, &done, vec![]).await.unwrap();
     assert_eq!(s.load_run("r1").await.unwrap().status, RunStatus::Succeeded);

@@ -253,10 +253,14 @@ impl RunStore for Sqlite {
 
     async fn renew(&self, lease: &mut Lease, ttl: Duration) -> Result<Written, StoreError> {
         let expires = now_ms() + ttl.as_millis() as i64;
-        let (run_id, epoch) = (lease.run_id.clone(), lease.epoch as i64);
+        let (run_id, epoch, owner) = (
+            lease.run_id.clone(),
+            lease.epoch as i64,
+            lease.owner.clone(),
+        );
         let cancel = self
             .writer
-            .run(move |c| writer::renew(c, &run_id, epoch, expires))
+            .run(move |c| writer::renew(c, &run_id, epoch, &owner, expires))
             .await?;
         lease.expires_at = expires;
         Ok(Written {
@@ -273,6 +277,7 @@ impl RunStore for Sqlite {
     ) -> Result<Written, StoreError> {
         self.fenced(Fenced {
             lease,
+            write: "start_steps",
             visible: true,
             snapshot: None,
             steps: steps.iter().collect(),
@@ -287,6 +292,7 @@ impl RunStore for Sqlite {
         steps.push(c.step);
         self.fenced(Fenced {
             lease,
+            write: "commit_step",
             visible: false,
             snapshot: Some(c.snapshot),
             steps,
@@ -303,6 +309,7 @@ impl RunStore for Sqlite {
     ) -> Result<Written, StoreError> {
         self.fenced(Fenced {
             lease,
+            write: "append_events",
             visible: true,
             snapshot: None,
             steps: Vec::new(),
@@ -320,6 +327,7 @@ impl RunStore for Sqlite {
     ) -> Result<Written, StoreError> {
         self.fenced(Fenced {
             lease,
+            write: "finish_run",
             visible: false,
             snapshot: Some(&u.snapshot),
             steps: Vec::new(),
@@ -337,6 +345,7 @@ impl RunStore for Sqlite {
     ) -> Result<Written, StoreError> {
         self.fenced(Fenced {
             lease,
+            write: "release",
             visible: false,
             snapshot: Some(snapshot),
             steps: Vec::new(),

@@ -133,6 +133,7 @@ pub(super) enum End<'a> {
 /// One write of a drive.
 pub(super) struct Fenced<'a> {
     pub(super) lease: &'a Lease,
+    pub(super) write: &'static str,
     pub(super) visible: bool,
     pub(super) snapshot: Option<&'a Snapshot>,
     pub(super) steps: Vec<&'a StepRecord>,
@@ -172,6 +173,8 @@ impl Sqlite {
         let write = FencedWrite {
             run_id: w.lease.run_id.clone(),
             epoch: w.lease.epoch as i64,
+            owner: w.lease.owner.clone(),
+            write: w.write,
             visible: w.visible,
             snapshot: w.snapshot.map(|s| Ok((json(s)?, s.cost_usd))).transpose()?,
             steps: w

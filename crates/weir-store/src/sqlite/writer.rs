@@ -116,6 +116,9 @@ pub enum EndRow {
 pub struct FencedWrite {
     pub run_id: String,
     pub epoch: i64,
+    /// The lease's owner and what the write is, for the event a refusal leaves.
+    pub owner: String,
+    pub write: &'static str,
     /// Write on the unsynced connection (progress only).
     pub visible: bool,
     pub snapshot: Option<(String, f64)>,
@@ -162,9 +165,7 @@ pub fn fenced(conns: &mut Conns, w: FencedWrite) -> Result<Fenced, StoreError> {
         .optional()
         .map_err(backend)?;
     let Some((last, cancel)) = fence else {
-        let current = holder(&tx, &w.run_id)?;
-        drop(tx);
-        return Err(rules::lease_lost(&w.run_id, w.epoch as u64, current));
+        return Err(refuse(tx, &w.run_id, w.epoch, &w.owner, w.write));
     };
     if !w.steps.is_empty() {
         let mut step = tx
@@ -248,6 +249,36 @@ pub fn fenced(conns: &mut Conns, w: FencedWrite) -> Result<Fenced, StoreError> {
     })
 }
 
+/// Refuses a stale write: leaves a `stale_write_refused` event on the run's timeline (in the
+/// write's own transaction, which changed nothing else) and returns the `LeaseLost`.
+fn refuse(
+    tx: rusqlite::Transaction<'_>,
+    run_id: &str,
+    epoch: i64,
+    owner: &str,
+    write: &str,
+) -> StoreError {
+    let current = match holder(&tx, run_id) {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
+    if let Some(cur) = &current {
+        let kind = rules::stale_write(owner, epoch as u64, cur, write);
+        let noted = tx
+            .prepare_cached(
+                "UPDATE runs SET event_seq = event_seq + 1 WHERE id = ?1 RETURNING event_seq",
+            )
+            .and_then(|mut st| st.query_row(params![run_id], |r| r.get::<_, i64>(0)))
+            .map_err(backend)
+            .and_then(|seq| insert_event(&tx, run_id, seq, &weir_core::store::now_rfc3339(), kind))
+            .and_then(|_| tx.commit().map_err(backend));
+        if let Err(e) = noted {
+            return e;
+        }
+    }
+    rules::lease_lost(run_id, epoch as u64, current)
+}
+
 /// Who holds the run now, for the message of a refused write.
 fn holder(
     conn: &Connection,
@@ -275,6 +306,7 @@ pub fn renew(
     conns: &mut Conns,
     run_id: &str,
     epoch: i64,
+    owner: &str,
     expires: i64,
 ) -> Result<bool, StoreError> {
     let row: Option<i64> = conns
@@ -291,8 +323,11 @@ pub fn renew(
     match row {
         Some(c) => Ok(c != 0),
         None => {
-            let current = holder(&conns.visible, run_id)?;
-            Err(rules::lease_lost(run_id, epoch as u64, current))
+            let tx = conns
+                .visible
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(backend)?;
+            Err(refuse(tx, run_id, epoch, owner, "heartbeat"))
         }
     }
 }
