@@ -216,8 +216,31 @@ pub fn matches(filter: &RunFilter, s: &RunSummary) -> bool {
         })
 }
 
+/// A hint that something changed in a store shared by several processes (Postgres
+/// `LISTEN/NOTIFY`). Hints only: readers and workers still read the store, and poll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wake {
+    /// A run became runnable (created, released, approved).
+    Work,
+    /// A run changed (events appended).
+    Run(String),
+    /// The announcements stopped for a while (the connection dropped and was made again):
+    /// anything may have changed meanwhile.
+    Lost,
+}
+
+/// Receives [`Wake`] hints.
+pub type WakeFn = std::sync::Arc<dyn Fn(Wake) + Send + Sync>;
+
 #[async_trait]
 pub trait RunStore: Send + Sync {
+    /// Starts announcing changes other processes make, to `on`; false when this store has
+    /// no other processes to hear from (SQLite's other processes are found by polling).
+    fn watch(&self, on: WakeFn) -> bool {
+        let _ = on;
+        false
+    }
+
     /// Inserts the run `queued` (or claimed, with [`NewRun::claim`]) with a `run_created`
     /// event; a repeated idempotency key returns the first run.
     async fn create_run(&self, run: &NewRun) -> Result<Created, StoreError>;

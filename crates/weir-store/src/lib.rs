@@ -8,17 +8,58 @@
 //! pass the conformance suite in `tests/conformance.rs`.
 
 mod memory;
+mod postgres;
 mod rules;
 mod schema;
 mod sqlite;
+pub mod testdb;
 
 pub use memory::Memory;
+pub use postgres::{Faults, Postgres, is_postgres_url};
 pub use sqlite::Sqlite;
 
 use std::path::PathBuf;
 
 use serde_json::Value;
+use weir_core::event::{EventKind, RunEvent};
 use weir_core::record::{RunError, RunRecord, RunStatus, Snapshot, StepRecord};
+use weir_core::store::StoreError;
+
+pub(crate) fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+pub(crate) fn json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(backend)
+}
+
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, StoreError> {
+    serde_json::from_str(s).map_err(|e| StoreError::Backend(format!("corrupt stored JSON: {e}")))
+}
+
+/// The stored body of an event: everything but its sequence number, which is the row's key.
+#[derive(serde::Serialize)]
+pub(crate) struct Body<'a> {
+    pub(crate) at: &'a str,
+    #[serde(flatten)]
+    pub(crate) kind: &'a EventKind,
+}
+
+/// An event as readers see it, `{"seq", "at", "type", …}`, from its row.
+pub(crate) fn event_value(seq: i64, body: &str) -> Result<Value, StoreError> {
+    let Value::Object(rest) = parse::<Value>(body)? else {
+        return Err(StoreError::Backend("corrupt stored event".into()));
+    };
+    let mut m = serde_json::Map::with_capacity(rest.len() + 1);
+    m.insert("seq".into(), Value::from(seq));
+    m.extend(rest);
+    Ok(Value::Object(m))
+}
+
+pub(crate) fn event_of(seq: i64, body: &str) -> Result<RunEvent, StoreError> {
+    serde_json::from_value(event_value(seq, body)?)
+        .map_err(|e| StoreError::Backend(format!("corrupt stored event: {e}")))
+}
 
 /// Everything a run record is built from, whichever store read it.
 pub(crate) struct RecordParts<'a> {

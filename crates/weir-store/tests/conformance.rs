@@ -19,6 +19,8 @@ struct Fixture {
     catalog: Arc<dyn Catalog>,
     _dir: Option<tempfile::TempDir>,
     reopen: Option<std::path::PathBuf>,
+    /// Dropped after the stores (fields drop in order).
+    _db: Option<weir_store::testdb::TestDb>,
 }
 
 async fn memory() -> Fixture {
@@ -28,6 +30,7 @@ async fn memory() -> Fixture {
         catalog: m,
         _dir: None,
         reopen: None,
+        _db: None,
     }
 }
 
@@ -40,15 +43,31 @@ async fn sqlite() -> Fixture {
         catalog: s,
         reopen: Some(path),
         _dir: Some(dir),
+        _db: None,
     }
+}
+
+/// A fresh database of its own on the test Postgres server; `None` when there is none (the
+/// case is then skipped, loudly, unless `WEIR_REQUIRE_POSTGRES=1`).
+async fn postgres() -> Option<Fixture> {
+    let db = weir_store::testdb::TestDb::create().await?;
+    let s = Arc::new(weir_store::Postgres::open(&db.url).await.unwrap());
+    Some(Fixture {
+        store: s.clone(),
+        catalog: s,
+        _dir: None,
+        reopen: None,
+        _db: Some(db),
+    })
 }
 
 impl Fixture {
     /// The same data as a process that starts after a crash sees it.
     async fn after_crash(&self) -> Arc<dyn RunStore> {
-        match &self.reopen {
-            Some(p) => Arc::new(weir_store::Sqlite::open(Some(p)).await.unwrap()),
-            None => self.store.clone(),
+        match (&self.reopen, &self._db) {
+            (Some(p), _) => Arc::new(weir_store::Sqlite::open(Some(p)).await.unwrap()),
+            (None, Some(db)) => Arc::new(weir_store::Postgres::open(&db.url).await.unwrap()),
+            (None, None) => self.store.clone(),
         }
     }
 }
@@ -291,7 +310,14 @@ async fn expired_lease_is_taken_over_and_the_old_one_fenced(f: Fixture) {
         .collect();
     assert_eq!(
         writes,
-        ["commit_step", "start_steps", "heartbeat", "finish_run", "release", "append_events"]
+        [
+            "commit_step",
+            "start_steps",
+            "heartbeat",
+            "finish_run",
+            "release",
+            "append_events"
+        ]
     );
     // The new lease still works.
     s.finish_run(&new, &done, vec![]).await.unwrap();
@@ -936,6 +962,14 @@ macro_rules! conformance {
         mod sqlite_store {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() { super::$case(super::sqlite().await).await })*
+        }
+        mod postgres_store {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                if let Some(f) = super::postgres().await {
+                    super::$case(f).await
+                }
+            })*
         }
     };
 }

@@ -6,7 +6,8 @@ use sqlx::sqlite::SqliteRow;
 use weir_core::catalog::{Catalog, NewVersion, TokenRow, ToolRow, WorkflowEntry, WorkflowVersion};
 use weir_core::store::StoreError;
 
-use super::{Sqlite, backend, parse};
+use super::Sqlite;
+use crate::{backend, parse};
 
 fn version_of(r: &SqliteRow) -> WorkflowVersion {
     WorkflowVersion {

@@ -33,7 +33,8 @@ mod rows;
 mod tests;
 mod writer;
 
-use rows::{End, Fenced, event_of, event_value, insert_events, insert_steps};
+use crate::{backend, event_of, event_value, json, parse};
+use rows::{End, Fenced, insert_events, insert_steps};
 use writer::Writer;
 
 pub struct Sqlite {
@@ -44,18 +45,6 @@ pub struct Sqlite {
     writer: Writer,
     /// The folder of a throwaway database (`sqlite::memory:`), removed with the store.
     _scratch: Option<tempfile::TempDir>,
-}
-
-fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
-}
-
-fn json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
-    serde_json::to_string(v).map_err(backend)
-}
-
-fn parse<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, StoreError> {
-    serde_json::from_str(s).map_err(|e| StoreError::Backend(format!("corrupt stored JSON: {e}")))
 }
 
 fn status_of(row: &SqliteRow, col: &str) -> RunStatus {

@@ -1,15 +1,15 @@
 //! Rows: events and steps as the SQLite store writes them, the claim of one run, and the
 //! fenced writes of a drive handed to the writer thread.
 
-use serde_json::Value;
 use sqlx::{QueryBuilder, Sqlite as Db, SqliteConnection};
 use weir_core::event::{EventKind, RunEvent};
 use weir_core::record::{RunStatus, Snapshot, StepRecord};
 use weir_core::store::{Lease, RunUpdate, StoreError, Written, now_rfc3339};
 
+use super::Sqlite;
 use super::writer::{self, EndRow, FencedWrite, StepRow};
-use super::{Sqlite, backend, json, parse};
 use crate::rules::ClaimView;
+use crate::{Body, backend, json};
 
 pub(super) async fn insert_steps(
     conn: &mut SqliteConnection,
@@ -65,30 +65,6 @@ pub(super) async fn insert_steps(
         q.build().execute(&mut *conn).await.map_err(backend)?;
     }
     Ok(())
-}
-
-/// The stored body of an event: everything but its sequence number, which is the row's key.
-#[derive(serde::Serialize)]
-pub(super) struct Body<'a> {
-    pub(super) at: &'a str,
-    #[serde(flatten)]
-    pub(super) kind: &'a EventKind,
-}
-
-/// An event as readers see it, `{"seq", "at", "type", …}`, from its row.
-pub(super) fn event_value(seq: i64, body: &str) -> Result<Value, StoreError> {
-    let Value::Object(rest) = parse::<Value>(body)? else {
-        return Err(StoreError::Backend("corrupt stored event".into()));
-    };
-    let mut m = serde_json::Map::with_capacity(rest.len() + 1);
-    m.insert("seq".into(), Value::from(seq));
-    m.extend(rest);
-    Ok(Value::Object(m))
-}
-
-pub(super) fn event_of(seq: i64, body: &str) -> Result<RunEvent, StoreError> {
-    serde_json::from_value(event_value(seq, body)?)
-        .map_err(|e| StoreError::Backend(format!("corrupt stored event: {e}")))
 }
 
 /// Appends events from sequence number `first` on (reserved by the caller's `UPDATE`).

@@ -442,7 +442,7 @@ fn insert_event(
     at: &str,
     kind: weir_core::event::EventKind,
 ) -> Result<weir_core::event::RunEvent, StoreError> {
-    let body = serde_json::to_string(&super::rows::Body { at, kind: &kind }).map_err(backend)?;
+    let body = serde_json::to_string(&crate::Body { at, kind: &kind }).map_err(backend)?;
     tx.prepare_cached("INSERT INTO run_events (run_id, seq, body) VALUES (?1, ?2, ?3)")
         .map_err(backend)?
         .execute(params![run_id, seq, body])

@@ -1,0 +1,107 @@
+//! The Postgres schema, applied in order on open under an advisory lock (several workers may
+//! start at once). Append only; never edit a released entry.
+
+pub const MIGRATIONS: &[(i64, &str)] = &[(
+    1,
+    r#"
+-- Runs: one row each, updated in place by every write of a drive (event_seq, snapshot), so
+-- the fill factor leaves room for HOT updates.
+CREATE TABLE runs (
+    id               TEXT PRIMARY KEY,
+    workflow         TEXT NOT NULL,
+    dialect          TEXT NOT NULL,
+    status           TEXT NOT NULL,
+    source_path      TEXT NOT NULL,
+    source_text      TEXT NOT NULL,
+    input            TEXT NOT NULL,
+    snapshot         TEXT NOT NULL,
+    error            TEXT,
+    cost_usd         DOUBLE PRECISION NOT NULL DEFAULT 0,
+    started_at       TEXT NOT NULL,
+    finished_at      TEXT,
+    epoch            BIGINT NOT NULL DEFAULT 0,
+    owner            TEXT,
+    cancel_requested BOOLEAN NOT NULL DEFAULT FALSE,
+    idempotency_key  TEXT UNIQUE,
+    event_seq        BIGINT NOT NULL DEFAULT 0,
+    workflow_id      TEXT,
+    workflow_version INTEGER
+) WITH (fillfactor = 70);
+CREATE INDEX runs_list ON runs (started_at DESC, id DESC);
+CREATE INDEX runs_ended ON runs (finished_at) WHERE finished_at IS NOT NULL;
+-- The hot queue: a row per runnable or leased run, and only those (a paused or ended run
+-- has none), so the claim scans a table the size of the work in flight however large
+-- `runs` grows. `visible_at` (unix ms) is when the row may be claimed: its enqueue time
+-- while queued, its lease's expiry while leased.
+CREATE TABLE queue (
+    run_id      TEXT PRIMARY KEY,
+    n           BIGINT GENERATED ALWAYS AS IDENTITY,
+    visible_at  BIGINT NOT NULL,
+    leased      BOOLEAN NOT NULL DEFAULT FALSE,
+    epoch       BIGINT NOT NULL DEFAULT 0
+) WITH (fillfactor = 50);
+CREATE INDEX queue_claim ON queue (visible_at, n);
+CREATE TABLE steps (
+    run_id       TEXT NOT NULL,
+    seq          BIGINT NOT NULL,
+    node_id      TEXT NOT NULL,
+    node_type    TEXT NOT NULL,
+    visit        BIGINT NOT NULL,
+    status       TEXT NOT NULL,
+    route        TEXT,
+    input        TEXT NOT NULL,
+    output       TEXT NOT NULL,
+    error        TEXT,
+    cost_usd     DOUBLE PRECISION NOT NULL DEFAULT 0,
+    tokens_in    BIGINT NOT NULL DEFAULT 0,
+    tokens_out   BIGINT NOT NULL DEFAULT 0,
+    started_at   TEXT NOT NULL,
+    finished_at  TEXT,
+    duration_ms  BIGINT,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE attempts (
+    run_id  TEXT NOT NULL,
+    seq     BIGINT NOT NULL,
+    n       BIGINT NOT NULL,
+    body    TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq, n)
+);
+-- `body` is the event without its `seq` (the key): `{"at", "type", …}`.
+CREATE TABLE run_events (
+    run_id  TEXT NOT NULL,
+    seq     BIGINT NOT NULL,
+    body    TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE workflows (
+    id          TEXT PRIMARY KEY,
+    latest      BIGINT NOT NULL,
+    created_at  TEXT NOT NULL,
+    deleted_at  TEXT
+);
+CREATE TABLE workflow_versions (
+    workflow_id TEXT NOT NULL,
+    version     BIGINT NOT NULL,
+    name        TEXT NOT NULL,
+    dialect     TEXT NOT NULL,
+    format      TEXT NOT NULL,
+    source      TEXT NOT NULL,
+    created_at  TEXT NOT NULL,
+    PRIMARY KEY (workflow_id, version)
+);
+CREATE TABLE tokens (
+    id          TEXT PRIMARY KEY,
+    name        TEXT NOT NULL,
+    scope       TEXT NOT NULL,
+    hash        BYTEA NOT NULL,
+    created_at  TEXT NOT NULL,
+    revoked_at  TEXT
+);
+CREATE TABLE tools (
+    name        TEXT PRIMARY KEY,
+    definition  TEXT NOT NULL,
+    created_at  TEXT NOT NULL
+);
+"#,
+)];
