@@ -79,7 +79,7 @@ pub async fn serve(env: &Env, args: ServeArgs) -> Result<u8> {
         "weir serve: listening on http://{addr} with {} worker{} (store {})",
         args.workers,
         if args.workers == 1 { "" } else { "s" },
-        env.db
+        wiring::redact_url(&env.db)
     );
     if args.workers == 0 {
         println!(
@@ -109,7 +109,7 @@ pub async fn worker(
         "weir worker {}: driving up to {concurrency} run{} at once from {}",
         app.options.owner,
         if concurrency == 1 { "" } else { "s" },
-        env.db
+        wiring::redact_url(&env.db)
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let handles = app.start_workers(stop_rx);

@@ -17,10 +17,7 @@ pub struct Env {
 
 /// Lease timing from `[lease]` in weir.toml.
 pub fn lease_timing(s: &Settings) -> weir_engine::LeaseTiming {
-    weir_engine::LeaseTiming {
-        ttl: std::time::Duration::from_secs_f64(s.lease.ttl_seconds),
-        heartbeat: std::time::Duration::from_secs_f64(s.lease.heartbeat_seconds),
-    }
+    weir_engine::LeaseTiming::of(&s.lease)
 }
 
 /// Reads `weir.toml`: `--config`, else `$WEIR_CONFIG`, else `./weir.toml` when it exists.
@@ -55,9 +52,19 @@ pub enum Open {
 #[error("no weir database at {0} (check --db or WEIR_DB; `weir run` creates one)")]
 pub struct NoDatabase(pub String);
 
-/// Opens the store a command named (`--db`, `$WEIR_DB`, the default).
-pub async fn store(env: &Env, open: Open) -> Result<Arc<weir_store::Sqlite>> {
+/// Opens the store a command named (`--db`, `$WEIR_DB`, the default): Postgres for a
+/// `postgres://` URL, else SQLite.
+pub async fn store(env: &Env, open: Open) -> Result<Arc<dyn weir_store::Backend>> {
     let db = &env.db;
+    if weir_store::is_postgres_url(db) {
+        let store = weir_store::Postgres::open(db).await.map_err(|e| {
+            crate::Usage(format!(
+                "cannot open the run store at {}: {e} (is the Postgres server up, and does the database exist?)",
+                redact_url(db)
+            ))
+        })?;
+        return Ok(Arc::new(store));
+    }
     let path = weir_store::sqlite_path(db).map_err(|e| crate::Usage(format!("--db {db}: {e}")))?;
     if open == Open::MustExist
         && let Some(p) = &path
@@ -73,6 +80,20 @@ pub async fn store(env: &Env, open: Open) -> Result<Arc<weir_store::Sqlite>> {
             ))
         })?;
     Ok(Arc::new(store))
+}
+
+/// A database URL without its password, for messages.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let userinfo = &url[s + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
 }
 
 pub async fn services(env: &Env, open: Open) -> Result<Services> {

@@ -106,6 +106,9 @@ pub enum ErrorCode {
     GateRejected,
     /// Someone cancelled the run.
     Cancelled,
+    /// The run was taken over from dead drivers more times in a row than `[lease]
+    /// max_takeovers` allows, with no step finishing in between (a poison step).
+    TakeoverLimit,
     /// A bug in weir (a node panicked, the snapshot names an unknown node).
     Internal,
 }
@@ -117,6 +120,7 @@ impl ErrorCode {
         ErrorCode::EndFailed,
         ErrorCode::GateRejected,
         ErrorCode::Cancelled,
+        ErrorCode::TakeoverLimit,
         ErrorCode::Internal,
     ];
 
@@ -127,6 +131,7 @@ impl ErrorCode {
             ErrorCode::EndFailed => "end_failed",
             ErrorCode::GateRejected => "gate_rejected",
             ErrorCode::Cancelled => "cancelled",
+            ErrorCode::TakeoverLimit => "takeover_limit",
             ErrorCode::Internal => "internal",
         }
     }

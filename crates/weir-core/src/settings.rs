@@ -150,6 +150,11 @@ pub struct LeaseSettings {
     pub ttl_seconds: f64,
     #[serde(default = "default_heartbeat")]
     pub heartbeat_seconds: f64,
+    /// Takeovers (a lease expired with steps in flight) in a row, with no step finishing in
+    /// between, after which a run fails instead of being taken over again: a step that
+    /// kills every worker that runs it must not loop forever.
+    #[serde(default = "default_max_takeovers")]
+    pub max_takeovers: u32,
 }
 
 impl Default for LeaseSettings {
@@ -157,6 +162,7 @@ impl Default for LeaseSettings {
         Self {
             ttl_seconds: default_ttl(),
             heartbeat_seconds: default_heartbeat(),
+            max_takeovers: default_max_takeovers(),
         }
     }
 }
@@ -167,6 +173,10 @@ fn default_ttl() -> f64 {
 
 fn default_heartbeat() -> f64 {
     5.0
+}
+
+fn default_max_takeovers() -> u32 {
+    5
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

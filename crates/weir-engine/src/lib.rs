@@ -136,14 +136,25 @@ pub struct Source {
 pub struct LeaseTiming {
     pub ttl: Duration,
     pub heartbeat: Duration,
+    /// Takeovers in a row (no step finishing between them) after which a run fails with
+    /// `takeover_limit` instead of being taken over again.
+    pub max_takeovers: u32,
+}
+
+impl LeaseTiming {
+    /// `[lease]` of weir.toml.
+    pub fn of(s: &weir_core::settings::LeaseSettings) -> Self {
+        Self {
+            ttl: Duration::from_secs_f64(s.ttl_seconds),
+            heartbeat: Duration::from_secs_f64(s.heartbeat_seconds),
+            max_takeovers: s.max_takeovers,
+        }
+    }
 }
 
 impl Default for LeaseTiming {
     fn default() -> Self {
-        Self {
-            ttl: Duration::from_secs(30),
-            heartbeat: Duration::from_secs(5),
-        }
+        Self::of(&weir_core::settings::LeaseSettings::default())
     }
 }
 

@@ -125,7 +125,23 @@ impl<'e> Run<'e> {
                 s
             })
             .collect();
+        let poisoned = match interrupted.first() {
+            Some(step) => Some(takeovers_in_a_row(engine, &lease.run_id).await?)
+                .filter(|n| *n > engine.lease.max_takeovers)
+                .map(|n| RunError {
+                    code: ErrorCode::TakeoverLimit,
+                    message: format!(
+                        "the run was taken over {n} times in a row from drivers that stopped while running step {} ({}), with no step finishing in between (the limit is [lease] max_takeovers = {}); it is not taken over again",
+                        step.seq, step.node_id, engine.lease.max_takeovers
+                    ),
+                    node_id: Some(step.node_id.clone()),
+                }),
+            None => None,
+        };
         let mut run = Self::new(engine, wf, lease, snapshot);
+        if let Some(err) = poisoned {
+            run.fail(err);
+        }
         if let Some((first, rest)) = interrupted.split_first() {
             let events: Vec<EventKind> = interrupted.iter().map(finished_event).collect();
             let w = store
@@ -907,4 +923,23 @@ pub fn view(
         }
     }
     out
+}
+
+/// How many times in a row the run was taken over from a driver that stopped (its lease
+/// expired), counting back to the last step that finished (other than the steps cancelled
+/// by the takeovers themselves).
+async fn takeovers_in_a_row(engine: &Engine, run_id: &str) -> Result<u32, Error> {
+    let events = engine.services.store.events_after(run_id, 0).await?;
+    let mut n = 0;
+    for e in events.iter().rev() {
+        match &e.kind {
+            EventKind::RunResumed {
+                took_over_from: Some(_),
+                ..
+            } => n += 1,
+            EventKind::StepFinished { status, .. } if *status != StepStatus::Cancelled => break,
+            _ => {}
+        }
+    }
+    Ok(n)
 }

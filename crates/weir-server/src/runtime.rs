@@ -12,7 +12,7 @@ use weir_core::catalog::Catalog;
 use weir_core::event::{EventKind, RunEvent};
 use weir_core::record::{ErrorCode, RunError, RunStatus};
 use weir_core::settings::{CustomTool, Settings};
-use weir_core::store::{Lease, RunUpdate};
+use weir_core::store::{Lease, RunUpdate, Wake};
 use weir_core::{Diagnostic, RunStore, Workflow};
 use weir_dialects::Capabilities;
 use weir_engine::{Engine, EventSink, LeaseTiming, Services};
@@ -254,6 +254,16 @@ impl App {
         let metrics = Arc::new(Metrics::default());
         let interrupt = Arc::new(Notify::new());
         let drain = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // A store shared with other processes (Postgres) announces their changes: runs to
+        // claim for the workers, new events for the SSE streams. Polling stays the fallback.
+        let heard = Arc::downgrade(&hub);
+        store.watch(Arc::new(move |w| {
+            let Some(hub) = heard.upgrade() else { return };
+            match w {
+                Wake::Work | Wake::Lost => hub.work.notify_one(),
+                Wake::Run(id) => hub.changed(&id),
+            }
+        }));
         let saved = catalog.tools().await.map_err(|e| e.to_string())?;
         let runtime = build(
             &settings, &saved, &store, &hub, &metrics, &options, &interrupt, &drain,
@@ -331,6 +341,9 @@ impl App {
     async fn work(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut drives = tokio::task::JoinSet::new();
         let most = self.options.runs_per_worker.max(1);
+        // After a failed claim (the database restarting, unreachable), wait longer each time,
+        // up to 5 s, then carry on where the store left off.
+        let mut backoff: Option<Duration> = None;
         loop {
             if *stop.borrow() {
                 break;
@@ -339,7 +352,13 @@ impl App {
             let free = most.saturating_sub(drives.len());
             if free > 0 {
                 let rt = self.runtime();
-                match rt.engine.claim_next(free as u32).await {
+                let claimed = rt.engine.claim_next(free as u32).await;
+                if claimed.is_ok()
+                    && let Some(b) = backoff.take()
+                {
+                    tracing::warn!("worker: the store answers again (after backing off {b:?})");
+                }
+                match claimed {
                     Ok(leases) if !leases.is_empty() => {
                         for lease in leases {
                             let (app, rt) = (self.clone(), rt.clone());
@@ -349,8 +368,15 @@ impl App {
                     }
                     Ok(_) => {}
                     Err(e) => {
-                        tracing::warn!("worker: cannot claim runs: {e}");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        let wait = backoff.map_or(Duration::from_millis(250), |b| {
+                            (b * 2).min(Duration::from_secs(5))
+                        });
+                        tracing::warn!("worker: cannot claim runs: {e}; retrying in {wait:?}");
+                        backoff = Some(wait);
+                        tokio::select! {
+                            _ = tokio::time::sleep(wait) => {}
+                            _ = stop.changed() => {}
+                        }
                         continue;
                     }
                 }
@@ -479,10 +505,7 @@ fn build(
         }),
     );
     engine.owner = options.owner.clone();
-    engine.lease = LeaseTiming {
-        ttl: Duration::from_secs_f64(settings.lease.ttl_seconds),
-        heartbeat: Duration::from_secs_f64(settings.lease.heartbeat_seconds),
-    };
+    engine.lease = LeaseTiming::of(&settings.lease);
     engine.max_input_bytes = settings.limits.input_bytes;
     engine.interrupt = Some(interrupt.clone());
     engine.drain = drain.clone();

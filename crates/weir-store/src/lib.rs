@@ -110,16 +110,18 @@ fn duration_between(start: &str, end: &str) -> Option<u64> {
     u64::try_from((b - a).num_milliseconds()).ok()
 }
 
-/// Where the store lives, from `--db` / `WEIR_DB`: `sqlite://path`, `sqlite::memory:` or a
-/// plain file path.
+/// A store with its catalog: what `weir serve`, `weir worker` and the CLI open.
+pub trait Backend: weir_core::RunStore + weir_core::catalog::Catalog {}
+impl<T: weir_core::RunStore + weir_core::catalog::Catalog> Backend for T {}
+
+/// Where a SQLite store lives, from `--db` / `WEIR_DB`: `sqlite://path`, `sqlite::memory:`
+/// or a plain file path (`postgres://…` URLs are opened with [`Postgres::open`]).
 pub fn sqlite_path(url: &str) -> Result<Option<PathBuf>, String> {
     if url == "sqlite::memory:" || url == ":memory:" {
         return Ok(None);
     }
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return Err(
-            "the Postgres store is not available in this version of weir; use a SQLite path".into(),
-        );
+    if is_postgres_url(url) {
+        return Err("a Postgres URL is not a SQLite path".into());
     }
     let path = url
         .strip_prefix("sqlite://")

@@ -176,8 +176,9 @@ impl Memory {
         };
         if run.epoch != lease.epoch || run.lease_expires_at.is_none() {
             let current = (run.epoch, run.owner.clone(), run.status);
-            let refused = rules::stale_write(&lease.owner, lease.epoch, &current, write);
-            run.append(vec![refused], &mut Written::default());
+            if let Some(refused) = rules::stale_write(&lease.owner, lease.epoch, &current, write) {
+                run.append(vec![refused], &mut Written::default());
+            }
             return Err(rules::lease_lost(&lease.run_id, lease.epoch, Some(current)));
         }
         let mut w = Written {

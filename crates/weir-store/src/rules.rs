@@ -81,20 +81,22 @@ pub fn lease_lost(
 }
 
 /// The event a refused stale write leaves on the run's timeline (the run exists: `current`
-/// is its epoch, last owner and status).
+/// is its epoch, last owner and status): only when another driver claimed the run since.
+/// A write with the run's own epoch after its drive ended (a heartbeat racing the end of
+/// the run) is refused without a trace: nobody was overwritten.
 pub fn stale_write(
     owner: &str,
     epoch: u64,
     current: &(u64, Option<String>, RunStatus),
     write: &str,
-) -> EventKind {
-    EventKind::StaleWriteRefused {
+) -> Option<EventKind> {
+    (current.0 != epoch).then(|| EventKind::StaleWriteRefused {
         owner: owner.to_string(),
         epoch,
         current_owner: current.1.clone(),
         current_epoch: current.0,
         write: write.to_string(),
-    }
+    })
 }
 
 /// The refusal of a decision on a run that is not (or no longer) paused as it was read.

@@ -11,6 +11,7 @@ mod hardening;
 mod lifecycle;
 mod machine;
 mod pipeline;
+mod postgres;
 mod providers;
 mod scheduling;
 mod secrets;

@@ -11,15 +11,15 @@ use serde_json::{Value, json};
 
 use crate::support::{Fake, Reply, Weir};
 
-struct Server {
-    child: Child,
-    url: String,
+pub(crate) struct Server {
+    pub(crate) child: Child,
+    pub(crate) url: String,
     output: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
     /// Starts `weir serve` on a free port and waits until it listens.
-    fn start(w: &Weir, extra: &[&str]) -> Self {
+    pub(crate) fn start(w: &Weir, extra: &[&str]) -> Self {
         let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
         args.extend_from_slice(extra);
         let mut child = w.spawn(&args);
@@ -44,7 +44,7 @@ impl Server {
         Self { child, url, output }
     }
 
-    fn first_token(&self) -> Option<String> {
+    pub(crate) fn first_token(&self) -> Option<String> {
         self.output
             .lock()
             .unwrap()
@@ -52,12 +52,12 @@ impl Server {
             .find_map(|l| l.trim().strip_prefix("weir_").map(|t| format!("weir_{t}")))
     }
 
-    fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
-    fn terminate(mut self) -> std::process::ExitStatus {
+    pub(crate) fn terminate(mut self) -> std::process::ExitStatus {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
         let start = Instant::now();
@@ -80,14 +80,14 @@ impl Drop for Server {
     }
 }
 
-struct Client {
+pub(crate) struct Client {
     http: reqwest::Client,
     base: String,
     token: String,
 }
 
 impl Client {
-    fn new(server: &Server, token: &str) -> Self {
+    pub(crate) fn new(server: &Server, token: &str) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
         Self {
             http: reqwest::Client::new(),
@@ -96,7 +96,12 @@ impl Client {
         }
     }
 
-    async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    pub(crate) async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let mut req = self
             .http
             .request(method, format!("{}{path}", self.base))
@@ -113,15 +118,15 @@ impl Client {
         )
     }
 
-    async fn get(&self, path: &str) -> Value {
+    pub(crate) async fn get(&self, path: &str) -> Value {
         self.send(reqwest::Method::GET, path, None).await.1
     }
 
-    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         self.send(reqwest::Method::POST, path, Some(body)).await
     }
 
-    async fn wait_for(&self, run: &str, done: impl Fn(&str) -> bool) -> Value {
+    pub(crate) async fn wait_for(&self, run: &str, done: impl Fn(&str) -> bool) -> Value {
         let start = Instant::now();
         loop {
             let r = self.get(&format!("/api/runs/{run}")).await;
@@ -139,7 +144,7 @@ impl Client {
 
     /// Reads the run's SSE stream: `(id, type)` of every event, until the stream ends or
     /// `stop_after` events were read.
-    async fn events(
+    pub(crate) async fn events(
         &self,
         run: &str,
         last: Option<u64>,
@@ -181,7 +186,7 @@ impl Client {
 }
 
 /// Runs an async test body on its own runtime (the fake provider has another).
-fn block<F: std::future::Future>(f: F) -> F::Output {
+pub(crate) fn block<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .enable_all()

@@ -3,7 +3,8 @@
 //!
 //! - **Queue**: a small hot table (`queue`) holds a row per queued or leased run and nothing
 //!   else; `visible_at` is when a row may be claimed (its enqueue time, or its lease's expiry),
-//!   so one index serves the claim, which takes a batch with `FOR UPDATE SKIP LOCKED`.
+//!   and two partial indexes serve the claim (expired leases first, then queued runs oldest
+//!   first), which takes a batch with `FOR UPDATE SKIP LOCKED`.
 //! - **Fencing**: every write of a drive is one statement whose first part is
 //!   `UPDATE runs … WHERE id = $1 AND epoch = $2 AND status = 'running'`; the step rows,
 //!   attempts, events and queue change only happen when that matched, so a stale driver's
@@ -405,7 +406,9 @@ impl Postgres {
             row.get::<Option<String>, _>(1),
             status_of(&row, "status"),
         );
-        let kind = rules::stale_write(&lease.owner, lease.epoch, &current, write);
+        let Some(kind) = rules::stale_write(&lease.owner, lease.epoch, &current, write) else {
+            return Ok(Some(current));
+        };
         let seq: i64 = sqlx::query(
             "UPDATE runs SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq",
         )
@@ -705,14 +708,24 @@ impl RunStore for Postgres {
         let now = now_ms();
         let expires_at = now + claim.ttl.as_millis() as i64;
         let mut tx = self.pool.begin().await.map_err(backend)?;
-        // Queue rows first, then their runs, both skipping what others hold: a claim never
-        // waits on a lock, so it cannot deadlock with a drive's write (runs, then queue).
+        // Expired leases first (runs under way whose driver died: their successors should not
+        // wait behind a backlog), then queued runs oldest first. Queue rows first, then their
+        // runs, both skipping what others hold: a claim never waits on a lock, so it cannot
+        // deadlock with a drive's write (runs, then queue).
         let rows = sqlx::query(
-            "WITH picked AS (
-                SELECT run_id, visible_at, n FROM queue WHERE visible_at <= $1
-                ORDER BY visible_at, n LIMIT $2 FOR UPDATE SKIP LOCKED
+            "WITH expired AS (
+                SELECT run_id, 0 AS pri, visible_at, n FROM queue
+                WHERE leased AND visible_at <= $1
+                ORDER BY visible_at LIMIT $2 FOR UPDATE SKIP LOCKED
+            ), ready AS (
+                SELECT run_id, 1 AS pri, visible_at, n FROM queue
+                WHERE NOT leased AND visible_at <= $1
+                ORDER BY visible_at, n LIMIT ($2 - (SELECT COUNT(*) FROM expired))
+                FOR UPDATE SKIP LOCKED
+            ), picked AS (
+                SELECT * FROM expired UNION ALL SELECT * FROM ready
             ), old AS (
-                SELECT r.id, r.status, r.epoch, r.owner, p.visible_at, p.n
+                SELECT r.id, r.status, r.epoch, r.owner, p.pri, p.visible_at, p.n
                 FROM runs r JOIN picked p ON r.id = p.run_id
                 WHERE r.status IN ('queued', 'running') FOR UPDATE OF r SKIP LOCKED
             ), upd AS (
@@ -726,7 +739,7 @@ impl RunStore for Postgres {
             )
             SELECT upd.id, upd.epoch, upd.event_seq, upd.cancel_requested, old.status,
                    old.owner, old.epoch AS old_epoch
-            FROM upd JOIN old ON old.id = upd.id ORDER BY old.visible_at, old.n",
+            FROM upd JOIN old ON old.id = upd.id ORDER BY old.pri, old.visible_at, old.n",
         )
         .bind(now)
         .bind(i64::from(limit))

@@ -40,7 +40,9 @@ CREATE TABLE queue (
     leased      BOOLEAN NOT NULL DEFAULT FALSE,
     epoch       BIGINT NOT NULL DEFAULT 0
 ) WITH (fillfactor = 50);
-CREATE INDEX queue_claim ON queue (visible_at, n);
+-- Claims take expired leases first (runs already under way), then queued runs oldest first.
+CREATE INDEX queue_ready ON queue (visible_at, n) WHERE NOT leased;
+CREATE INDEX queue_leases ON queue (visible_at) WHERE leased;
 CREATE TABLE steps (
     run_id       TEXT NOT NULL,
     seq          BIGINT NOT NULL,

@@ -262,8 +262,10 @@ fn refuse(
         Ok(c) => c,
         Err(e) => return e,
     };
-    if let Some(cur) = &current {
-        let kind = rules::stale_write(owner, epoch as u64, cur, write);
+    if let Some(kind) = current
+        .as_ref()
+        .and_then(|cur| rules::stale_write(owner, epoch as u64, cur, write))
+    {
         let noted = tx
             .prepare_cached(
                 "UPDATE runs SET event_seq = event_seq + 1 WHERE id = ?1 RETURNING event_seq",

@@ -1,0 +1,563 @@
+//! Scale-out on Postgres through the real binaries (DESIGN §8): `weir serve` replicas and
+//! `weir worker` processes sharing one database; SIGKILLed workers; zombie workers woken
+//! after their leases expired; a Postgres restart under load. Each test makes a database of
+//! its own (or, for the restart, a Postgres server of its own) and drops it. Without a
+//! Postgres server the tests say so loudly and pass, unless `WEIR_REQUIRE_POSTGRES=1`.
+
+use std::collections::HashMap;
+use std::process::Child;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Value, json};
+use weir_store::testdb::TestDb;
+
+use crate::serve::{Client, Server, block};
+use crate::support::{Fake, Reply, Weir};
+
+/// A workflow of `n` `http_request` steps, each calling the fake at `/step/{i}`.
+fn chain(fake: &Fake, n: usize) -> Value {
+    let nodes: Vec<Value> = (1..=n)
+        .map(|i| {
+            json!({"id": format!("s{i}"), "type": "tool", "config": {
+                "tool_name": "http_request",
+                "params": {"url": format!("{}/step/{i}", fake.url), "method": "POST",
+                           "body": {"n": "{n}"}},
+                "output_key": format!("r{i}")}})
+        })
+        .collect();
+    let edges: Vec<Value> = (1..n)
+        .map(|i| json!({"id": format!("e{i}"), "source": format!("s{i}"), "target": format!("s{}", i + 1)}))
+        .collect();
+    json!({"name": "Chain", "nodes": nodes, "edges": edges})
+}
+
+/// A scratch workspace on the database `url`, allowed to call the fake, with short leases.
+fn workspace(fake: &Fake, url: &str, ttl: f64, heartbeat: f64) -> Weir {
+    let w = Weir::new().env("WEIR_DB", url);
+    let port = fake.url.rsplit(':').next().unwrap().to_string();
+    w.file(
+        "weir.toml",
+        &format!("[network]\nallow = [\"127.0.0.1:{port}\"]\n"),
+    );
+    w.short_lease(ttl, heartbeat);
+    w
+}
+
+fn fake_steps(n: usize, delay: Duration) -> Fake {
+    let fake = Fake::start();
+    for i in 1..=n {
+        fake.always(
+            &format!("/step/{i}"),
+            Reply::json(200, json!({"ok": i})).delayed(delay),
+        );
+    }
+    fake
+}
+
+fn worker(w: &Weir, name: &str) -> Child {
+    worker_of(w, name, 8)
+}
+
+fn worker_of(w: &Weir, name: &str, concurrency: usize) -> Child {
+    w.spawn(&[
+        "worker",
+        "--concurrency",
+        &concurrency.to_string(),
+        "--name",
+        name,
+    ])
+}
+
+fn signal(child: &Child, sig: nix::sys::signal::Signal) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig);
+}
+
+async fn create_runs(api: &Client, workflow: &str, n: usize) -> Vec<String> {
+    let mut runs = Vec::with_capacity(n);
+    for k in 0..n {
+        let (status, r) = api
+            .post(
+                &format!("/api/workflows/{workflow}/runs"),
+                json!({"input": {"n": format!("run-{k}")}}),
+            )
+            .await;
+        assert_eq!(status, 202, "{r}");
+        runs.push(r["run_id"].as_str().unwrap().to_string());
+    }
+    runs
+}
+
+/// Waits until no run is queued or running (over the API), then returns every record.
+async fn settle(api: &Client, runs: &[String], within: Duration) -> Vec<Value> {
+    let start = Instant::now();
+    let mut records = Vec::with_capacity(runs.len());
+    for run in runs {
+        loop {
+            let r = api.get(&format!("/api/runs/{run}")).await;
+            if matches!(
+                r["status"].as_str(),
+                Some("succeeded" | "failed" | "cancelled" | "aborted" | "paused")
+            ) {
+                records.push(r);
+                break;
+            }
+            assert!(
+                start.elapsed() < within,
+                "run {run} did not finish: {}",
+                r["status"]
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    records
+}
+
+/// The requests the fake saw, by idempotency key: `(arrived, replied)` in wall-clock time.
+fn executions(
+    fake: &Fake,
+    steps: usize,
+    delay: Duration,
+) -> HashMap<String, Vec<(SystemTime, SystemTime)>> {
+    // `Seen::at` is monotonic: map it onto the wall clock the run records use.
+    let (now_i, now_s) = (Instant::now(), SystemTime::now());
+    let mut by_key: HashMap<String, Vec<(SystemTime, SystemTime)>> = HashMap::new();
+    for i in 1..=steps {
+        for s in fake.seen(&format!("/step/{i}")) {
+            let key = s
+                .headers
+                .get("idempotency-key")
+                .cloned()
+                .unwrap_or_default();
+            let arrived = now_s - (now_i - s.at);
+            by_key
+                .entry(key)
+                .or_default()
+                .push((arrived, arrived + delay));
+        }
+    }
+    by_key
+}
+
+fn rfc3339(s: &str) -> SystemTime {
+    let t = chrono::DateTime::parse_from_rfc3339(s).unwrap();
+    SystemTime::UNIX_EPOCH + Duration::from_millis(t.timestamp_millis() as u64)
+}
+
+/// Checks what a run record and the fake saw say together: every step of every run
+/// succeeded once; no step was executed by two drivers at once (two requests with one
+/// idempotency key in flight together); no request for a step arrived after that step was
+/// committed. Returns how many takeovers the timelines show.
+fn check_exactly_once(records: &[Value], fake: &Fake, steps: usize, delay: Duration) -> usize {
+    let by_key = executions(fake, steps, delay);
+    let mut takeovers = 0;
+    for r in records {
+        let run = r["run_id"].as_str().unwrap();
+        assert_eq!(r["status"], "succeeded", "{run}: {}", r["error"]);
+        for i in 1..=steps {
+            let node = format!("s{i}");
+            let done: Vec<&Value> = r["steps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|s| s["node_id"] == node.as_str() && s["status"] == "succeeded")
+                .collect();
+            assert_eq!(done.len(), 1, "{run} {node}: one completed step");
+            let key = weir_engine::idempotency_key(run, &node, 1);
+            let mut seen = by_key.get(&key).cloned().unwrap_or_default();
+            assert!(!seen.is_empty(), "{run} {node}: the fake saw the step");
+            seen.sort();
+            for pair in seen.windows(2) {
+                assert!(
+                    pair[1].0 >= pair[0].1,
+                    "{run} {node}: two drivers executed the step at once"
+                );
+            }
+            let committed = rfc3339(done[0]["finished_at"].as_str().unwrap());
+            let after = seen
+                .iter()
+                .filter(|(arrived, _)| *arrived > committed)
+                .count();
+            assert_eq!(after, 0, "{run} {node}: executed again after it completed");
+        }
+        takeovers += r["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["type"] == "run_resumed" && e.get("took_over_from").is_some())
+            .count();
+    }
+    takeovers
+}
+
+#[test]
+fn serve_replicas_and_workers_share_one_postgres() {
+    let fake = fake_steps(3, Duration::from_millis(20));
+    block(async {
+        let Some(db) = TestDb::create().await else {
+            return;
+        };
+        let w = workspace(&fake, &db.url, 3.0, 0.5);
+        let a = Server::start(&w, &["--workers", "0"]);
+        let token = a
+            .first_token()
+            .expect("the first replica makes the admin token");
+        // A second replica on the same database: the token is already there.
+        let b = Server::start(&w, &["--workers", "0"]);
+        assert!(
+            b.first_token().is_none(),
+            "one admin token for the whole database"
+        );
+        let (api_a, api_b) = (Client::new(&a, &token), Client::new(&b, &token));
+        let (status, saved) = api_a
+            .send(
+                reqwest::Method::PUT,
+                "/api/workflows/chain",
+                Some(chain(&fake, 3)),
+            )
+            .await;
+        assert_eq!(status, 200, "{saved}");
+        let runs = create_runs(&api_a, "chain", 10).await;
+        // Nobody drives them yet; replica B sees them queued.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            api_b.get(&format!("/api/runs/{}", runs[0])).await["status"],
+            "queued"
+        );
+        // B's event stream of a run that A created and a worker drives ends with the end of
+        // the run: B is woken by the database, not by its own process.
+        let follow = {
+            let run = runs[9].clone();
+            let api = Client::new(&b, &token);
+            tokio::spawn(async move { api.events(&run, None, None).await })
+        };
+        let mut workers = vec![worker(&w, "w1"), worker(&w, "w2")];
+        let records = settle(&api_b, &runs, Duration::from_secs(60)).await;
+        check_exactly_once(&records, &fake, 3, Duration::from_millis(20));
+        let owners: std::collections::BTreeSet<String> = records
+            .iter()
+            .flat_map(|r| r["events"].as_array().unwrap().clone())
+            .filter(|e| e["type"] == "run_started")
+            .map(|e| e["owner"].as_str().unwrap().to_string())
+            .collect();
+        assert!(owners.iter().all(|o| o == "w1" || o == "w2"), "{owners:?}");
+        let seen = tokio::time::timeout(Duration::from_secs(10), follow)
+            .await
+            .expect("B's stream ends when the run ends")
+            .unwrap();
+        assert_eq!(
+            seen.last().map(|e| e.1.as_str()),
+            Some("run_finished"),
+            "{seen:?}"
+        );
+        for k in &mut workers {
+            signal(k, nix::sys::signal::Signal::SIGTERM);
+            assert!(
+                k.wait().unwrap().success(),
+                "weir worker exits 0 on SIGTERM"
+            );
+        }
+        a.kill();
+        b.kill();
+    });
+}
+
+/// How many runs the chaos test drives (`WEIR_CHAOS_RUNS`, default 1,000).
+fn chaos_runs() -> usize {
+    std::env::var("WEIR_CHAOS_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000)
+}
+
+#[test]
+fn sigkilled_workers_lose_no_run_and_repeat_no_completed_step() {
+    let delay = Duration::from_millis(60);
+    let fake = fake_steps(5, delay);
+    block(async {
+        let Some(db) = TestDb::create().await else {
+            return;
+        };
+        let w = workspace(&fake, &db.url, 1.5, 0.3);
+        let server = Server::start(&w, &["--workers", "0"]);
+        let token = server.first_token().unwrap();
+        let api = Client::new(&server, &token);
+        let (status, saved) = api
+            .send(
+                reqwest::Method::PUT,
+                "/api/workflows/chain",
+                Some(chain(&fake, 5)),
+            )
+            .await;
+        assert_eq!(status, 200, "{saved}");
+        let runs = create_runs(&api, "chain", chaos_runs()).await;
+        let mut workers: Vec<Child> = (0..3).map(|k| worker(&w, &format!("w{k}"))).collect();
+        let mut kills = 0;
+        let mut restarts = 0;
+        let mut rng = 0x2545_f491_u64;
+        let start = Instant::now();
+        loop {
+            let done = api.get("/api/runs?status=succeeded&limit=1").await;
+            let open = ["queued", "running"];
+            let mut busy = false;
+            for s in open {
+                let page = api.get(&format!("/api/runs?status={s}&limit=1")).await;
+                busy |= page["runs"].as_array().is_some_and(|r| !r.is_empty());
+            }
+            if !busy && done["runs"].as_array().is_some_and(|r| !r.is_empty()) {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(600),
+                "the runs never finished"
+            );
+            // A SIGKILL of a random worker every 2–5 s, restarted at once under a new name.
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            tokio::time::sleep(Duration::from_millis(2000 + rng % 3000)).await;
+            let k = (rng % 3) as usize;
+            let _ = workers[k].kill();
+            let _ = workers[k].wait();
+            kills += 1;
+            restarts += 1;
+            workers[k] = worker(&w, &format!("w{k}-{restarts}"));
+        }
+        let records = settle(&api, &runs, Duration::from_secs(120)).await;
+        let takeovers = check_exactly_once(&records, &fake, 5, delay);
+        eprintln!(
+            "chaos: {} runs succeeded, {kills} SIGKILLs, {takeovers} takeovers in {:.1} s",
+            records.len(),
+            start.elapsed().as_secs_f64()
+        );
+        assert!(kills >= 1, "at least one worker was killed");
+        for mut k in workers {
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+        server.kill();
+    });
+}
+
+#[test]
+fn a_zombie_worker_woken_after_its_lease_expired_commits_nothing() {
+    let delay = Duration::from_millis(150);
+    let fake = fake_steps(3, delay);
+    block(async {
+        let Some(db) = TestDb::create().await else {
+            return;
+        };
+        let w = workspace(&fake, &db.url, 1.0, 0.2);
+        let server = Server::start(&w, &["--workers", "0"]);
+        let token = server.first_token().unwrap();
+        let api = Client::new(&server, &token);
+        let (status, saved) = api
+            .send(
+                reqwest::Method::PUT,
+                "/api/workflows/chain",
+                Some(chain(&fake, 3)),
+            )
+            .await;
+        assert_eq!(status, 200, "{saved}");
+        // Enough work, at two runs per worker, to last through all twenty freezes.
+        let runs = create_runs(&api, "chain", 200).await;
+        let zombie = worker_of(&w, "zombie", 2);
+        let healthy = worker_of(&w, "healthy", 2);
+        // Twenty times: freeze the zombie past its lease (the healthy worker takes its runs
+        // over), then let it go on as if nothing happened.
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            signal(&zombie, nix::sys::signal::Signal::SIGSTOP);
+            tokio::time::sleep(Duration::from_millis(1600)).await;
+            signal(&zombie, nix::sys::signal::Signal::SIGCONT);
+        }
+        let records = settle(&api, &runs, Duration::from_secs(120)).await;
+        let takeovers = check_exactly_once(&records, &fake, 3, delay);
+        let refusals: Vec<Value> = records
+            .iter()
+            .flat_map(|r| r["events"].as_array().unwrap().clone())
+            .filter(|e| e["type"] == "stale_write_refused")
+            .collect();
+        for e in &refusals {
+            assert_eq!(e["owner"], "zombie", "{e}");
+            assert!(e["current_epoch"].as_u64() > e["epoch"].as_u64(), "{e}");
+        }
+        eprintln!(
+            "zombie: {} runs succeeded, {takeovers} takeovers, {} stale writes refused",
+            records.len(),
+            refusals.len()
+        );
+        assert!(
+            takeovers >= 10,
+            "the frozen worker's runs were taken over, again and again"
+        );
+        assert!(
+            !refusals.is_empty(),
+            "the woken zombie's writes were refused, on the timeline"
+        );
+        for mut k in [zombie, healthy] {
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+        server.kill();
+    });
+}
+
+/// A Postgres server of the test's own (initdb in a scratch folder, on a free port), which
+/// the test may restart without disturbing the shared one.
+struct PrivatePg {
+    dir: tempfile::TempDir,
+    port: u16,
+    bin: std::path::PathBuf,
+}
+
+impl PrivatePg {
+    fn start() -> Option<Self> {
+        let bin = [
+            "/usr/lib/postgresql/17/bin",
+            "/usr/lib/postgresql/16/bin",
+            "/usr/lib/postgresql/15/bin",
+        ]
+        .iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.join("initdb").exists())
+        .or_else(|| {
+            let out = std::process::Command::new("pg_config")
+                .arg("--bindir")
+                .output()
+                .ok()?;
+            Some(String::from_utf8_lossy(&out.stdout).trim().into())
+        })?;
+        if !bin.join("initdb").exists() {
+            return None;
+        }
+        let dir = tempfile::tempdir().ok()?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .ok()?
+            .local_addr()
+            .ok()?
+            .port();
+        let pg = Self { dir, port, bin };
+        if nix::unistd::geteuid().is_root() {
+            // Postgres refuses to run as root: its files belong to the postgres user.
+            let user = nix::unistd::User::from_name("postgres").ok()??;
+            nix::unistd::chown(pg.dir.path(), Some(user.uid), Some(user.gid)).ok()?;
+        }
+        let data = pg.dir.path().join("data");
+        assert!(
+            pg.pg(&[
+                "initdb",
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "-D",
+                data.to_str()?
+            ])
+            .success(),
+            "initdb"
+        );
+        assert!(pg.ctl("start").success(), "pg_ctl start");
+        Some(pg)
+    }
+
+    fn pg(&self, args: &[&str]) -> std::process::ExitStatus {
+        let tool = self.bin.join(args[0]);
+        let mut c = if nix::unistd::geteuid().is_root() {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&tool);
+            c
+        } else {
+            std::process::Command::new(&tool)
+        };
+        c.args(&args[1..])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("run a Postgres tool")
+    }
+
+    fn ctl(&self, action: &str) -> std::process::ExitStatus {
+        let data = self.dir.path().join("data");
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1",
+            self.port,
+            self.dir.path().display()
+        );
+        let log = self.dir.path().join("log");
+        self.pg(&[
+            "pg_ctl",
+            action,
+            "-w",
+            "-m",
+            "fast",
+            "-D",
+            data.to_str().unwrap(),
+            "-o",
+            &opts,
+            "-l",
+            log.to_str().unwrap(),
+        ])
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for PrivatePg {
+    fn drop(&mut self) {
+        let _ = self.ctl("stop");
+    }
+}
+
+#[test]
+fn workers_ride_out_a_postgres_restart() {
+    let delay = Duration::from_millis(40);
+    let fake = fake_steps(5, delay);
+    block(async {
+        // The shared server is not restarted under the other suites: this test runs its own.
+        let Some(_shared) = TestDb::create().await else {
+            return;
+        };
+        let Some(pg) = PrivatePg::start() else {
+            panic!("Postgres answers, but no initdb/pg_ctl was found to start a private server");
+        };
+        let w = workspace(&fake, &pg.url(), 2.0, 0.4);
+        let server = Server::start(&w, &["--workers", "0"]);
+        let token = server.first_token().unwrap();
+        let api = Client::new(&server, &token);
+        let (status, saved) = api
+            .send(
+                reqwest::Method::PUT,
+                "/api/workflows/chain",
+                Some(chain(&fake, 5)),
+            )
+            .await;
+        assert_eq!(status, 200, "{saved}");
+        let runs = create_runs(&api, "chain", 200).await;
+        let mut workers: Vec<Child> = (0..2).map(|k| worker(&w, &format!("w{k}"))).collect();
+        // Restart the database once the workers are well into the runs.
+        let start = Instant::now();
+        while fake.seen("/step/2").len() < 40 {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the workers never started"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(pg.ctl("restart").success(), "pg_ctl restart");
+        let records = settle(&api, &runs, Duration::from_secs(180)).await;
+        for r in &records {
+            assert_eq!(r["status"], "succeeded", "{}: {}", r["run_id"], r["error"]);
+        }
+        for k in &mut workers {
+            assert!(
+                k.try_wait().unwrap().is_none(),
+                "a worker survives the restart instead of exiting"
+            );
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+        server.kill();
+    });
+}
