@@ -545,8 +545,18 @@ fn workers_ride_out_a_postgres_restart() {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        let before = api.get("/api/runs?status=succeeded&limit=200").await["runs"]
+            .as_array()
+            .map_or(0, Vec::len);
         assert!(pg.ctl("restart").success(), "pg_ctl restart");
+        assert!(
+            before < 200,
+            "runs were still executing when Postgres restarted"
+        );
         let records = settle(&api, &runs, Duration::from_secs(180)).await;
+        eprintln!(
+            "restart: {before} of 200 runs had succeeded when Postgres restarted; all 200 did after"
+        );
         for r in &records {
             assert_eq!(r["status"], "succeeded", "{}: {}", r["run_id"], r["error"]);
         }
