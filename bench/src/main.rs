@@ -4,9 +4,10 @@
 //! Prints JSON lines `{"bench", "metric", "value", "unit"}` with the peer's names.
 //!
 //! `cargo run --release -p weir-bench [-- BENCH...]` (default: all; also `paused` and `api`,
-//! the HTTP server end to end).
+//! the HTTP server end to end; `pg`, Postgres with `weir worker` processes, only when named).
 
 mod fakes;
+mod pg;
 mod server;
 
 use std::sync::Arc;
@@ -280,6 +281,7 @@ fn main() {
         if want("durable") { bench_durable().await; }
         if want("paused") { bench_paused().await; }
         if want("api") { server::bench_api().await; }
+        if args.iter().any(|a| a == "pg") { pg::bench_pg().await; }
     });
     emit("env", "total_runtime", t0.elapsed().as_secs_f64(), "s");
 }

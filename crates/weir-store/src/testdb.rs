@@ -43,8 +43,13 @@ impl TestDb {
     /// A fresh database, or `None` (said loudly on stderr) when no Postgres server answers;
     /// with `WEIR_REQUIRE_POSTGRES=1` a missing server is a panic instead, so CI cannot skip.
     pub async fn create() -> Option<Self> {
+        Self::create_on(&admin_url()).await
+    }
+
+    /// Like [`create`](Self::create), on the server of `admin` (a URL of any database there).
+    pub async fn create_on(admin: &str) -> Option<Self> {
         static N: AtomicU32 = AtomicU32::new(0);
-        let admin = admin_url();
+        let admin = admin.to_string();
         let mut conn = match PgConnection::connect(&admin).await {
             Ok(c) => c,
             Err(e) => {

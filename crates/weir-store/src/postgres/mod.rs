@@ -231,33 +231,60 @@ struct Fence<'a> {
 }
 
 /// The fenced write: the fence `UPDATE` (which also reserves the event numbers and ends the
-/// drive when asked), then everything else only where the fence matched.
-fn fenced_sql() -> &'static str {
-    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SQL.get_or_init(|| {
-        format!(
-            "WITH fence AS (
+/// drive when asked), then everything else only where the fence matched. One statement per
+/// shape of write (with or without steps, events, an end), each prepared once per
+/// connection: a part with nothing to do still costs the server its planning and execution.
+fn fenced_sql(steps: bool, events: bool, end: i32) -> &'static str {
+    static SQL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let all = SQL.get_or_init(|| {
+        let mut all = Vec::new();
+        for shape in 0..12 {
+            let (steps, events, end) = (shape & 1 != 0, shape & 2 != 0, shape >> 2);
+            let mut parts = vec![
+                "fence AS (
                 UPDATE runs SET event_seq = event_seq + $3,
                     snapshot = COALESCE($4, snapshot), cost_usd = COALESCE($5, cost_usd),
                     status = COALESCE($6, status),
                     error = CASE WHEN $6::text IS NULL THEN error ELSE $7 END,
                     finished_at = CASE WHEN $6::text IS NULL THEN finished_at ELSE $8 END
-                WHERE id = $1 AND epoch = $2 AND status = 'running'
+                WHERE id = $1 AND epoch = $2 AND status = 'running' AND $9::int4 >= 0
                 RETURNING event_seq, cancel_requested
-            ), {steps}, ev AS (
-                INSERT INTO run_events (run_id, seq, body)
-                SELECT $1, fence.event_seq - $3 + x.k, x.body
-                FROM fence, unnest($28::text[]) WITH ORDINALITY AS x(body, k)
-            ), gone AS (
-                DELETE FROM queue WHERE run_id = $1 AND $9::int4 = 1 AND EXISTS (SELECT 1 FROM fence)
-            ), back AS (
-                UPDATE queue SET visible_at = $29, leased = FALSE
-                WHERE run_id = $1 AND $9::int4 = 2 AND EXISTS (SELECT 1 FROM fence)
-            )
-            SELECT event_seq, cancel_requested FROM fence",
-            steps = step_upserts(10, "fence")
-        )
-    })
+            )"
+                .to_string(),
+            ];
+            if steps {
+                parts.push(step_upserts(10, "fence"));
+            }
+            if events {
+                parts.push(
+                    "ev AS (
+                        INSERT INTO run_events (run_id, seq, body)
+                        SELECT $1, fence.event_seq - $3 + x.k, x.body
+                        FROM fence, unnest($28::text[]) WITH ORDINALITY AS x(body, k)
+                    )"
+                    .into(),
+                );
+            }
+            match end {
+                1 => parts.push(
+                    "gone AS (DELETE FROM queue WHERE run_id = $1 AND EXISTS (SELECT 1 FROM fence))"
+                        .into(),
+                ),
+                2 => parts.push(
+                    "back AS (UPDATE queue SET visible_at = $29, leased = FALSE
+                              WHERE run_id = $1 AND EXISTS (SELECT 1 FROM fence))"
+                        .into(),
+                ),
+                _ => {}
+            }
+            all.push(format!(
+                "WITH {} SELECT event_seq, cancel_requested FROM fence",
+                parts.join(", ")
+            ));
+        }
+        all
+    });
+    &all[usize::from(steps) | usize::from(events) << 1 | (end as usize) << 2]
 }
 
 /// Step rows and attempts on their own (a decision's transaction): `$1` the run, then the
@@ -280,13 +307,19 @@ impl Postgres {
         let pool = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(10))
-            .connect_with(opts.clone())
+            .connect_with(
+                opts.clone()
+                    .options([("plan_cache_mode", "force_generic_plan")]),
+            )
             .await
             .map_err(|e| StoreError::Backend(format!("cannot connect to Postgres: {e}")))?;
         let fast = PgPoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(10))
-            .connect_with(opts.options([("synchronous_commit", "off")]))
+            .connect_with(opts.options([
+                ("synchronous_commit", "off"),
+                ("plan_cache_mode", "force_generic_plan"),
+            ]))
             .await
             .map_err(|e| StoreError::Backend(format!("cannot connect to Postgres: {e}")))?;
         let store = Self {
@@ -347,7 +380,8 @@ impl Postgres {
         self.faults.hit("commit", 0)?;
         let at = now_rfc3339();
         let n = w.events.len() as i64;
-        let q = sqlx::query(fenced_sql())
+        let sql = fenced_sql(!w.steps.is_empty(), !w.events.is_empty(), w.end);
+        let q = sqlx::query(sql)
             .bind(w.lease.run_id.as_str())
             .bind(w.lease.epoch as i64)
             .bind(n)

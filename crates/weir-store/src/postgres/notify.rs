@@ -20,6 +20,8 @@ use weir_core::store::{StoreError, Wake, WakeFn};
 /// separated).
 const WORK: &str = "weir_work";
 const RUNS: &str = "weir_runs";
+/// The least time between two sends.
+const DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(4);
 /// Keeps each payload under Postgres's 8,000-byte limit.
 const PAYLOAD: usize = 7_000;
 
@@ -79,6 +81,10 @@ impl Notifier {
                 {
                     tracing::debug!("postgres: wake-up hint not sent: {e}");
                 }
+                // Debounce: what arrives in the next few milliseconds goes out together, so
+                // a busy process sends a couple of hundred notifications a second, not one
+                // per write; the first hint after a quiet spell goes out at once.
+                tokio::time::sleep(DEBOUNCE).await;
             }
         });
         Self { tx }
