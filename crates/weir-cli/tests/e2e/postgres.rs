@@ -571,3 +571,75 @@ fn workers_ride_out_a_postgres_restart() {
         server.kill();
     });
 }
+
+#[test]
+fn a_step_that_kills_every_worker_fails_the_run_after_five_takeovers() {
+    let fake = fake_steps(1, Duration::ZERO);
+    block(async {
+        let Some(db) = TestDb::create().await else {
+            return;
+        };
+        let w = workspace(&fake, &db.url, 1.0, 0.2);
+        let server = Server::start(&w, &["--workers", "0"]);
+        let token = server.first_token().unwrap();
+        let api = Client::new(&server, &token);
+        // A poison step: its script kills the worker running it, every time.
+        let poison = json!({"name": "Poison", "nodes": {"boom": {"type": "script", "script":
+            "process.kill(process.ppid, 'SIGKILL');\nawait new Promise((r) => setTimeout(r, 10000));\nexport default 1;\n"}}});
+        let (status, saved) = api
+            .send(reqwest::Method::PUT, "/api/workflows/poison", Some(poison))
+            .await;
+        assert_eq!(status, 200, "{saved}");
+        let (status, created) = api
+            .post("/api/workflows/poison/runs", json!({"input": {}}))
+            .await;
+        assert_eq!(status, 202, "{created}");
+        let run = created["run_id"].as_str().unwrap().to_string();
+        let mut generation = 0;
+        let mut current = worker(&w, "w0");
+        let start = Instant::now();
+        let record = loop {
+            let r = api.get(&format!("/api/runs/{run}")).await;
+            if r["status"] == "failed" {
+                break r;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(90),
+                "the poison run never failed: {r}"
+            );
+            if current.try_wait().unwrap().is_some() {
+                generation += 1;
+                current = worker(&w, &format!("w{generation}"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let _ = current.kill();
+        let _ = current.wait();
+        assert_eq!(
+            record["error"]["code"], "takeover_limit",
+            "{}",
+            record["error"]
+        );
+        assert_eq!(record["error"]["node_id"], "boom");
+        let message = record["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("6 times") && message.contains("max_takeovers = 5"),
+            "{message}"
+        );
+        let takeovers = record["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["type"] == "run_resumed" && e.get("took_over_from").is_some())
+            .count();
+        assert_eq!(
+            takeovers, 6,
+            "taken over five times, and failed at the sixth"
+        );
+        assert!(
+            generation >= 6,
+            "each takeover followed a worker the step killed"
+        );
+        server.kill();
+    });
+}
