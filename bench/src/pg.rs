@@ -48,14 +48,16 @@ fn engine(store: Arc<dyn RunStore>) -> Engine {
 }
 
 fn weir_bin() -> std::path::PathBuf {
-    std::env::var_os("WEIR_BIN").map_or_else(
+    let p: std::path::PathBuf = std::env::var_os("WEIR_BIN").map_or_else(
         || {
             std::env::current_exe()
                 .expect("own path")
                 .with_file_name("weir")
         },
         Into::into,
-    )
+    );
+    // The workers run in a scratch folder: a relative path would not find the binary.
+    std::fs::canonicalize(&p).unwrap_or(p)
 }
 
 async fn fresh() -> Option<(TestDb, Arc<Postgres>)> {
@@ -72,13 +74,12 @@ pub async fn bench_pg() {
     };
     pg_chain(store.clone()).await;
     drop((store, db));
-    if std::env::var("WEIR_BENCH_PG_ONLY").as_deref() == Ok("chain") {
-        let Some((_db, store)) = fresh().await else {
-            return;
-        };
-        raw_commits(store).await;
+    // The store alone, without the engine: what one durable step commit costs.
+    let Some((db, store)) = fresh().await else {
         return;
-    }
+    };
+    raw_commits(store.clone()).await;
+    drop((store, db));
     for workers in [1, 2, 4] {
         let Some((db, store)) = fresh().await else {
             return;
@@ -107,7 +108,7 @@ async fn pg_chain(store: Arc<Postgres>) {
     };
     for warm in [true, false] {
         let t = Instant::now();
-        for _ in 0..if warm { 1 } else { runs } {
+        for _ in 0..if warm { 5 } else { runs } {
             let r = e.start(wf.clone(), source(), json!({})).await.expect("run");
             assert_eq!(r.status, RunStatus::Succeeded);
         }
