@@ -197,7 +197,16 @@ edges:
     assert_eq!(status.code(), Some(5), "{err}");
     assert!(err.contains("lease lost"), "{err}");
     assert!(err.contains("stopped driving it"), "{err}");
-    let after = w.show(&id);
+    // It changed nothing but the timeline, which shows each refused write.
+    let mut after = w.show(&id);
+    let events = after["events"].as_array_mut().unwrap();
+    let refused: Vec<Value> = events.split_off(done["events"].as_array().unwrap().len());
+    assert!(!refused.is_empty(), "the refusal is on the timeline");
+    for e in &refused {
+        assert_eq!(e["type"], "stale_write_refused", "{e}");
+        assert_eq!(e["owner"], taken[0]["took_over_from"], "{e}");
+        assert_eq!(e["current_epoch"], taken[0]["epoch"], "{e}");
+    }
     assert_eq!(after, done, "the zombie changed nothing");
     no_step_completed_twice(&after);
     assert_eq!(

@@ -643,3 +643,58 @@ fn a_step_that_kills_every_worker_fails_the_run_after_five_takeovers() {
         server.kill();
     });
 }
+
+#[test]
+fn the_cli_runs_approves_and_prunes_on_postgres() {
+    let fake = fake_steps(1, Duration::ZERO);
+    block(async {
+        let Some(db) = TestDb::create().await else {
+            return;
+        };
+        let w = workspace(&fake, &db.url, 30.0, 5.0);
+        let gate = crate::support::repo_root().join("examples/graph/approval.yaml");
+        let gate = gate.to_string_lossy();
+        let paused = w.run(&[
+            "run",
+            &gate,
+            "--input",
+            r#"{"customer": "Ada", "amount": 250}"#,
+            "--json",
+        ]);
+        assert_eq!(paused.code, 3, "{}", paused.stderr);
+        let paused_id = paused.json()["run_id"].as_str().unwrap().to_string();
+        let done = w.run(&[
+            "run",
+            &gate,
+            "--input",
+            r#"{"customer": "Bo", "amount": 5}"#,
+            "--json",
+        ]);
+        assert_eq!(done.code, 0, "{}", done.stderr);
+        let listed = w.run_ids();
+        assert_eq!(listed.len(), 2, "{listed:?}");
+        let approved = w.run(&["approve", &paused_id, "--by", "ada", "--json"]);
+        assert_eq!(approved.code, 0, "{}", approved.stderr);
+        assert_eq!(w.show(&paused_id)["status"], "succeeded");
+        // A second approval of the decided gate conflicts (exit 5), as on SQLite.
+        assert_eq!(w.run(&["approve", &paused_id]).code, 5);
+        let third = w.run(&[
+            "run",
+            &gate,
+            "--input",
+            r#"{"customer": "Cy", "amount": 250}"#,
+            "--json",
+        ]);
+        assert_eq!(third.code, 3, "{}", third.stderr);
+        std::thread::sleep(Duration::from_millis(1100));
+        let pruned = w.run(&["runs", "prune", "--older-than", "1s", "--json"]);
+        assert_eq!(pruned.code, 0, "{}", pruned.stderr);
+        let out: Value = serde_json::from_str(&pruned.stdout).unwrap();
+        assert_eq!(out["pruned"], 2, "{out}");
+        assert_eq!(w.run_ids().len(), 1, "the paused run stays");
+        // The password of a URL never shows in weir's output.
+        let secret = db.url.replacen("postgres@", "postgres:hunter2@", 1);
+        let shown = w.run(&["--db", &secret, "runs", "list"]);
+        assert!(!shown.stdout.contains("hunter2") && !shown.stderr.contains("hunter2"));
+    });
+}
