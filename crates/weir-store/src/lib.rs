@@ -7,6 +7,7 @@
 //! loses at most the steps in flight and a resumed run never repeats a completed step. Both
 //! pass the conformance suite in `tests/conformance.rs`.
 
+mod cols;
 mod memory;
 mod postgres;
 mod rules;
@@ -59,6 +60,19 @@ pub(crate) fn event_value(seq: i64, body: &str) -> Result<Value, StoreError> {
 pub(crate) fn event_of(seq: i64, body: &str) -> Result<RunEvent, StoreError> {
     serde_json::from_value(event_value(seq, body)?)
         .map_err(|e| StoreError::Backend(format!("corrupt stored event: {e}")))
+}
+
+/// `kinds` as the events they became: numbered from `first`, all stamped `at`.
+pub(crate) fn numbered(first: i64, at: &str, kinds: Vec<EventKind>) -> Vec<RunEvent> {
+    kinds
+        .into_iter()
+        .enumerate()
+        .map(|(i, kind)| RunEvent {
+            seq: (first + i as i64) as u64,
+            at: at.to_string(),
+            kind,
+        })
+        .collect()
 }
 
 /// Everything a run record is built from, whichever store read it.

@@ -54,6 +54,24 @@ fn fake_steps(n: usize, delay: Duration) -> Fake {
     fake
 }
 
+/// A `weir serve --workers 0` on the workspace, an admin client, and `workflow` saved as `id`.
+async fn serve_saving(w: &Weir, id: &str, workflow: Value) -> (Server, Client) {
+    let server = Server::start(w, &["--workers", "0"]);
+    let token = server
+        .first_token()
+        .expect("the first start makes an admin token");
+    let api = Client::new(&server, &token);
+    let (status, saved) = api
+        .send(
+            reqwest::Method::PUT,
+            &format!("/api/workflows/{id}"),
+            Some(workflow),
+        )
+        .await;
+    assert_eq!(status, 200, "{saved}");
+    (server, api)
+}
+
 fn worker(w: &Weir, name: &str) -> Child {
     worker_of(w, name, 8)
 }
@@ -278,17 +296,7 @@ fn sigkilled_workers_lose_no_run_and_repeat_no_completed_step() {
             return;
         };
         let w = workspace(&fake, &db.url, 1.5, 0.3);
-        let server = Server::start(&w, &["--workers", "0"]);
-        let token = server.first_token().unwrap();
-        let api = Client::new(&server, &token);
-        let (status, saved) = api
-            .send(
-                reqwest::Method::PUT,
-                "/api/workflows/chain",
-                Some(chain(&fake, 5)),
-            )
-            .await;
-        assert_eq!(status, 200, "{saved}");
+        let (server, api) = serve_saving(&w, "chain", chain(&fake, 5)).await;
         let runs = create_runs(&api, "chain", chaos_runs()).await;
         let mut workers: Vec<Child> = (0..3).map(|k| worker(&w, &format!("w{k}"))).collect();
         let mut kills = 0;
@@ -347,17 +355,7 @@ fn a_zombie_worker_woken_after_its_lease_expired_commits_nothing() {
             return;
         };
         let w = workspace(&fake, &db.url, 1.0, 0.2);
-        let server = Server::start(&w, &["--workers", "0"]);
-        let token = server.first_token().unwrap();
-        let api = Client::new(&server, &token);
-        let (status, saved) = api
-            .send(
-                reqwest::Method::PUT,
-                "/api/workflows/chain",
-                Some(chain(&fake, 3)),
-            )
-            .await;
-        assert_eq!(status, 200, "{saved}");
+        let (server, api) = serve_saving(&w, "chain", chain(&fake, 3)).await;
         // Enough work, at two runs per worker, to last through all twenty freezes.
         let runs = create_runs(&api, "chain", 200).await;
         let zombie = worker_of(&w, "zombie", 2);
@@ -523,17 +521,7 @@ fn workers_ride_out_a_postgres_restart() {
             panic!("Postgres answers, but no initdb/pg_ctl was found to start a private server");
         };
         let w = workspace(&fake, &pg.url(), 2.0, 0.4);
-        let server = Server::start(&w, &["--workers", "0"]);
-        let token = server.first_token().unwrap();
-        let api = Client::new(&server, &token);
-        let (status, saved) = api
-            .send(
-                reqwest::Method::PUT,
-                "/api/workflows/chain",
-                Some(chain(&fake, 5)),
-            )
-            .await;
-        assert_eq!(status, 200, "{saved}");
+        let (server, api) = serve_saving(&w, "chain", chain(&fake, 5)).await;
         let runs = create_runs(&api, "chain", 200).await;
         let mut workers: Vec<Child> = (0..2).map(|k| worker(&w, &format!("w{k}"))).collect();
         // Restart the database once the workers are well into the runs.
@@ -580,16 +568,10 @@ fn a_step_that_kills_every_worker_fails_the_run_after_five_takeovers() {
             return;
         };
         let w = workspace(&fake, &db.url, 1.0, 0.2);
-        let server = Server::start(&w, &["--workers", "0"]);
-        let token = server.first_token().unwrap();
-        let api = Client::new(&server, &token);
         // A poison step: its script kills the worker running it, every time.
         let poison = json!({"name": "Poison", "nodes": {"boom": {"type": "script", "script":
             "process.kill(process.ppid, 'SIGKILL');\nawait new Promise((r) => setTimeout(r, 10000));\nexport default 1;\n"}}});
-        let (status, saved) = api
-            .send(reqwest::Method::PUT, "/api/workflows/poison", Some(poison))
-            .await;
-        assert_eq!(status, 200, "{saved}");
+        let (server, api) = serve_saving(&w, "poison", poison).await;
         let (status, created) = api
             .post("/api/workflows/poison/runs", json!({"input": {}}))
             .await;

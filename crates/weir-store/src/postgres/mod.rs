@@ -22,20 +22,19 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{PgConnection, Row};
 use weir_core::event::{EventKind, RunEvent};
 use weir_core::record::{
-    Attempt, ErrorCode, RunError, RunRecord, RunStatus, RunSummary, Snapshot, StepRecord,
-    StepStatus, Tokens,
+    ErrorCode, RunError, RunRecord, RunStatus, RunSummary, Snapshot, StepRecord, StepStatus,
 };
 use weir_core::store::{
-    CancelOutcome, Claim, Created, GateDecision, Lease, NewRun, Pin, RunFilter, RunStore,
-    RunUpdate, StepCommit, StoreError, StoredRun, WakeFn, Written, now_ms, now_rfc3339,
+    CancelOutcome, Claim, Created, GateDecision, Lease, NewRun, RunFilter, RunStore, RunUpdate,
+    StepCommit, StoreError, StoredRun, WakeFn, Written, now_ms, now_rfc3339,
 };
 
 use crate::rules::{self, ClaimView};
-use crate::{Body, backend, event_of, event_value, json, parse};
+use crate::{Body, backend, event_of, event_value, json, numbered, parse};
 
 mod catalog;
 mod notify;
@@ -60,17 +59,6 @@ fn options(url: &str) -> Result<PgConnectOptions, StoreError> {
         .map_err(|e| StoreError::Backend(format!("bad Postgres URL: {e}")))
 }
 
-fn status_of(row: &PgRow, col: &str) -> RunStatus {
-    RunStatus::parse(row.get::<&str, _>(col)).unwrap_or(RunStatus::Failed)
-}
-
-fn pin_of(row: &PgRow) -> Option<Pin> {
-    Some(Pin {
-        workflow_id: row.get::<Option<String>, _>("workflow_id")?,
-        version: row.get::<Option<i32>, _>("workflow_version")? as u32,
-    })
-}
-
 fn not_found(run_id: &str) -> StoreError {
     StoreError::NotFound(format!("no run with id {run_id}"))
 }
@@ -78,18 +66,6 @@ fn not_found(run_id: &str) -> StoreError {
 /// Event bodies for `kinds`, all stamped `at`.
 fn bodies(at: &str, kinds: &[EventKind]) -> Result<Vec<String>, StoreError> {
     kinds.iter().map(|kind| json(&Body { at, kind })).collect()
-}
-
-fn numbered(first: i64, at: &str, kinds: Vec<EventKind>) -> Vec<RunEvent> {
-    kinds
-        .into_iter()
-        .enumerate()
-        .map(|(i, kind)| RunEvent {
-            seq: (first + i as i64) as u64,
-            at: at.to_string(),
-            kind,
-        })
-        .collect()
 }
 
 /// Step rows as parallel arrays, for `unnest`.
@@ -438,7 +414,7 @@ impl Postgres {
         let current = (
             row.get::<i64, _>(0) as u64,
             row.get::<Option<String>, _>(1),
-            status_of(&row, "status"),
+            crate::cols::status(&row, "status"),
         );
         let Some(kind) = rules::stale_write(&lease.owner, lease.epoch, &current, write) else {
             return Ok(Some(current));
@@ -478,36 +454,7 @@ impl Postgres {
         .fetch_all(&self.pool)
         .await
         .map_err(backend)?;
-        let mut steps = Vec::with_capacity(rows.len());
-        for r in rows {
-            let seq: i64 = r.get("seq");
-            let attempts: Vec<Attempt> = attempt_rows
-                .iter()
-                .filter(|a| a.get::<i64, _>("seq") == seq)
-                .map(|a| parse(a.get::<&str, _>("body")))
-                .collect::<Result<_, _>>()?;
-            steps.push(StepRecord {
-                seq: seq as u32,
-                node_id: r.get("node_id"),
-                node_type: r.get("node_type"),
-                visit: r.get::<i64, _>("visit") as u32,
-                status: StepStatus::parse(r.get::<&str, _>("status")).unwrap_or(StepStatus::Failed),
-                route: r.get("route"),
-                input: parse(r.get::<&str, _>("input"))?,
-                output: parse(r.get::<&str, _>("output"))?,
-                error: r.get("error"),
-                cost_usd: r.get("cost_usd"),
-                tokens: Tokens {
-                    input: r.get::<i64, _>("tokens_in") as u64,
-                    output: r.get::<i64, _>("tokens_out") as u64,
-                },
-                attempts,
-                started_at: r.get("started_at"),
-                finished_at: r.get("finished_at"),
-                duration_ms: r.get::<Option<i64>, _>("duration_ms").map(|d| d as u64),
-            });
-        }
-        Ok(steps)
+        crate::cols::steps(&rows, &attempt_rows)
     }
 
     /// Claims one run already checked claimable and locked, inside the caller's transaction.
@@ -662,7 +609,7 @@ impl RunStore for Postgres {
         .bind(run.created_at.as_str())
         .bind(run.idempotency_key.as_deref())
         .bind(run.pin.as_ref().map(|p| p.workflow_id.as_str()))
-        .bind(run.pin.as_ref().map(|p| p.version as i32))
+        .bind(run.pin.as_ref().map(|p| i64::from(p.version)))
         .bind(i64::from(lease.is_some()))
         .bind(lease.as_ref().map(|l| l.owner.as_str()))
         .bind(kinds.len() as i64)
@@ -717,7 +664,7 @@ impl RunStore for Postgres {
         .ok_or_else(|| not_found(run_id))?;
         let row = ClaimRow {
             id: run_id.to_string(),
-            status: status_of(&r, "status"),
+            status: crate::cols::status(&r, "status"),
             epoch: r.get::<i64, _>("epoch") as u64,
             owner: r.get("owner"),
             lease_expires_at: r.get("lease"),
@@ -793,7 +740,7 @@ impl RunStore for Postgres {
             let id: String = r.get("id");
             let was = ClaimRow {
                 id: id.clone(),
-                status: status_of(r, "status"),
+                status: crate::cols::status(r, "status"),
                 epoch: r.get::<i64, _>("old_epoch") as u64,
                 owner: r.get("owner"),
                 lease_expires_at: None,
@@ -990,7 +937,7 @@ impl RunStore for Postgres {
                 .ok_or_else(|| not_found(&d.run_id))?;
             return Err(rules::decision_conflict(
                 &d.run_id,
-                status_of(&cur, "status"),
+                crate::cols::status(&cur, "status"),
                 cur.get::<i64, _>("epoch") as u64,
                 d.expect_epoch,
             ));
@@ -1049,7 +996,7 @@ impl RunStore for Postgres {
         .await
         .map_err(backend)?
         .ok_or_else(|| not_found(run_id))?;
-        let status = status_of(&row, "status");
+        let status = crate::cols::status(&row, "status");
         if status.is_terminal() {
             return Err(rules::cancel_conflict(run_id, status));
         }
@@ -1142,7 +1089,7 @@ impl RunStore for Postgres {
     async fn load_run(&self, run_id: &str) -> Result<StoredRun, StoreError> {
         let row = sqlx::query(
             "SELECT r.workflow, r.status, r.source_path, r.source_text, r.snapshot, r.epoch,
-                    r.owner, CASE WHEN q.leased THEN q.visible_at END AS lease,
+                    r.owner, CASE WHEN q.leased THEN q.visible_at END AS lease_expires_at,
                     r.cancel_requested, r.workflow_id, r.workflow_version, r.input
              FROM runs r LEFT JOIN queue q ON q.run_id = r.id WHERE r.id = $1",
         )
@@ -1151,20 +1098,7 @@ impl RunStore for Postgres {
         .await
         .map_err(backend)?
         .ok_or_else(|| not_found(run_id))?;
-        Ok(StoredRun {
-            run_id: run_id.to_string(),
-            workflow: row.get("workflow"),
-            status: status_of(&row, "status"),
-            source_path: row.get("source_path"),
-            source_text: row.get("source_text"),
-            snapshot: parse(row.get::<&str, _>("snapshot"))?,
-            epoch: row.get::<i64, _>("epoch") as u64,
-            owner: row.get("owner"),
-            lease_expires_at: row.get("lease"),
-            cancel_requested: row.get("cancel_requested"),
-            pin: pin_of(&row),
-            input: parse(row.get::<&str, _>("input"))?,
-        })
+        crate::cols::stored_run(run_id, &row)
     }
 
     async fn get_step(&self, run_id: &str, seq: u32) -> Result<StepRecord, StoreError> {
@@ -1184,8 +1118,6 @@ impl RunStore for Postgres {
         .await
         .map_err(backend)?
         .ok_or_else(|| not_found(run_id))?;
-        let snapshot: Snapshot = parse(row.get::<&str, _>("snapshot"))?;
-        let error: Option<String> = row.get("error");
         let events = sqlx::query("SELECT seq, body FROM run_events WHERE run_id = $1 ORDER BY seq")
             .bind(run_id)
             .fetch_all(&self.pool)
@@ -1194,33 +1126,12 @@ impl RunStore for Postgres {
             .iter()
             .map(|r| event_value(r.get(0), r.get::<&str, _>(1)))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(crate::record(crate::RecordParts {
-            run_id,
-            workflow: row.get("workflow"),
-            dialect: row.get("dialect"),
-            status: status_of(&row, "status"),
-            input: parse(row.get::<&str, _>("input"))?,
-            snapshot: &snapshot,
-            error: error.as_deref().map(parse).transpose()?,
-            events,
-            started_at: row.get("started_at"),
-            finished_at: row.get("finished_at"),
-            steps: self.steps(run_id, None).await?,
-        }))
+        let steps = self.steps(run_id, None).await?;
+        crate::cols::record(run_id, &row, events, steps)
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
-        let like = filter.text.as_ref().map(|q| {
-            let escaped = q
-                .replace('\\', "\\\\")
-                .replace('%', "\\%")
-                .replace('_', "\\_");
-            format!("%{escaped}%")
-        });
-        let (after_at, after_id) = match &filter.after {
-            Some(c) => (Some(c.started_at.as_str()), Some(c.run_id.as_str())),
-            None => (None, None),
-        };
+        let (like, after_at, after_id) = crate::cols::list_params(filter);
         let rows = sqlx::query(
             "SELECT id, workflow, status, started_at, finished_at, cost_usd, workflow_id,
                     workflow_version
@@ -1242,18 +1153,7 @@ impl RunStore for Postgres {
         .fetch_all(&self.pool)
         .await
         .map_err(backend)?;
-        Ok(rows
-            .iter()
-            .map(|r| RunSummary {
-                run_id: r.get("id"),
-                workflow: r.get("workflow"),
-                status: status_of(r, "status"),
-                started_at: r.get("started_at"),
-                cost_usd: r.get("cost_usd"),
-                finished_at: r.get("finished_at"),
-                pin: pin_of(r),
-            })
-            .collect())
+        Ok(rows.iter().map(crate::cols::summary).collect())
     }
 
     async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError> {
@@ -1321,7 +1221,7 @@ impl RunStore for Postgres {
                 .await
                 .map_err(backend)?
                 .iter()
-                .map(|r| (status_of(r, "status"), r.get::<i64, _>(1) as u64))
+                .map(|r| (crate::cols::status(r, "status"), r.get::<i64, _>(1) as u64))
                 .collect(),
         )
     }

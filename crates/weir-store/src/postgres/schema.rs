@@ -25,7 +25,7 @@ CREATE TABLE runs (
     idempotency_key  TEXT UNIQUE,
     event_seq        BIGINT NOT NULL DEFAULT 0,
     workflow_id      TEXT,
-    workflow_version INTEGER
+    workflow_version BIGINT
 ) WITH (fillfactor = 70);
 CREATE INDEX runs_list ON runs (started_at DESC, id DESC);
 CREATE INDEX runs_ended ON runs (finished_at) WHERE finished_at IS NOT NULL;

@@ -11,18 +11,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
 use weir_core::event::{EventKind, RunEvent};
 use weir_core::record::{
-    Attempt, ErrorCode, RunError, RunRecord, RunStatus, RunSummary, Snapshot, StepRecord,
-    StepStatus, Tokens,
+    ErrorCode, RunError, RunRecord, RunStatus, RunSummary, Snapshot, StepRecord, StepStatus,
 };
 use weir_core::store::{
-    CancelOutcome, Claim, Created, GateDecision, Lease, NewRun, Pin, RunFilter, RunStore,
-    RunUpdate, StepCommit, StoreError, StoredRun, Written, now_ms, now_rfc3339,
+    CancelOutcome, Claim, Created, GateDecision, Lease, NewRun, RunFilter, RunStore, RunUpdate,
+    StepCommit, StoreError, StoredRun, Written, now_ms, now_rfc3339,
 };
 
 use crate::rules;
@@ -45,10 +42,6 @@ pub struct Sqlite {
     writer: Writer,
     /// The folder of a throwaway database (`sqlite::memory:`), removed with the store.
     _scratch: Option<tempfile::TempDir>,
-}
-
-fn status_of(row: &SqliteRow, col: &str) -> RunStatus {
-    RunStatus::parse(row.get::<&str, _>(col)).unwrap_or(RunStatus::Failed)
 }
 
 const BEGIN: &str = "BEGIN IMMEDIATE";
@@ -167,45 +160,8 @@ impl Sqlite {
         .fetch_all(&self.pool)
         .await
         .map_err(backend)?;
-        let mut steps = Vec::with_capacity(rows.len());
-        for r in rows {
-            let seq: i64 = r.get("seq");
-            let attempts: Vec<Attempt> = attempt_rows
-                .iter()
-                .filter(|a| a.get::<i64, _>("seq") == seq)
-                .map(|a| parse(a.get::<String, _>("body").as_str()))
-                .collect::<Result<_, _>>()?;
-            steps.push(StepRecord {
-                seq: seq as u32,
-                node_id: r.get("node_id"),
-                node_type: r.get("node_type"),
-                visit: r.get::<i64, _>("visit") as u32,
-                status: StepStatus::parse(r.get::<&str, _>("status")).unwrap_or(StepStatus::Failed),
-                route: r.get("route"),
-                input: parse(r.get::<String, _>("input").as_str())?,
-                output: parse(r.get::<String, _>("output").as_str())?,
-                error: r.get("error"),
-                cost_usd: r.get("cost_usd"),
-                tokens: Tokens {
-                    input: r.get::<i64, _>("tokens_in") as u64,
-                    output: r.get::<i64, _>("tokens_out") as u64,
-                },
-                attempts,
-                started_at: r.get("started_at"),
-                finished_at: r.get("finished_at"),
-                duration_ms: r.get::<Option<i64>, _>("duration_ms").map(|d| d as u64),
-            });
-        }
-        Ok(steps)
+        crate::cols::steps(&rows, &attempt_rows)
     }
-}
-
-/// Writes step rows (insert or replace) and their attempts.
-fn pin_of(row: &SqliteRow) -> Option<Pin> {
-    Some(Pin {
-        workflow_id: row.get::<Option<String>, _>("workflow_id")?,
-        version: row.get::<Option<i64>, _>("workflow_version")? as u32,
-    })
 }
 
 fn not_found(run_id: &str) -> StoreError {
@@ -372,7 +328,7 @@ impl RunStore for Sqlite {
                 .ok_or_else(|| not_found(&d.run_id))?;
             return Err(rules::decision_conflict(
                 &d.run_id,
-                status_of(&cur, "status"),
+                crate::cols::status(&cur, "status"),
                 cur.get::<i64, _>("epoch") as u64,
                 d.expect_epoch,
             ));
@@ -409,7 +365,7 @@ impl RunStore for Sqlite {
         .await
         .map_err(backend)?
         .ok_or_else(|| not_found(run_id))?;
-        let status = status_of(&row, "status");
+        let status = crate::cols::status(&row, "status");
         let live = row
             .get::<Option<i64>, _>("lease_expires_at")
             .is_some_and(|at| at > now_ms());
@@ -507,20 +463,7 @@ impl RunStore for Sqlite {
         .await
         .map_err(backend)?
         .ok_or_else(|| not_found(run_id))?;
-        Ok(StoredRun {
-            run_id: run_id.to_string(),
-            workflow: row.get("workflow"),
-            status: status_of(&row, "status"),
-            source_path: row.get("source_path"),
-            source_text: row.get("source_text"),
-            snapshot: parse(row.get::<&str, _>("snapshot"))?,
-            epoch: row.get::<i64, _>("epoch") as u64,
-            owner: row.get("owner"),
-            lease_expires_at: row.get("lease_expires_at"),
-            cancel_requested: row.get::<i64, _>("cancel_requested") != 0,
-            pin: pin_of(&row),
-            input: parse(row.get::<&str, _>("input"))?,
-        })
+        crate::cols::stored_run(run_id, &row)
     }
 
     async fn get_step(&self, run_id: &str, seq: u32) -> Result<StepRecord, StoreError> {
@@ -540,8 +483,6 @@ impl RunStore for Sqlite {
         .await
         .map_err(backend)?
         .ok_or_else(|| not_found(run_id))?;
-        let snapshot: Snapshot = parse(row.get::<&str, _>("snapshot"))?;
-        let error: Option<String> = row.get("error");
         let events = sqlx::query("SELECT seq, body FROM run_events WHERE run_id = ? ORDER BY seq")
             .bind(run_id)
             .fetch_all(&self.pool)
@@ -550,33 +491,12 @@ impl RunStore for Sqlite {
             .iter()
             .map(|r| event_value(r.get(0), r.get::<&str, _>(1)))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(crate::record(crate::RecordParts {
-            run_id,
-            workflow: row.get("workflow"),
-            dialect: row.get("dialect"),
-            status: status_of(&row, "status"),
-            input: parse(row.get::<&str, _>("input"))?,
-            snapshot: &snapshot,
-            error: error.as_deref().map(parse).transpose()?,
-            events,
-            started_at: row.get("started_at"),
-            finished_at: row.get("finished_at"),
-            steps: self.steps(run_id, None).await?,
-        }))
+        let steps = self.steps(run_id, None).await?;
+        crate::cols::record(run_id, &row, events, steps)
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
-        let like = filter.text.as_ref().map(|q| {
-            let escaped = q
-                .replace('\\', "\\\\")
-                .replace('%', "\\%")
-                .replace('_', "\\_");
-            format!("%{escaped}%")
-        });
-        let (after_at, after_id) = match &filter.after {
-            Some(c) => (Some(c.started_at.as_str()), Some(c.run_id.as_str())),
-            None => (None, None),
-        };
+        let (like, after_at, after_id) = crate::cols::list_params(filter);
         let rows = sqlx::query(
             "SELECT id, workflow, status, started_at, finished_at, cost_usd, workflow_id,
                     workflow_version
@@ -598,18 +518,7 @@ impl RunStore for Sqlite {
         .fetch_all(&self.pool)
         .await
         .map_err(backend)?;
-        Ok(rows
-            .iter()
-            .map(|r| RunSummary {
-                run_id: r.get("id"),
-                workflow: r.get("workflow"),
-                status: status_of(r, "status"),
-                started_at: r.get("started_at"),
-                cost_usd: r.get("cost_usd"),
-                finished_at: r.get("finished_at"),
-                pin: pin_of(r),
-            })
-            .collect())
+        Ok(rows.iter().map(crate::cols::summary).collect())
     }
 
     async fn prune(&self, before: &str, statuses: &[RunStatus]) -> Result<Vec<String>, StoreError> {
@@ -669,7 +578,7 @@ impl RunStore for Sqlite {
                 .await
                 .map_err(backend)?
                 .iter()
-                .map(|r| (status_of(r, "status"), r.get::<i64, _>(1) as u64))
+                .map(|r| (crate::cols::status(r, "status"), r.get::<i64, _>(1) as u64))
                 .collect(),
         )
     }

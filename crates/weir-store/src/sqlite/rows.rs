@@ -87,15 +87,7 @@ pub(super) async fn insert_events(
         b.push_bind(run_id).push_bind(seq).push_bind(body);
     });
     q.build().execute(&mut *conn).await.map_err(backend)?;
-    Ok(kinds
-        .into_iter()
-        .enumerate()
-        .map(|(i, kind)| RunEvent {
-            seq: (first + i as i64) as u64,
-            at: at.clone(),
-            kind,
-        })
-        .collect())
+    Ok(crate::numbered(first, &at, kinds))
 }
 
 /// How a fenced write ends the drive, if it does.
@@ -175,16 +167,7 @@ impl Sqlite {
         };
         let done = self.writer.run(move |c| writer::fenced(c, write)).await?;
         Ok(Written {
-            events: w
-                .events
-                .into_iter()
-                .enumerate()
-                .map(|(k, kind)| RunEvent {
-                    seq: (done.first_seq + k as i64) as u64,
-                    at: at.clone(),
-                    kind,
-                })
-                .collect(),
+            events: crate::numbered(done.first_seq, &at, w.events),
             cancel_requested: done.cancel_requested,
         })
     }

@@ -1,0 +1,176 @@
+//! Reading runs, steps and summaries from rows the same way in both SQL stores: each store
+//! says how its rows give a column as an integer, text, real or flag ([`Cols`]); the mapping
+//! to records is written once here.
+
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
+use weir_core::record::{
+    Attempt, RunRecord, RunStatus, RunSummary, Snapshot, StepRecord, StepStatus, Tokens,
+};
+use weir_core::store::{Pin, StoreError, StoredRun};
+
+use crate::parse;
+
+/// A row's columns by name (every integer column is 64-bit in both schemas).
+pub(crate) trait Cols {
+    fn int(&self, col: &str) -> i64;
+    fn opt_int(&self, col: &str) -> Option<i64>;
+    fn text(&self, col: &str) -> String;
+    fn opt_text(&self, col: &str) -> Option<String>;
+    fn real(&self, col: &str) -> f64;
+    fn flag(&self, col: &str) -> bool;
+}
+
+/// `Cols` for a sqlx row type; `$flag` reads a boolean column (SQLite stores 0 or 1).
+macro_rules! cols {
+    ($row:ty, $flag:expr) => {
+        impl Cols for $row {
+            fn int(&self, col: &str) -> i64 {
+                self.get(col)
+            }
+            fn opt_int(&self, col: &str) -> Option<i64> {
+                self.get(col)
+            }
+            fn text(&self, col: &str) -> String {
+                self.get(col)
+            }
+            fn opt_text(&self, col: &str) -> Option<String> {
+                self.get(col)
+            }
+            fn real(&self, col: &str) -> f64 {
+                self.get(col)
+            }
+            fn flag(&self, col: &str) -> bool {
+                $flag(self, col)
+            }
+        }
+    };
+}
+
+cols!(SqliteRow, |r: &SqliteRow, c: &str| r.get::<i64, _>(c) != 0);
+cols!(PgRow, |r: &PgRow, c: &str| r.get::<bool, _>(c));
+
+pub(crate) fn status(r: &impl Cols, col: &str) -> RunStatus {
+    RunStatus::parse(&r.text(col)).unwrap_or(RunStatus::Failed)
+}
+
+/// The saved workflow version a run pins (`workflow_id`, `workflow_version`).
+pub(crate) fn pin(r: &impl Cols) -> Option<Pin> {
+    Some(Pin {
+        workflow_id: r.opt_text("workflow_id")?,
+        version: r.opt_int("workflow_version")? as u32,
+    })
+}
+
+/// Step records from the rows of `steps` and of `attempts` (`seq`, `body`), both by `seq`.
+pub(crate) fn steps(
+    rows: &[impl Cols],
+    attempts: &[impl Cols],
+) -> Result<Vec<StepRecord>, StoreError> {
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let seq = r.int("seq");
+        let attempts: Vec<Attempt> = attempts
+            .iter()
+            .filter(|a| a.int("seq") == seq)
+            .map(|a| parse(&a.text("body")))
+            .collect::<Result<_, _>>()?;
+        out.push(StepRecord {
+            seq: seq as u32,
+            node_id: r.text("node_id"),
+            node_type: r.text("node_type"),
+            visit: r.int("visit") as u32,
+            status: StepStatus::parse(&r.text("status")).unwrap_or(StepStatus::Failed),
+            route: r.opt_text("route"),
+            input: parse(&r.text("input"))?,
+            output: parse(&r.text("output"))?,
+            error: r.opt_text("error"),
+            cost_usd: r.real("cost_usd"),
+            tokens: Tokens {
+                input: r.int("tokens_in") as u64,
+                output: r.int("tokens_out") as u64,
+            },
+            attempts,
+            started_at: r.text("started_at"),
+            finished_at: r.opt_text("finished_at"),
+            duration_ms: r.opt_int("duration_ms").map(|d| d as u64),
+        });
+    }
+    Ok(out)
+}
+
+/// A run as a driver needs it, from `workflow, status, source_path, source_text, snapshot,
+/// epoch, owner, lease_expires_at, cancel_requested, workflow_id, workflow_version, input`.
+pub(crate) fn stored_run(run_id: &str, r: &impl Cols) -> Result<StoredRun, StoreError> {
+    Ok(StoredRun {
+        run_id: run_id.to_string(),
+        workflow: r.text("workflow"),
+        status: status(r, "status"),
+        source_path: r.text("source_path"),
+        source_text: r.text("source_text"),
+        snapshot: parse(&r.text("snapshot"))?,
+        epoch: r.int("epoch") as u64,
+        owner: r.opt_text("owner"),
+        lease_expires_at: r.opt_int("lease_expires_at"),
+        cancel_requested: r.flag("cancel_requested"),
+        pin: pin(r),
+        input: parse(&r.text("input"))?,
+    })
+}
+
+/// A run's record from `workflow, dialect, status, input, snapshot, error, started_at,
+/// finished_at`, its events (as readers see them) and its steps.
+pub(crate) fn record(
+    run_id: &str,
+    r: &impl Cols,
+    events: Vec<serde_json::Value>,
+    steps: Vec<StepRecord>,
+) -> Result<RunRecord, StoreError> {
+    let snapshot: Snapshot = parse(&r.text("snapshot"))?;
+    Ok(crate::record(crate::RecordParts {
+        run_id,
+        workflow: &r.text("workflow"),
+        dialect: &r.text("dialect"),
+        status: status(r, "status"),
+        input: parse(&r.text("input"))?,
+        snapshot: &snapshot,
+        error: r.opt_text("error").as_deref().map(parse).transpose()?,
+        events,
+        started_at: r.text("started_at"),
+        finished_at: r.opt_text("finished_at"),
+        steps,
+    }))
+}
+
+/// The `LIKE` pattern of a run list's text filter (`\\` escapes), and the cursor's two
+/// halves.
+pub(crate) fn list_params(
+    f: &weir_core::store::RunFilter,
+) -> (Option<String>, Option<&str>, Option<&str>) {
+    let like = f.text.as_ref().map(|q| {
+        let escaped = q
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_");
+        format!("%{escaped}%")
+    });
+    match &f.after {
+        Some(c) => (like, Some(c.started_at.as_str()), Some(c.run_id.as_str())),
+        None => (like, None, None),
+    }
+}
+
+/// A line of the run list, from `id, workflow, status, started_at, finished_at, cost_usd,
+/// workflow_id, workflow_version`.
+pub(crate) fn summary(r: &impl Cols) -> RunSummary {
+    RunSummary {
+        run_id: r.text("id"),
+        workflow: r.text("workflow"),
+        status: status(r, "status"),
+        started_at: r.text("started_at"),
+        cost_usd: r.real("cost_usd"),
+        finished_at: r.opt_text("finished_at"),
+        pin: pin(r),
+    }
+}
