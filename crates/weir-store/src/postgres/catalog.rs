@@ -45,58 +45,60 @@ const LATEST: &str = "SELECT v.workflow_id, v.version, v.name, v.dialect, v.form
 #[async_trait]
 impl Catalog for Postgres {
     async fn put_workflow(&self, v: &NewVersion) -> Result<WorkflowVersion, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(backend)?;
-        let existing =
-            sqlx::query("SELECT latest, deleted_at FROM workflows WHERE id = $1 FOR UPDATE")
-                .bind(v.workflow_id.as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(backend)?;
-        let version = match &existing {
-            Some(r) => {
-                let live = r.get::<Option<String>, _>("deleted_at").is_none();
-                if live && v.create_only {
-                    return Err(StoreError::Conflict(format!(
-                        "a workflow with id {} exists already; PUT /api/workflows/{} saves a new version",
-                        v.workflow_id, v.workflow_id
-                    )));
+        let version = super::in_tx(&self.pool, async |tx: &mut sqlx::PgConnection| {
+            let existing =
+                sqlx::query("SELECT latest, deleted_at FROM workflows WHERE id = $1 FOR UPDATE")
+                    .bind(v.workflow_id.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+            let version = match &existing {
+                Some(r) => {
+                    let live = r.get::<Option<String>, _>("deleted_at").is_none();
+                    if live && v.create_only {
+                        return Err(StoreError::Conflict(format!(
+                            "a workflow with id {} exists already; PUT /api/workflows/{} saves a new version",
+                            v.workflow_id, v.workflow_id
+                        )));
+                    }
+                    r.get::<i64, _>("latest") + 1
                 }
-                r.get::<i64, _>("latest") + 1
+                None => 1,
+            };
+            if existing.is_some() {
+                sqlx::query("UPDATE workflows SET latest = $1, deleted_at = NULL WHERE id = $2")
+                    .bind(version)
+                    .bind(v.workflow_id.as_str())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+            } else {
+                sqlx::query("INSERT INTO workflows (id, latest, created_at) VALUES ($1, $2, $3)")
+                    .bind(v.workflow_id.as_str())
+                    .bind(version)
+                    .bind(v.created_at.as_str())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
             }
-            None => 1,
-        };
-        if existing.is_some() {
-            sqlx::query("UPDATE workflows SET latest = $1, deleted_at = NULL WHERE id = $2")
-                .bind(version)
-                .bind(v.workflow_id.as_str())
-                .execute(&mut *tx)
-                .await
-                .map_err(backend)?;
-        } else {
-            sqlx::query("INSERT INTO workflows (id, latest, created_at) VALUES ($1, $2, $3)")
-                .bind(v.workflow_id.as_str())
-                .bind(version)
-                .bind(v.created_at.as_str())
-                .execute(&mut *tx)
-                .await
-                .map_err(backend)?;
-        }
-        sqlx::query(
-            "INSERT INTO workflow_versions (workflow_id, version, name, dialect, format, source,
-                                            created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(v.workflow_id.as_str())
-        .bind(version)
-        .bind(v.name.as_str())
-        .bind(v.dialect.as_str())
-        .bind(v.format.as_str())
-        .bind(v.source.as_str())
-        .bind(v.created_at.as_str())
-        .execute(&mut *tx)
-        .await
-        .map_err(backend)?;
-        tx.commit().await.map_err(backend)?;
+            sqlx::query(
+                "INSERT INTO workflow_versions (workflow_id, version, name, dialect, format, source,
+                                                created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
+            .bind(v.workflow_id.as_str())
+            .bind(version)
+            .bind(v.name.as_str())
+            .bind(v.dialect.as_str())
+            .bind(v.format.as_str())
+            .bind(v.source.as_str())
+            .bind(v.created_at.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+            Ok(version)
+        })
+        .await?;
         Ok(WorkflowVersion {
             workflow_id: v.workflow_id.clone(),
             version: version as u32,

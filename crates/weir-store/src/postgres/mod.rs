@@ -275,6 +275,26 @@ fn upsert_sql() -> &'static str {
     })
 }
 
+/// Runs `f` in a transaction: committed when it returns `Ok`, rolled back at once when it
+/// fails (not left to the pool, where the transaction's row locks would outlive the error
+/// until the connection is next used, and make `SKIP LOCKED` claims skip those rows).
+pub(super) async fn in_tx<T>(
+    pool: &PgPool,
+    f: impl AsyncFnOnce(&mut PgConnection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    let mut tx = pool.begin().await.map_err(backend)?;
+    match f(&mut tx).await {
+        Ok(v) => {
+            tx.commit().await.map_err(backend)?;
+            Ok(v)
+        }
+        Err(e) => {
+            let _ = tx.rollback().await;
+            Err(e)
+        }
+    }
+}
+
 impl Postgres {
     /// Connects to the database of `url` (`postgres://user@host:port/db`), applying the
     /// migrations it lacks.
@@ -401,36 +421,43 @@ impl Postgres {
         lease: &Lease,
         write: &str,
     ) -> Result<Option<(u64, Option<String>, RunStatus)>, StoreError> {
-        let mut tx = self.fast.begin().await.map_err(backend)?;
-        let Some(row) =
-            sqlx::query("SELECT epoch, owner, status FROM runs WHERE id = $1 FOR UPDATE")
-                .bind(lease.run_id.as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(backend)?
-        else {
-            return Ok(None);
-        };
-        let current = (
-            row.get::<i64, _>(0) as u64,
-            row.get::<Option<String>, _>(1),
-            crate::cols::status(&row, "status"),
-        );
-        let Some(kind) = rules::stale_write(&lease.owner, lease.epoch, &current, write) else {
-            return Ok(Some(current));
-        };
-        let seq: i64 = sqlx::query(
-            "UPDATE runs SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq",
-        )
-        .bind(lease.run_id.as_str())
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(backend)?
-        .get(0);
-        insert_events(&mut tx, &lease.run_id, seq, &now_rfc3339(), &[kind]).await?;
-        tx.commit().await.map_err(backend)?;
-        self.notes.run(&lease.run_id);
-        Ok(Some(current))
+        // Whether an event was written: only then are readers woken.
+        let noted = in_tx(&self.fast, async |tx: &mut PgConnection| {
+            let Some(row) =
+                sqlx::query("SELECT epoch, owner, status FROM runs WHERE id = $1 FOR UPDATE")
+                    .bind(lease.run_id.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(backend)?
+            else {
+                return Ok(None);
+            };
+            let current = (
+                row.get::<i64, _>(0) as u64,
+                row.get::<Option<String>, _>(1),
+                crate::cols::status(&row, "status"),
+            );
+            let Some(kind) = rules::stale_write(&lease.owner, lease.epoch, &current, write) else {
+                return Ok(Some((current, false)));
+            };
+            let seq: i64 = sqlx::query(
+                "UPDATE runs SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq",
+            )
+            .bind(lease.run_id.as_str())
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend)?
+            .get(0);
+            insert_events(&mut *tx, &lease.run_id, seq, &now_rfc3339(), &[kind]).await?;
+            Ok(Some((current, true)))
+        })
+        .await?;
+        Ok(noted.map(|(current, written)| {
+            if written {
+                self.notes.run(&lease.run_id);
+            }
+            current
+        }))
     }
 
     async fn steps(&self, run_id: &str, only: Option<u32>) -> Result<Vec<StepRecord>, StoreError> {
@@ -652,31 +679,33 @@ impl RunStore for Postgres {
     }
 
     async fn claim_run(&self, run_id: &str, claim: &Claim) -> Result<(Lease, Written), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(backend)?;
-        let r = sqlx::query(
-            "SELECT r.status, r.epoch, r.owner, CASE WHEN q.leased THEN q.visible_at END AS lease
-             FROM runs r LEFT JOIN queue q ON q.run_id = r.id WHERE r.id = $1 FOR UPDATE OF r",
-        )
-        .bind(run_id)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(backend)?
-        .ok_or_else(|| not_found(run_id))?;
-        let row = ClaimRow {
-            id: run_id.to_string(),
-            status: crate::cols::status(&r, "status"),
-            epoch: r.get::<i64, _>("epoch") as u64,
-            owner: r.get("owner"),
-            lease_expires_at: r.get("lease"),
-        };
-        if let Some(refusal) = rules::claim_refusal(&row.view(), now_ms()) {
-            return Err(refusal);
-        }
-        self.faults.hit("claim", 0)?;
-        let out = self.claim_one(&mut tx, &row, claim).await?.ok_or_else(|| {
-            StoreError::Conflict(format!("run {run_id} was claimed by someone else"))
-        })?;
-        tx.commit().await.map_err(backend)?;
+        let out = in_tx(&self.pool, async |tx: &mut PgConnection| {
+            let r = sqlx::query(
+                "SELECT r.status, r.epoch, r.owner, CASE WHEN q.leased THEN q.visible_at END AS lease
+                 FROM runs r LEFT JOIN queue q ON q.run_id = r.id WHERE r.id = $1 FOR UPDATE OF r",
+            )
+            .bind(run_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?
+            .ok_or_else(|| not_found(run_id))?;
+            let row = ClaimRow {
+                id: run_id.to_string(),
+                status: crate::cols::status(&r, "status"),
+                epoch: r.get::<i64, _>("epoch") as u64,
+                owner: r.get("owner"),
+                lease_expires_at: r.get("lease"),
+            };
+            if let Some(refusal) = rules::claim_refusal(&row.view(), now_ms()) {
+                return Err(refusal);
+            }
+            self.faults.hit("claim", 0)?;
+            let out = self.claim_one(&mut *tx, &row, claim).await?.ok_or_else(|| {
+                StoreError::Conflict(format!("run {run_id} was claimed by someone else"))
+            })?;
+            Ok(out)
+        })
+        .await?;
         self.notes.run(run_id);
         Ok(out)
     }
@@ -688,97 +717,99 @@ impl RunStore for Postgres {
     ) -> Result<Vec<(Lease, Written)>, StoreError> {
         let now = now_ms();
         let expires_at = now + claim.ttl.as_millis() as i64;
-        let mut tx = self.pool.begin().await.map_err(backend)?;
-        // Expired leases first (runs under way whose driver died: their successors should not
-        // wait behind a backlog), then queued runs oldest first. Queue rows first, then their
-        // runs, both skipping what others hold: a claim never waits on a lock, so it cannot
-        // deadlock with a drive's write (runs, then queue).
-        let rows = sqlx::query(
-            "WITH expired AS (
-                SELECT run_id, 0 AS pri, visible_at, n FROM queue
-                WHERE leased AND visible_at <= $1
-                ORDER BY visible_at LIMIT $2 FOR UPDATE SKIP LOCKED
-            ), ready AS (
-                SELECT run_id, 1 AS pri, visible_at, n FROM queue
-                WHERE NOT leased AND visible_at <= $1
-                ORDER BY visible_at, n LIMIT ($2 - (SELECT COUNT(*) FROM expired))
-                FOR UPDATE SKIP LOCKED
-            ), picked AS (
-                SELECT * FROM expired UNION ALL SELECT * FROM ready
-            ), old AS (
-                SELECT r.id, r.status, r.epoch, r.owner, p.pri, p.visible_at, p.n
-                FROM runs r JOIN picked p ON r.id = p.run_id
-                WHERE r.status IN ('queued', 'running') FOR UPDATE OF r SKIP LOCKED
-            ), upd AS (
-                UPDATE runs r SET status = 'running', epoch = r.epoch + 1, owner = $3,
-                                  event_seq = r.event_seq + 1
-                FROM old WHERE r.id = old.id
-                RETURNING r.id, r.epoch, r.event_seq, r.cancel_requested
-            ), uq AS (
-                UPDATE queue q SET visible_at = $4, leased = TRUE, epoch = upd.epoch
-                FROM upd WHERE q.run_id = upd.id
+        let out = in_tx(&self.pool, async |tx: &mut PgConnection| {
+            // Expired leases first (runs under way whose driver died: their successors should not
+            // wait behind a backlog), then queued runs oldest first. Queue rows first, then their
+            // runs, both skipping what others hold: a claim never waits on a lock, so it cannot
+            // deadlock with a drive's write (runs, then queue).
+            let rows = sqlx::query(
+                "WITH expired AS (
+                    SELECT run_id, 0 AS pri, visible_at, n FROM queue
+                    WHERE leased AND visible_at <= $1
+                    ORDER BY visible_at LIMIT $2 FOR UPDATE SKIP LOCKED
+                ), ready AS (
+                    SELECT run_id, 1 AS pri, visible_at, n FROM queue
+                    WHERE NOT leased AND visible_at <= $1
+                    ORDER BY visible_at, n LIMIT ($2 - (SELECT COUNT(*) FROM expired))
+                    FOR UPDATE SKIP LOCKED
+                ), picked AS (
+                    SELECT * FROM expired UNION ALL SELECT * FROM ready
+                ), old AS (
+                    SELECT r.id, r.status, r.epoch, r.owner, p.pri, p.visible_at, p.n
+                    FROM runs r JOIN picked p ON r.id = p.run_id
+                    WHERE r.status IN ('queued', 'running') FOR UPDATE OF r SKIP LOCKED
+                ), upd AS (
+                    UPDATE runs r SET status = 'running', epoch = r.epoch + 1, owner = $3,
+                                      event_seq = r.event_seq + 1
+                    FROM old WHERE r.id = old.id
+                    RETURNING r.id, r.epoch, r.event_seq, r.cancel_requested
+                ), uq AS (
+                    UPDATE queue q SET visible_at = $4, leased = TRUE, epoch = upd.epoch
+                    FROM upd WHERE q.run_id = upd.id
+                )
+                SELECT upd.id, upd.epoch, upd.event_seq, upd.cancel_requested, old.status,
+                       old.owner, old.epoch AS old_epoch
+                FROM upd JOIN old ON old.id = upd.id ORDER BY old.pri, old.visible_at, old.n",
             )
-            SELECT upd.id, upd.epoch, upd.event_seq, upd.cancel_requested, old.status,
-                   old.owner, old.epoch AS old_epoch
-            FROM upd JOIN old ON old.id = upd.id ORDER BY old.pri, old.visible_at, old.n",
-        )
-        .bind(now)
-        .bind(i64::from(limit))
-        .bind(claim.owner.as_str())
-        .bind(expires_at)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(backend)?;
-        if rows.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.faults.hit("claim", 1)?;
-        let at = now_rfc3339();
-        let mut out = Vec::with_capacity(rows.len());
-        let (mut ids, mut seqs, mut bodies_) = (Vec::new(), Vec::new(), Vec::new());
-        for r in &rows {
-            let id: String = r.get("id");
-            let was = ClaimRow {
-                id: id.clone(),
-                status: crate::cols::status(r, "status"),
-                epoch: r.get::<i64, _>("old_epoch") as u64,
-                owner: r.get("owner"),
-                lease_expires_at: None,
-            };
-            let epoch = r.get::<i64, _>("epoch") as u64;
-            let kind = rules::claim_event(&was.view(), &claim.owner, epoch);
-            let seq: i64 = r.get("event_seq");
-            ids.push(id.clone());
-            seqs.push(seq);
-            bodies_.push(json(&Body {
-                at: &at,
-                kind: &kind,
-            })?);
-            out.push((
-                Lease {
-                    run_id: id,
-                    owner: claim.owner.clone(),
-                    epoch,
-                    expires_at,
-                },
-                Written {
-                    events: numbered(seq, &at, vec![kind]),
-                    cancel_requested: r.get("cancel_requested"),
-                },
-            ));
-        }
-        sqlx::query(
-            "INSERT INTO run_events (run_id, seq, body)
-             SELECT * FROM unnest($1::text[], $2::int8[], $3::text[])",
-        )
-        .bind(ids)
-        .bind(seqs)
-        .bind(bodies_)
-        .execute(&mut *tx)
-        .await
-        .map_err(backend)?;
-        self.faults.hit("claim", 2)?;
-        tx.commit().await.map_err(backend)?;
+            .bind(now)
+            .bind(i64::from(limit))
+            .bind(claim.owner.as_str())
+            .bind(expires_at)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend)?;
+            if rows.is_empty() {
+                return Ok(Vec::new());
+            }
+            self.faults.hit("claim", 1)?;
+            let at = now_rfc3339();
+            let mut out = Vec::with_capacity(rows.len());
+            let (mut ids, mut seqs, mut bodies_) = (Vec::new(), Vec::new(), Vec::new());
+            for r in &rows {
+                let id: String = r.get("id");
+                let was = ClaimRow {
+                    id: id.clone(),
+                    status: crate::cols::status(r, "status"),
+                    epoch: r.get::<i64, _>("old_epoch") as u64,
+                    owner: r.get("owner"),
+                    lease_expires_at: None,
+                };
+                let epoch = r.get::<i64, _>("epoch") as u64;
+                let kind = rules::claim_event(&was.view(), &claim.owner, epoch);
+                let seq: i64 = r.get("event_seq");
+                ids.push(id.clone());
+                seqs.push(seq);
+                bodies_.push(json(&Body {
+                    at: &at,
+                    kind: &kind,
+                })?);
+                out.push((
+                    Lease {
+                        run_id: id,
+                        owner: claim.owner.clone(),
+                        epoch,
+                        expires_at,
+                    },
+                    Written {
+                        events: numbered(seq, &at, vec![kind]),
+                        cancel_requested: r.get("cancel_requested"),
+                    },
+                ));
+            }
+            sqlx::query(
+                "INSERT INTO run_events (run_id, seq, body)
+                 SELECT * FROM unnest($1::text[], $2::int8[], $3::text[])",
+            )
+            .bind(ids)
+            .bind(seqs)
+            .bind(bodies_)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+            self.faults.hit("claim", 2)?;
+            Ok(out)
+        })
+        .await?;
         for (l, _) in &out {
             self.notes.run(&l.run_id);
         }
@@ -909,73 +940,75 @@ impl RunStore for Postgres {
     }
 
     async fn decide(&self, d: &GateDecision) -> Result<Written, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(backend)?;
-        let n = d.events.len() as i64;
-        let row = sqlx::query(
-            "UPDATE runs SET epoch = epoch + 1, status = $1, error = $2, finished_at = $3,
-                             snapshot = $4, cost_usd = $5, event_seq = event_seq + $6
-             WHERE id = $7 AND status = 'paused' AND epoch = $8
-             RETURNING event_seq, epoch",
-        )
-        .bind(d.status.as_str())
-        .bind(d.error.as_ref().map(json).transpose()?)
-        .bind(d.finished_at.as_deref())
-        .bind(json(&d.snapshot)?)
-        .bind(d.snapshot.cost_usd)
-        .bind(n)
-        .bind(d.run_id.as_str())
-        .bind(d.expect_epoch as i64)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(backend)?;
-        let Some(row) = row else {
-            let cur = sqlx::query("SELECT status, epoch FROM runs WHERE id = $1")
-                .bind(d.run_id.as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(backend)?
-                .ok_or_else(|| not_found(&d.run_id))?;
-            return Err(rules::decision_conflict(
-                &d.run_id,
-                crate::cols::status(&cur, "status"),
-                cur.get::<i64, _>("epoch") as u64,
-                d.expect_epoch,
-            ));
-        };
-        self.faults.hit("decide", 1)?;
-        let (last, epoch): (i64, i64) = (row.get(0), row.get(1));
-        let mut steps: Vec<&StepRecord> = vec![&d.step];
-        steps.extend(d.also.iter());
-        StepArrays::of(&steps)?
-            .bind(sqlx::query(upsert_sql()).bind(d.run_id.as_str()))
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
-        self.faults.hit("decide", 2)?;
-        let at = now_rfc3339();
-        insert_events(&mut tx, &d.run_id, last - n + 1, &at, &d.events).await?;
-        self.faults.hit("decide", 3)?;
-        if d.status == RunStatus::Queued {
-            sqlx::query(
-                "INSERT INTO queue (run_id, visible_at, leased, epoch) VALUES ($1, $2, FALSE, $3)
-                 ON CONFLICT (run_id) DO UPDATE SET visible_at = EXCLUDED.visible_at,
-                                                    leased = FALSE, epoch = EXCLUDED.epoch",
+        let (last, at) = in_tx(&self.pool, async |tx: &mut PgConnection| {
+            let n = d.events.len() as i64;
+            let row = sqlx::query(
+                "UPDATE runs SET epoch = epoch + 1, status = $1, error = $2, finished_at = $3,
+                                 snapshot = $4, cost_usd = $5, event_seq = event_seq + $6
+                 WHERE id = $7 AND status = 'paused' AND epoch = $8
+                 RETURNING event_seq, epoch",
             )
+            .bind(d.status.as_str())
+            .bind(d.error.as_ref().map(json).transpose()?)
+            .bind(d.finished_at.as_deref())
+            .bind(json(&d.snapshot)?)
+            .bind(d.snapshot.cost_usd)
+            .bind(n)
             .bind(d.run_id.as_str())
-            .bind(now_ms())
-            .bind(epoch)
-            .execute(&mut *tx)
+            .bind(d.expect_epoch as i64)
+            .fetch_optional(&mut *tx)
             .await
             .map_err(backend)?;
-            self.faults.hit("decide", 4)?;
-        }
-        tx.commit().await.map_err(backend)?;
+            let Some(row) = row else {
+                let cur = sqlx::query("SELECT status, epoch FROM runs WHERE id = $1")
+                    .bind(d.run_id.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(backend)?
+                    .ok_or_else(|| not_found(&d.run_id))?;
+                return Err(rules::decision_conflict(
+                    &d.run_id,
+                    crate::cols::status(&cur, "status"),
+                    cur.get::<i64, _>("epoch") as u64,
+                    d.expect_epoch,
+                ));
+            };
+            self.faults.hit("decide", 1)?;
+            let (last, epoch): (i64, i64) = (row.get(0), row.get(1));
+            let mut steps: Vec<&StepRecord> = vec![&d.step];
+            steps.extend(d.also.iter());
+            StepArrays::of(&steps)?
+                .bind(sqlx::query(upsert_sql()).bind(d.run_id.as_str()))
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+            self.faults.hit("decide", 2)?;
+            let at = now_rfc3339();
+            insert_events(&mut *tx, &d.run_id, last - n + 1, &at, &d.events).await?;
+            self.faults.hit("decide", 3)?;
+            if d.status == RunStatus::Queued {
+                sqlx::query(
+                    "INSERT INTO queue (run_id, visible_at, leased, epoch) VALUES ($1, $2, FALSE, $3)
+                     ON CONFLICT (run_id) DO UPDATE SET visible_at = EXCLUDED.visible_at,
+                                                        leased = FALSE, epoch = EXCLUDED.epoch",
+                )
+                .bind(d.run_id.as_str())
+                .bind(now_ms())
+                .bind(epoch)
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+                self.faults.hit("decide", 4)?;
+            }
+            Ok((last, at))
+        })
+        .await?;
         if d.status == RunStatus::Queued {
             self.notes.work();
         }
         self.notes.run(&d.run_id);
         Ok(Written {
-            events: numbered(last - n + 1, &at, d.events.clone()),
+            events: numbered(last - d.events.len() as i64 + 1, &at, d.events.clone()),
             cancel_requested: false,
         })
     }
@@ -985,105 +1018,106 @@ impl RunStore for Postgres {
         run_id: &str,
         by: &str,
     ) -> Result<(CancelOutcome, Written), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(backend)?;
-        let row = sqlx::query(
-            "SELECT r.status, CASE WHEN q.leased THEN q.visible_at END AS lease,
-                    r.cancel_requested, r.snapshot
-             FROM runs r LEFT JOIN queue q ON q.run_id = r.id WHERE r.id = $1 FOR UPDATE OF r",
-        )
-        .bind(run_id)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(backend)?
-        .ok_or_else(|| not_found(run_id))?;
-        let status = crate::cols::status(&row, "status");
-        if status.is_terminal() {
-            return Err(rules::cancel_conflict(run_id, status));
-        }
-        let live = row
-            .get::<Option<i64>, _>("lease")
-            .is_some_and(|at| at > now_ms());
-        let requested = EventKind::CancelRequested { by: by.to_string() };
-        let at = now_rfc3339();
-        if status == RunStatus::Running && live {
-            let events = if row.get::<bool, _>("cancel_requested") {
-                Vec::new()
-            } else {
-                let seq: i64 = sqlx::query(
-                    "UPDATE runs SET cancel_requested = TRUE, event_seq = event_seq + 1
-                     WHERE id = $1 RETURNING event_seq",
-                )
-                .bind(run_id)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(backend)?
-                .get(0);
-                insert_events(&mut tx, run_id, seq, &at, std::slice::from_ref(&requested)).await?;
-                numbered(seq, &at, vec![requested])
+        let out = in_tx(&self.pool, async |tx: &mut PgConnection| {
+            let row = sqlx::query(
+                "SELECT r.status, CASE WHEN q.leased THEN q.visible_at END AS lease,
+                        r.cancel_requested, r.snapshot
+                 FROM runs r LEFT JOIN queue q ON q.run_id = r.id WHERE r.id = $1 FOR UPDATE OF r",
+            )
+            .bind(run_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?
+            .ok_or_else(|| not_found(run_id))?;
+            let status = crate::cols::status(&row, "status");
+            if status.is_terminal() {
+                return Err(rules::cancel_conflict(run_id, status));
+            }
+            let live = row
+                .get::<Option<i64>, _>("lease")
+                .is_some_and(|at| at > now_ms());
+            let requested = EventKind::CancelRequested { by: by.to_string() };
+            let at = now_rfc3339();
+            if status == RunStatus::Running && live {
+                let events = if row.get::<bool, _>("cancel_requested") {
+                    Vec::new()
+                } else {
+                    let seq: i64 = sqlx::query(
+                        "UPDATE runs SET cancel_requested = TRUE, event_seq = event_seq + 1
+                         WHERE id = $1 RETURNING event_seq",
+                    )
+                    .bind(run_id)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(backend)?
+                    .get(0);
+                    insert_events(&mut *tx, run_id, seq, &at, std::slice::from_ref(&requested))
+                        .await?;
+                    numbered(seq, &at, vec![requested])
+                };
+                return Ok((
+                    CancelOutcome::Requested,
+                    Written {
+                        events,
+                        cancel_requested: true,
+                    },
+                ));
+            }
+            // Nobody drives it: cancel it here and now.
+            let mut snapshot: Snapshot = parse(row.get::<&str, _>("snapshot"))?;
+            snapshot.gates.clear();
+            snapshot.pending.clear();
+            let error = RunError {
+                code: ErrorCode::Cancelled,
+                message: format!("cancelled by {by}"),
+                node_id: None,
             };
-            tx.commit().await.map_err(backend)?;
-            self.notes.run(run_id);
-            return Ok((
-                CancelOutcome::Requested,
+            let last: i64 = sqlx::query(
+                "UPDATE runs SET status = 'cancelled', error = $1, finished_at = $2, snapshot = $3,
+                                 event_seq = event_seq + 2
+                 WHERE id = $4 RETURNING event_seq",
+            )
+            .bind(json(&error)?)
+            .bind(at.as_str())
+            .bind(json(&snapshot)?)
+            .bind(run_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend)?
+            .get(0);
+            for (sql, bind) in [
+                (
+                    "UPDATE steps SET status = 'cancelled', error = $2, finished_at = $3
+                     WHERE run_id = $1 AND status IN ('running', 'waiting')",
+                    true,
+                ),
+                ("DELETE FROM queue WHERE run_id = $1", false),
+            ] {
+                let mut q = sqlx::query(sql).bind(run_id);
+                if bind {
+                    q = q.bind(format!("cancelled by {by}")).bind(at.as_str());
+                }
+                q.execute(&mut *tx).await.map_err(backend)?;
+            }
+            let kinds = vec![
+                requested,
+                EventKind::RunFinished {
+                    status: RunStatus::Cancelled,
+                    error: Some(error),
+                },
+            ];
+            insert_events(&mut *tx, run_id, last - 1, &at, &kinds).await?;
+            Ok((
+                CancelOutcome::Cancelled,
                 Written {
-                    events,
+                    events: numbered(last - 1, &at, kinds),
                     cancel_requested: true,
                 },
-            ));
-        }
-        // Nobody drives it: cancel it here and now.
-        let mut snapshot: Snapshot = parse(row.get::<&str, _>("snapshot"))?;
-        snapshot.gates.clear();
-        snapshot.pending.clear();
-        let error = RunError {
-            code: ErrorCode::Cancelled,
-            message: format!("cancelled by {by}"),
-            node_id: None,
-        };
-        let last: i64 = sqlx::query(
-            "UPDATE runs SET status = 'cancelled', error = $1, finished_at = $2, snapshot = $3,
-                             event_seq = event_seq + 2
-             WHERE id = $4 RETURNING event_seq",
-        )
-        .bind(json(&error)?)
-        .bind(at.as_str())
-        .bind(json(&snapshot)?)
-        .bind(run_id)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(backend)?
-        .get(0);
-        for (sql, bind) in [
-            (
-                "UPDATE steps SET status = 'cancelled', error = $2, finished_at = $3
-                 WHERE run_id = $1 AND status IN ('running', 'waiting')",
-                true,
-            ),
-            ("DELETE FROM queue WHERE run_id = $1", false),
-        ] {
-            let mut q = sqlx::query(sql).bind(run_id);
-            if bind {
-                q = q.bind(format!("cancelled by {by}")).bind(at.as_str());
-            }
-            q.execute(&mut *tx).await.map_err(backend)?;
-        }
-        let kinds = vec![
-            requested,
-            EventKind::RunFinished {
-                status: RunStatus::Cancelled,
-                error: Some(error),
-            },
-        ];
-        insert_events(&mut tx, run_id, last - 1, &at, &kinds).await?;
-        tx.commit().await.map_err(backend)?;
+            ))
+        })
+        .await?;
         self.notes.run(run_id);
-        Ok((
-            CancelOutcome::Cancelled,
-            Written {
-                events: numbered(last - 1, &at, kinds),
-                cancel_requested: true,
-            },
-        ))
+        Ok(out)
     }
 
     async fn load_run(&self, run_id: &str) -> Result<StoredRun, StoreError> {
