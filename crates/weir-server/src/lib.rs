@@ -14,6 +14,7 @@ mod runs;
 pub mod runtime;
 mod sse;
 mod tools_tokens;
+mod ui;
 mod workflows;
 
 use std::net::SocketAddr;
@@ -79,9 +80,8 @@ pub fn router(app: Arc<App>) -> Router {
             "/api/tokens/{id}",
             axum::routing::delete(tools_tokens::revoke_token),
         )
-        .fallback(|| async {
-            ApiError::not_found("no such route; GET /api/openapi.json lists them")
-        })
+        .route("/api/session", get(tools_tokens::session))
+        .fallback(ui::fallback)
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .with_state(app)
 }

@@ -205,6 +205,30 @@ pub async fn delete_tool(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// The caller's own token: what the web UI shows and which actions it offers.
+#[derive(Serialize, ToSchema)]
+pub struct SessionOut {
+    pub token_id: String,
+    pub name: String,
+    /// `read`, `run`, `approve` or `admin`.
+    pub scope: String,
+}
+
+#[utoipa::path(get, path = "/api/session", tag = "tokens",
+    responses((status = 200, body = SessionOut)),
+    security(("bearer" = ["read"])))]
+pub async fn session(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+) -> ApiResult<Json<SessionOut>> {
+    let caller = authorize(&app, &headers, Scope::Read).await?;
+    Ok(Json(SessionOut {
+        token_id: caller.token_id,
+        name: caller.name,
+        scope: caller.scope.as_str().to_string(),
+    }))
+}
+
 #[utoipa::path(get, path = "/api/tokens", tag = "tokens",
     responses((status = 200, body = TokenList)),
     security(("bearer" = ["admin"])))]

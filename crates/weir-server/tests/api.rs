@@ -158,6 +158,7 @@ fn routes() -> Vec<(Method, &'static str, Scope)> {
         (M::GET, "/api/tokens", Scope::Admin),
         (M::POST, "/api/tokens", Scope::Admin),
         (M::DELETE, "/api/tokens/zzz", Scope::Admin),
+        (M::GET, "/api/session", Scope::Read),
     ]
 }
 
@@ -778,4 +779,38 @@ async fn custom_tools_saved_over_the_api_are_usable_by_workflows() {
         )
         .await;
     assert_eq!(v.body["valid"], false, "{}", v.text);
+}
+
+#[tokio::test]
+async fn the_web_ui_is_served_outside_the_api_and_sessions_name_their_scope() {
+    let api = api().await;
+    // Deep links get the UI's page (it routes itself); its assets are files of the build.
+    for path in ["/", "/runs/some-run", "/workflows"] {
+        let r = api.call(Method::GET, path, None, "", "").await;
+        assert_eq!(r.status, StatusCode::OK, "{path}");
+        assert!(r.text.contains("<div id=\"root\">"), "{path}: {}", r.text);
+    }
+    let index = api.call(Method::GET, "/", None, "", "").await.text;
+    let script = index
+        .split("src=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .expect("the page loads a script");
+    let js = api.call(Method::GET, script, None, "", "").await;
+    assert_eq!(js.status, StatusCode::OK, "{script}");
+    assert!(js.text.len() > 1000, "the bundle is served");
+    // The API keeps its own 404s, in its error shape.
+    let missing = api.call(Method::GET, "/api/nope", None, "", "").await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert_eq!(missing.body["error"]["code"], "not_found");
+    // Each token learns its own scope, and nothing about others'.
+    for who in ["read", "approve", "admin"] {
+        let s = api.as_(who, Method::GET, "/api/session", "").await;
+        assert_eq!(s.status, StatusCode::OK);
+        assert_eq!(s.body["scope"], who, "{}", s.text);
+        assert_eq!(s.body["name"], who);
+        assert!(!s.text.contains("weir_"), "no token value in {}", s.text);
+    }
+    let anonymous = api.call(Method::GET, "/api/session", None, "", "").await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
 }

@@ -1,0 +1,190 @@
+// End to end in real Chromium (Debian's `chromium`, driven by playwright-core) against a
+// real `weir serve` on a fresh store: sign in from the address `weir serve` prints, the runs
+// list, a run parked at a gate approved with an input and another rejected with a reason,
+// the timeline's attempts, a `read` token that sees no approve button (and that the API
+// refuses anyway), the approval page on a phone-sized screen. Screenshots of every page go
+// to ui/e2e/artifacts/ (not committed).
+//
+//   node ui/e2e/run.mjs path/to/weir
+import { spawn } from "node:child_process";
+import { mkdtempSync, mkdirSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+
+const weir = process.argv[2] && (await import("node:path")).resolve(process.argv[2]);
+if (!weir) throw new Error("usage: node ui/e2e/run.mjs WEIR_BINARY");
+const here = dirname(fileURLToPath(import.meta.url));
+const shots = join(here, "artifacts");
+mkdirSync(shots, { recursive: true });
+const dir = mkdtempSync(join(tmpdir(), "weir-ui-"));
+const chromiumPath = process.env.WEIR_CHROMIUM ?? "/usr/bin/chromium";
+
+function fail(msg) {
+  throw new Error(msg);
+}
+
+async function startServer() {
+  const child = spawn(weir, ["serve", "--listen", "127.0.0.1:0", "--workers", "2"], {
+    env: { PATH: process.env.PATH, HOME: dir, WEIR_DB: join(dir, "weir.db") },
+    cwd: dir,
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  let out = "";
+  const ready = await new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`weir serve did not start: ${out}`)), 60000);
+    child.stdout.on("data", (d) => {
+      out += d;
+      const url = out.match(/listening on (http:\/\/\S+)/)?.[1];
+      const token = out.match(/\b(weir_[0-9a-f]+_[0-9a-f]+)\b/)?.[1];
+      if (url && token) {
+        clearTimeout(t);
+        resolve({ url, token });
+      }
+    });
+  });
+  return { child, ...ready };
+}
+
+const server = await startServer();
+const { url, token } = server;
+const api = async (method, path, body, as = token) => {
+  const r = await fetch(url + path, {
+    method,
+    headers: { Authorization: `Bearer ${as}`, "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return { status: r.status, json: await r.json().catch(() => null) };
+};
+const waitStatus = async (run, want) => {
+  for (let i = 0; i < 300; i++) {
+    const r = await api("GET", `/api/runs/${run}`);
+    if (r.json?.status === want) return r.json;
+    await new Promise((res) => setTimeout(res, 100));
+  }
+  fail(`run ${run} never became ${want}`);
+};
+const startRun = async (input) => (await api("POST", "/api/workflows/approval/runs", { input })).json.run_id;
+
+const browser = await chromium.launch({
+  executablePath: chromiumPath,
+  args: ["--no-sandbox", "--disable-dev-shm-usage"],
+});
+const outside = [];
+let failures = 0;
+async function step(name, f) {
+  try {
+    await f();
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    failures++;
+    console.log(`FAIL ${name}: ${e.stack ?? e}`);
+  }
+}
+
+try {
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const page = await ctx.newPage();
+  page.on("request", (r) => {
+    if (!r.url().startsWith(url)) outside.push(r.url());
+  });
+
+  const approveMe = await startRun({ customer: "Ada", amount: 250 });
+  const rejectMe = await startRun({ customer: "Bo", amount: 900 });
+  const readOnly = await startRun({ customer: "Cy", amount: 300 });
+  for (const r of [approveMe, rejectMe, readOnly]) await waitStatus(r, "paused");
+
+  await step("sign in from the printed address, the token leaves the address bar", async () => {
+    await page.goto(`${url}/?token=${token}`);
+    await page.getByText("initial admin · admin").waitFor();
+    if (page.url().includes("token=")) fail(`token still in ${page.url()}`);
+    await page.getByRole("cell", { name: approveMe.slice(0, 8) }).waitFor();
+    await page.screenshot({ path: join(shots, "runs.png"), fullPage: true });
+  });
+
+  await step("the runs list filters by status", async () => {
+    await page.getByLabel("status").selectOption("paused");
+    await page.getByRole("cell", { name: readOnly.slice(0, 8) }).waitFor();
+    await page.getByLabel("status").selectOption("succeeded");
+    await page.getByText("No runs match.").waitFor();
+    await page.getByLabel("status").selectOption("");
+  });
+
+  await step("a run waiting at a gate is approved with an input, live", async () => {
+    await page.getByRole("cell", { name: approveMe.slice(0, 8) }).click();
+    await page.getByText(/Waiting at/).waitFor();
+    await page.screenshot({ path: join(shots, "run-paused.png"), fullPage: true });
+    await page.getByLabel("approval input").fill('{"note": "approved in the UI"}');
+    await page.getByLabel("comment").fill("fine");
+    await page.getByRole("button", { name: "Approve" }).click();
+    await page.locator("h2 .status.succeeded").waitFor({ timeout: 30000 });
+    const rec = await waitStatus(approveMe, "succeeded");
+    if (rec.state.note !== "approved in the UI") fail(`input not merged: ${JSON.stringify(rec.state)}`);
+    await page.screenshot({ path: join(shots, "run-approved.png"), fullPage: true });
+  });
+
+  await step("the timeline shows each step, and an agent step's attempts and calls", async () => {
+    const first = page.locator("li.step").first();
+    await first.locator("button.row").click();
+    await page.locator("table.attempts").first().waitFor();
+    await page.getByText(/#1/).first().waitFor();
+    await page.screenshot({ path: join(shots, "run-timeline.png"), fullPage: true });
+  });
+
+  await step("another is rejected with a reason", async () => {
+    await page.goto(`${url}/runs/${rejectMe}`);
+    await page.getByText(/Waiting at/).waitFor();
+    await page.getByLabel("comment").fill("too expensive");
+    await page.getByRole("button", { name: "Reject" }).click();
+    await page.getByText("gate_rejected").waitFor({ timeout: 30000 });
+    await waitStatus(rejectMe, "failed");
+  });
+
+  await step("the workflows page lists the examples", async () => {
+    await page.goto(`${url}/workflows`);
+    await page.getByText("approval", { exact: true }).waitFor();
+    await page.screenshot({ path: join(shots, "workflows.png"), fullPage: true });
+  });
+
+  await step("a read token sees no approve button, and the API refuses it anyway", async () => {
+    const made = await api("POST", "/api/tokens", { name: "viewer", scope: "read" });
+    const read = made.json.token;
+    const rctx = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    const rpage = await rctx.newPage();
+    await rpage.goto(`${url}/runs/${readOnly}?token=${read}`);
+    await rpage.getByText(/cannot decide gates/).waitFor();
+    if ((await rpage.getByRole("button", { name: "Approve" }).count()) !== 0) fail("approve shown to a read token");
+    if ((await rpage.getByRole("button", { name: "Cancel" }).count()) !== 0) fail("cancel shown to a read token");
+    const refused = await api("POST", `/api/runs/${readOnly}/approve`, { gate: "review" }, read);
+    if (refused.status !== 403) fail(`the API answered ${refused.status} to a read token's approval`);
+    await rctx.close();
+  });
+
+  await step("the approval page works on a phone-sized screen, from the keyboard", async () => {
+    const phone = await browser.newContext({ viewport: { width: 375, height: 740 }, isMobile: true, hasTouch: true });
+    const p = await phone.newPage();
+    await p.goto(`${url}/runs/${readOnly}?token=${token}`);
+    await p.getByText(/Waiting at/).waitFor();
+    await p.screenshot({ path: join(shots, "approve-phone.png"), fullPage: true });
+    await p.getByLabel("approval input").focus();
+    await p.keyboard.press("Tab"); // comment
+    await p.keyboard.press("Tab"); // Approve
+    await p.keyboard.press("Enter");
+    await waitStatus(readOnly, "succeeded");
+    await phone.close();
+  });
+
+  if (outside.length) {
+    failures++;
+    console.log(`FAIL requests to other hosts: ${outside.join(", ")}`);
+  }
+} finally {
+  await browser.close();
+  server.child.kill("SIGTERM");
+}
+if (failures) {
+  console.log(`${failures} UI check(s) failed; screenshots in ${shots}`);
+  process.exit(1);
+}
+console.log(`UI end to end: all checks passed; screenshots in ${shots}`);

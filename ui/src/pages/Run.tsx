@@ -1,0 +1,246 @@
+// One run: its status, live over SSE; the timeline (a row per step, inside it a row per
+// attempt and per model call); a waiting gate's approve / reject form; cancel; re-run.
+
+import { Fragment, useEffect, useMemo, useRef, useState } from "react";
+import { allows, type RunRecord } from "../api";
+import { useSession } from "../App";
+import { duration, money } from "../format";
+import { live, timeline, type StepRow } from "../timeline";
+
+export function RunPage({ id }: { id: string }) {
+  const { api, session, go } = useSession();
+  const [run, setRun] = useState<RunRecord | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const last = useRef(0);
+
+  useEffect(() => {
+    let stop = false;
+    const ctl = new AbortController();
+    let pending: ReturnType<typeof setTimeout> | null = null;
+    const load = async () => {
+      try {
+        const r = await api.run(id);
+        if (stop) return;
+        setRun(r);
+        last.current = Math.max(last.current, ...r.events.map((e) => e.seq), 0);
+        return r;
+      } catch (e) {
+        if (!stop) setError(String(e));
+      }
+    };
+    // Each event reloads the record (coalesced): the log says when, the record what.
+    const changed = () => {
+      if (pending) return;
+      pending = setTimeout(() => {
+        pending = null;
+        void load();
+      }, 50);
+    };
+    (async () => {
+      const r = await load();
+      while (!stop && r && live(r.status)) {
+        try {
+          await api.follow(id, last.current, (e) => {
+            last.current = Math.max(last.current, e.seq);
+            changed();
+          }, ctl.signal);
+        } catch {
+          if (stop) return;
+        }
+        const now = await load();
+        if (!now || !live(now.status)) break;
+        await new Promise((res) => setTimeout(res, 1000));
+      }
+    })();
+    return () => {
+      stop = true;
+      ctl.abort();
+      if (pending) clearTimeout(pending);
+    };
+  }, [api, id]);
+
+  const rows = useMemo(() => (run ? timeline(run) : []), [run]);
+  if (error) return <p className="error">{error}</p>;
+  if (!run) return <p className="muted">Loading…</p>;
+  const can = (s: "run" | "approve") => allows(session.scope, s);
+  return (
+    <section>
+      <h2>
+        {run.workflow} <span className={`status ${run.status}`}>{run.status}</span>
+      </h2>
+      <p className="muted">
+        run <code>{run.run_id}</code> · started {new Date(run.started_at).toLocaleString()} ·{" "}
+        {duration(run.duration_ms)} · {money(run.cost_usd)}
+      </p>
+      {run.error && (
+        <p className="error">
+          <b>{run.error.code}</b>: {run.error.message}
+        </p>
+      )}
+      <div className="actions">
+        {live(run.status) && can("run") && (
+          <button onClick={() => void api.cancel(run.run_id).catch((e) => setError(String(e)))}>Cancel</button>
+        )}
+        {!live(run.status) && can("run") && (
+          <button onClick={async () => go(`/runs/${(await api.rerun(run.run_id)).run_id}`)}>Re-run</button>
+        )}
+      </div>
+      {run.status === "paused" && run.pending_gate && (
+        <Gate run={run} canDecide={can("approve")} onError={setError} />
+      )}
+      <h3>Timeline</h3>
+      <ol className="timeline">
+        {rows.map((r) => (
+          <StepItem key={r.seq} row={r} canRerun={can("run") && !live(run.status)} onRerun={async () => go(`/runs/${(await api.rerun(run.run_id, r.nodeId)).run_id}`)} />
+        ))}
+      </ol>
+      {run.output !== null && run.output !== undefined && (
+        <>
+          <h3>Output</h3>
+          <Json value={run.output} />
+        </>
+      )}
+    </section>
+  );
+}
+
+function Gate({ run, canDecide, onError }: { run: RunRecord; canDecide: boolean; onError: (e: string) => void }) {
+  const { api } = useSession();
+  const gate = run.pending_gate!;
+  const [input, setInput] = useState("{}");
+  const [comment, setComment] = useState("");
+  const [busy, setBusy] = useState(false);
+  let parsed: Record<string, unknown> | null = null;
+  try {
+    const v = JSON.parse(input);
+    parsed = v && typeof v === "object" && !Array.isArray(v) ? v : null;
+  } catch {
+    parsed = null;
+  }
+  const decide = async (approve: boolean) => {
+    setBusy(true);
+    try {
+      if (approve) await api.approve(run.run_id, gate.node_id, parsed ?? {}, comment || undefined);
+      else await api.reject(run.run_id, gate.node_id, comment);
+    } catch (e) {
+      onError(String(e));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <div className="gate" role="region" aria-label="waiting gate">
+      <h3>Waiting at {gate.node_id}</h3>
+      <p className="prompt">{gate.prompt}</p>
+      {canDecide ? (
+        <>
+          <label>
+            Input (a JSON object merged into the run's state)
+            <textarea aria-label="approval input" value={input} onChange={(e) => setInput(e.target.value)} rows={4} />
+          </label>
+          {parsed === null && <p className="error">The input must be a JSON object.</p>}
+          <label>
+            Comment (the reason, to reject)
+            <input aria-label="comment" value={comment} onChange={(e) => setComment(e.target.value)} />
+          </label>
+          <div className="actions">
+            <button className="approve" disabled={busy || parsed === null} onClick={() => void decide(true)}>Approve</button>
+            <button className="reject" disabled={busy || !comment.trim()} onClick={() => void decide(false)}>Reject</button>
+          </div>
+        </>
+      ) : (
+        <p className="muted">Your token cannot decide gates (it needs the approve scope).</p>
+      )}
+    </div>
+  );
+}
+
+function StepItem({ row, canRerun, onRerun }: { row: StepRow; canRerun: boolean; onRerun: () => void }) {
+  const [open, setOpen] = useState(false);
+  return (
+    <li className={`step ${row.status}`}>
+      <button className="row" aria-expanded={open} onClick={() => setOpen(!open)}>
+        <span className="seq">{row.seq}</span>
+        <span className="node">{row.nodeId}</span>
+        <span className="muted">{row.nodeType}{row.visit > 1 ? ` ×${row.visit}` : ""}</span>
+        <span className={`status ${row.status}`}>{row.status}</span>
+        {row.route && <span className="route">→ {row.route}</span>}
+        <span>{duration(row.durationMs)}</span>
+        <span>{row.tokensIn || row.tokensOut ? `${row.tokensIn} / ${row.tokensOut} tok` : ""}</span>
+        <span>{money(row.costUsd)}</span>
+      </button>
+      {row.error && <p className="error">{row.error}</p>}
+      {open && (
+        <div className="detail">
+          {row.attempts.length > 0 && (
+            <table className="attempts">
+              <thead>
+                <tr><th>attempt</th><th>status</th><th>error class</th><th>latency</th><th>cost</th><th>backoff</th></tr>
+              </thead>
+              <tbody>
+                {row.attempts.map((a) => (
+                  <Fragment key={a.n}>
+                    <tr className={`attempt ${a.status}`}>
+                      <td>#{a.n}</td>
+                      <td><span className={`status ${a.status}`}>{a.status}</span></td>
+                      <td>{a.errorClass ?? ""}</td>
+                      <td>{duration(a.durationMs)}</td>
+                      <td>{money(a.costUsd)}</td>
+                      <td>{a.backoffMs !== undefined ? duration(a.backoffMs) : ""}</td>
+                    </tr>
+                    {a.calls.map((c, i) => (
+                      <tr key={`a${a.n}c${i}`} className="call">
+                        <td />
+                        <td colSpan={2}>{c.repair ? "repair: " : ""}{c.model}{c.provider ? ` (${c.provider})` : ""} {c.status}</td>
+                        <td>{duration(c.latencyMs)}</td>
+                        <td>{money(c.costUsd)}</td>
+                        <td>{c.tokensIn} / {c.tokensOut} tok{c.errorClass ? ` · ${c.errorClass}` : ""}</td>
+                      </tr>
+                    ))}
+                    {a.error && (
+                      <tr key={`a${a.n}e`}><td /><td colSpan={5} className="error">{a.error}</td></tr>
+                    )}
+                  </Fragment>
+                ))}
+              </tbody>
+            </table>
+          )}
+          {row.attempts.map((a) =>
+            a.request || a.response ? (
+              <div key={`io${a.n}`}>
+                {a.request && (<><h4>Attempt {a.n}: request</h4><Json value={a.request} /></>)}
+                {a.response && (<><h4>Attempt {a.n}: reply</h4><Folded text={a.response} /></>)}
+              </div>
+            ) : null,
+          )}
+          <h4>Input</h4>
+          <Json value={row.step.input} />
+          <h4>Output</h4>
+          <Json value={row.step.output} />
+          {canRerun && <button onClick={onRerun}>Re-run from {row.nodeId}</button>}
+        </div>
+      )}
+    </li>
+  );
+}
+
+function Json({ value }: { value: unknown }) {
+  return <Folded text={JSON.stringify(value, null, 2) ?? "null"} />;
+}
+
+/** Long text folded to its first lines, copyable. */
+function Folded({ text }: { text: string }) {
+  const [all, setAll] = useState(false);
+  const lines = text.split("\n");
+  const long = lines.length > 12 || text.length > 1500;
+  const shown = all || !long ? text : lines.slice(0, 12).join("\n").slice(0, 1500) + "\n…";
+  return (
+    <div className="folded">
+      <pre>{shown}</pre>
+      <div className="actions">
+        {long && <button className="link" onClick={() => setAll(!all)}>{all ? "fold" : "show all"}</button>}
+        <button className="link" onClick={() => void navigator.clipboard?.writeText(text)}>copy</button>
+      </div>
+    </div>
+  );
+}

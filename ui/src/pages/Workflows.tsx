@@ -1,0 +1,58 @@
+// Saved workflows: the list, and a run started from one with an input form.
+
+import { useEffect, useState } from "react";
+import { allows, type WorkflowOut } from "../api";
+import { useSession } from "../App";
+import { since } from "../format";
+
+export function WorkflowsPage() {
+  const { api, session, go } = useSession();
+  const [list, setList] = useState<WorkflowOut[] | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const [starting, setStarting] = useState<string | null>(null);
+  const [input, setInput] = useState("{}");
+
+  useEffect(() => {
+    api.workflows().then(setList, (e) => setError(String(e)));
+  }, [api]);
+
+  const start = async (id: string) => {
+    try {
+      const parsed = JSON.parse(input);
+      const r = await api.start(id, parsed);
+      go(`/runs/${r.run_id}`);
+    } catch (e) {
+      setError(String(e));
+    }
+  };
+
+  return (
+    <section>
+      <h2>Workflows</h2>
+      {error && <p className="error" role="alert">{error}</p>}
+      {list && list.length === 0 && <p className="muted">No saved workflows yet.</p>}
+      <ul className="workflows">
+        {list?.map((w) => (
+          <li key={w.id}>
+            <div className="row">
+              <b>{w.name}</b> <code>{w.id}</code>
+              <span className="muted">{w.dialect} · v{w.version} · updated {since(w.updated_at)}</span>
+              {allows(session.scope, "run") && (
+                <button onClick={() => (setStarting(starting === w.id ? null : w.id), setInput("{}"))}>Run…</button>
+              )}
+            </div>
+            {starting === w.id && (
+              <form className="start" onSubmit={(e) => (e.preventDefault(), void start(w.id))}>
+                <label>
+                  Input (JSON)
+                  <textarea aria-label="run input" rows={4} value={input} onChange={(e) => setInput(e.target.value)} />
+                </label>
+                <button type="submit">Start run</button>
+              </form>
+            )}
+          </li>
+        ))}
+      </ul>
+    </section>
+  );
+}

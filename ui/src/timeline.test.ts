@@ -1,0 +1,69 @@
+import { describe, expect, it } from "vitest";
+import { SseParser, allows, type RunRecord } from "./api";
+import { nodeStatus, timeline } from "./timeline";
+
+const run: RunRecord = {
+  run_id: "r1",
+  workflow: "w",
+  dialect: "graph",
+  status: "succeeded",
+  input: {},
+  state: {},
+  output: null,
+  error: null,
+  pending_gate: null,
+  cost_usd: 0.02,
+  events: [
+    { seq: 1, at: "t", type: "run_created" },
+    { seq: 2, at: "t", type: "attempt_failed", step: 2, node_id: "draft", n: 1, error: "429", error_class: "rate_limit", backoff_ms: 1000 },
+  ],
+  started_at: "2026-12-01T00:00:00.000Z",
+  finished_at: "2026-12-01T00:00:02.000Z",
+  duration_ms: 2000,
+  steps: [
+    {
+      seq: 2, node_id: "draft", node_type: "agent", visit: 1, status: "succeeded", route: null,
+      input: null, output: {}, error: null, cost_usd: 0.02, tokens: { input: 10, output: 5 },
+      attempts: [
+        { n: 1, status: "failed", error: "rate limited", error_class: "rate_limit", duration_ms: 3, cost_usd: 0, calls: [{ model: "gpt-4o", provider: "openai", status: "failed", error_class: "rate_limit" }] },
+        { n: 2, status: "succeeded", error: null, duration_ms: 40, cost_usd: 0.02, calls: [{ model: "gpt-4o", provider: "openai", status: "succeeded", input_tokens: 10, output_tokens: 5, cost_usd: 0.02, duration_ms: 38 }] },
+      ],
+      started_at: "t", finished_at: "t", duration_ms: 1043,
+    },
+    {
+      seq: 1, node_id: "start", node_type: "tool", visit: 1, status: "succeeded", route: null,
+      input: {}, output: {}, error: null, cost_usd: 0, tokens: { input: 0, output: 0 }, attempts: [],
+      started_at: "t", finished_at: "t", duration_ms: 1,
+    },
+  ],
+};
+
+describe("timeline", () => {
+  it("orders steps and nests attempts and calls, with the backoff from the log", () => {
+    const rows = timeline(run);
+    expect(rows.map((r) => r.nodeId)).toEqual(["start", "draft"]);
+    const draft = rows[1];
+    expect(draft.attempts).toHaveLength(2);
+    expect(draft.attempts[0]).toMatchObject({ status: "failed", errorClass: "rate_limit", backoffMs: 1000 });
+    expect(draft.attempts[1].backoffMs).toBeUndefined();
+    expect(draft.attempts[1].calls[0]).toMatchObject({ model: "gpt-4o", tokensIn: 10, tokensOut: 5, latencyMs: 38 });
+    expect(nodeStatus(run).get("draft")).toBe("succeeded");
+  });
+});
+
+describe("SSE", () => {
+  it("parses events split across chunks and skips heartbeats", () => {
+    const p = new SseParser();
+    expect(p.push(": heartbeat\n\nid: 1\nevent: run_created\ndata: {\"seq\":1,\"at\":\"t\",")).toEqual([]);
+    const got = p.push("\"type\":\"run_created\"}\n\nid: 2\ndata: {\"seq\":2,\"at\":\"t\",\"type\":\"run_started\"}\n\n");
+    expect(got.map((e) => [e.seq, e.type])).toEqual([[1, "run_created"], [2, "run_started"]]);
+  });
+});
+
+describe("scopes", () => {
+  it("orders read < run < approve < admin", () => {
+    expect(allows("approve", "run")).toBe(true);
+    expect(allows("read", "approve")).toBe(false);
+    expect(allows("admin", "admin")).toBe(true);
+  });
+});
