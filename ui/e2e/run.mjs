@@ -147,6 +147,23 @@ try {
     await page.screenshot({ path: join(shots, "workflows.png"), fullPage: true });
   });
 
+  await step("a graph document is drawn at its positions; machine and pipeline ones laid out", async () => {
+    for (const [id, nodes] of [["support-triage", 10], ["quality-loop", 0], ["early-exit", 0]]) {
+      await page.goto(`${url}/workflows/${id}`);
+      await page.locator(".react-flow__node").first().waitFor();
+      const drawn = await page.locator(".react-flow__node").count();
+      if (nodes && drawn !== nodes) fail(`${id}: ${drawn} nodes drawn, want ${nodes}`);
+      if (drawn < 2) fail(`${id}: only ${drawn} nodes drawn`);
+      if ((await page.locator(".react-flow__edge").count()) < 1) fail(`${id}: no edges drawn`);
+      await page.screenshot({ path: join(shots, `workflow-${id}.png`), fullPage: true });
+    }
+  });
+
+  await step("a run's graph is coloured by its steps' status", async () => {
+    await page.goto(`${url}/runs/${approveMe}`);
+    await page.locator(".react-flow__node.succeeded").first().waitFor();
+  });
+
   await step("a read token sees no approve button, and the API refuses it anyway", async () => {
     const made = await api("POST", "/api/tokens", { name: "viewer", scope: "read" });
     const read = made.json.token;

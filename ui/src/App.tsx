@@ -5,6 +5,7 @@ import { createContext, useCallback, useContext, useEffect, useState } from "rea
 import { Api, ApiError, type Session } from "./api";
 import { RunPage } from "./pages/Run";
 import { RunsPage } from "./pages/Runs";
+import { WorkflowPage } from "./pages/Workflow";
 import { WorkflowsPage } from "./pages/Workflows";
 
 const KEY = "weir.token";
@@ -77,6 +78,7 @@ export function App() {
     setCtx(null);
   };
   const runMatch = path.match(/^\/runs\/([^/]+)$/);
+  const wfMatch = path.match(/^\/workflows\/([^/]+)$/);
   return (
     <SessionCtx.Provider value={ctx}>
       <header className="top">
@@ -95,6 +97,8 @@ export function App() {
       <main>
         {runMatch ? (
           <RunPage id={decodeURIComponent(runMatch[1])} />
+        ) : wfMatch ? (
+          <WorkflowPage id={decodeURIComponent(wfMatch[1])} />
         ) : path.startsWith("/workflows") ? (
           <WorkflowsPage />
         ) : (

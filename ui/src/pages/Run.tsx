@@ -5,7 +5,9 @@ import { Fragment, useEffect, useMemo, useRef, useState } from "react";
 import { allows, type RunRecord } from "../api";
 import { useSession } from "../App";
 import { duration, money } from "../format";
-import { live, timeline, type StepRow } from "../timeline";
+import { Canvas } from "../Canvas";
+import { parseDocument, toGraph, type Graph } from "../graph";
+import { live, nodeStatus, timeline, type StepRow } from "../timeline";
 
 export function RunPage({ id }: { id: string }) {
   const { api, session, go } = useSession();
@@ -60,6 +62,8 @@ export function RunPage({ id }: { id: string }) {
   }, [api, id]);
 
   const rows = useMemo(() => (run ? timeline(run) : []), [run]);
+  const status = useMemo(() => (run ? nodeStatus(run) : undefined), [run]);
+  const graph = usePinnedGraph(id);
   if (error) return <p className="error">{error}</p>;
   if (!run) return <p className="muted">Loading…</p>;
   const can = (s: "run" | "approve") => allows(session.scope, s);
@@ -88,6 +92,7 @@ export function RunPage({ id }: { id: string }) {
       {run.status === "paused" && run.pending_gate && (
         <Gate run={run} canDecide={can("approve")} onError={setError} />
       )}
+      {graph && <Canvas graph={graph} status={status} />}
       <h3>Timeline</h3>
       <ol className="timeline">
         {rows.map((r) => (
@@ -243,4 +248,27 @@ function Folded({ text }: { text: string }) {
       </div>
     </div>
   );
+}
+
+/** The graph of the workflow version a run pins (runs of saved workflows). */
+function usePinnedGraph(runId: string): Graph | null {
+  const { api } = useSession();
+  const [graph, setGraph] = useState<Graph | null>(null);
+  useEffect(() => {
+    let stop = false;
+    (async () => {
+      const found = await api.runs({ q: runId, limit: 5 });
+      const s = found.runs.find((r) => r.run_id === runId);
+      if (!s?.workflow_id || !s.version) return;
+      const v = await api.request<{ source: string; format: string }>(
+        "GET",
+        `/api/workflows/${encodeURIComponent(s.workflow_id)}/versions/${s.version}`,
+      );
+      if (!stop) setGraph(toGraph(parseDocument(v.source, v.format)));
+    })().catch(() => {});
+    return () => {
+      stop = true;
+    };
+  }, [api, runId]);
+  return graph;
 }

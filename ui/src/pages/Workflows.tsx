@@ -35,7 +35,7 @@ export function WorkflowsPage() {
         {list?.map((w) => (
           <li key={w.id}>
             <div className="row">
-              <b>{w.name}</b> <code>{w.id}</code>
+              <a href={`/workflows/${w.id}`} onClick={(e) => (e.preventDefault(), go(`/workflows/${w.id}`))}><b>{w.name}</b></a> <code>{w.id}</code>
               <span className="muted">{w.dialect} · v{w.version} · updated {since(w.updated_at)}</span>
               {allows(session.scope, "run") && (
                 <button onClick={() => (setStarting(starting === w.id ? null : w.id), setInput("{}"))}>Run…</button>
