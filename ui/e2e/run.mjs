@@ -164,6 +164,55 @@ try {
     await page.locator(".react-flow__node.succeeded").first().waitFor();
   });
 
+  await step("build a three-node workflow on the canvas, fix the error pinned on it, save and run it", async () => {
+    await page.goto(`${url}/workflows/new`);
+    await page.getByRole("button", { name: "+ agent" }).click();
+    const form = page.getByRole("form", { name: "node agent1" });
+    await form.getByLabel("model").fill("");
+    await form.getByLabel("user_message").fill("hello from the builder");
+    // The validator pins the missing model on the agent and on its field.
+    await form.locator("label.invalid", { hasText: "model" }).waitFor();
+    await page.locator(".react-flow__node.invalid").first().waitFor();
+    await page.screenshot({ path: join(shots, "builder-error.png"), fullPage: true });
+    await form.getByLabel("model").fill("mock");
+    await page.getByRole("button", { name: "+ tool" }).click();
+    const tool = page.getByRole("form", { name: "node tool1" });
+    await tool.getByLabel("tool_name").fill("delay");
+    await tool.getByLabel("params").fill('{"ms": 300}');
+    await tool.getByLabel("output_key").fill("waited");
+    await page.getByRole("button", { name: "+ end" }).click();
+    const drag = async (from, to) => {
+      const a = await page.locator(`.react-flow__node[data-id="${from}"] .react-flow__handle.source`).boundingBox();
+      const b = await page.locator(`.react-flow__node[data-id="${to}"] .react-flow__handle.target`).boundingBox();
+      await page.mouse.move(a.x + a.width / 2, a.y + a.height / 2);
+      await page.mouse.down();
+      await page.mouse.move(b.x + b.width / 2, b.y + b.height / 2, { steps: 8 });
+      await page.mouse.up();
+    };
+    await page.getByRole("button", { name: "fit view" }).click().catch(() => {});
+    await drag("agent1", "tool1");
+    await drag("tool1", "end1");
+    await page.waitForFunction(() => document.querySelectorAll(".react-flow__edge").length === 2);
+    // Undo takes the last edge away, redo brings it back.
+    await page.getByRole("button", { name: "Undo" }).click();
+    await page.waitForFunction(() => document.querySelectorAll(".react-flow__edge").length === 1);
+    await page.getByRole("button", { name: "Redo" }).click();
+    await page.waitForFunction(() => document.querySelectorAll(".react-flow__edge").length === 2);
+    await page.getByRole("status").filter({ hasText: "valid" }).waitFor();
+    const source = await page.getByLabel("source").inputValue();
+    if (!source.includes('"target": "end1"')) fail(`the source view lags the canvas: ${source}`);
+    await page.getByLabel("workflow id").fill("built");
+    await page.getByRole("button", { name: "Create" }).click();
+    await page.waitForURL(/\/workflows\/built\/edit$/);
+    await page.screenshot({ path: join(shots, "builder.png"), fullPage: true });
+    const started = await api("POST", "/api/workflows/built/runs", { input: {} });
+    if (started.status !== 202) fail(`run: ${JSON.stringify(started.json)}`);
+    await page.goto(`${url}/runs/${started.json.run_id}`);
+    await page.locator("li.step").nth(1).waitFor({ timeout: 30000 });
+    await page.locator("h2 .status.succeeded").waitFor({ timeout: 30000 });
+    if ((await page.locator("li.step").count()) !== 3) fail("three steps in the timeline");
+  });
+
   await step("a read token sees no approve button, and the API refuses it anyway", async () => {
     const made = await api("POST", "/api/tokens", { name: "viewer", scope: "read" });
     const read = made.json.token;

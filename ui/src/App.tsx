@@ -3,6 +3,7 @@
 
 import { createContext, useCallback, useContext, useEffect, useState } from "react";
 import { Api, ApiError, type Session } from "./api";
+import { BuilderPage } from "./pages/Builder";
 import { RunPage } from "./pages/Run";
 import { RunsPage } from "./pages/Runs";
 import { WorkflowPage } from "./pages/Workflow";
@@ -79,6 +80,7 @@ export function App() {
   };
   const runMatch = path.match(/^\/runs\/([^/]+)$/);
   const wfMatch = path.match(/^\/workflows\/([^/]+)$/);
+  const editMatch = path.match(/^\/workflows\/([^/]+)\/edit$/);
   return (
     <SessionCtx.Provider value={ctx}>
       <header className="top">
@@ -97,6 +99,10 @@ export function App() {
       <main>
         {runMatch ? (
           <RunPage id={decodeURIComponent(runMatch[1])} />
+        ) : path === "/workflows/new" ? (
+          <BuilderPage id={null} />
+        ) : editMatch ? (
+          <BuilderPage id={decodeURIComponent(editMatch[1])} />
         ) : wfMatch ? (
           <WorkflowPage id={decodeURIComponent(wfMatch[1])} />
         ) : path.startsWith("/workflows") ? (

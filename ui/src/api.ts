@@ -136,6 +136,24 @@ export class Api {
     return json as T;
   }
 
+  /** Sends a workflow document as it is written (JSON or YAML). */
+  async document<T>(method: string, path: string, text: string, format: string): Promise<T> {
+    const resp = await fetch(this.base + path, {
+      method,
+      headers: {
+        Authorization: `Bearer ${this.token}`,
+        "Content-Type": format === "json" ? "application/json" : "application/yaml",
+      },
+      body: text,
+    });
+    const json = await resp.json().catch(() => null);
+    if (!resp.ok) {
+      const e = json?.error ?? {};
+      throw new ApiError(resp.status, e.code ?? "error", e.message ?? `${resp.status}`);
+    }
+    return json as T;
+  }
+
   session = () => this.request<Session>("GET", "/api/session");
   workflows = () =>
     this.request<{ workflows: WorkflowOut[] }>("GET", "/api/workflows").then((r) => r.workflows);

@@ -7,7 +7,7 @@ import { Canvas } from "../Canvas";
 import { parseDocument, toGraph } from "../graph";
 
 export function WorkflowPage({ id }: { id: string }) {
-  const { api } = useSession();
+  const { api, go } = useSession();
   const [wf, setWf] = useState<WorkflowOut | null>(null);
   const [error, setError] = useState<string | null>(null);
   useEffect(() => {
@@ -29,6 +29,9 @@ export function WorkflowPage({ id }: { id: string }) {
       <h2>
         {wf.name} <span className="muted">v{wf.version} · {wf.dialect}</span>
       </h2>
+      <div className="actions">
+        <button onClick={() => go(`/workflows/${wf.id}/edit`)}>Edit</button>
+      </div>
       <Canvas graph={graph} />
       <h3>Source ({wf.format})</h3>
       <pre className="source">{wf.source}</pre>

@@ -29,6 +29,11 @@ export function WorkflowsPage() {
   return (
     <section>
       <h2>Workflows</h2>
+      {allows(session.scope, "admin") && (
+        <div className="actions">
+          <button onClick={() => go("/workflows/new")}>New workflow</button>
+        </div>
+      )}
       {error && <p className="error" role="alert">{error}</p>}
       {list && list.length === 0 && <p className="muted">No saved workflows yet.</p>}
       <ul className="workflows">
