@@ -213,6 +213,38 @@ try {
     if ((await page.locator("li.step").count()) !== 3) fail("three steps in the timeline");
   });
 
+  await step("import a machine document from a file, see it laid out, then delete it", async () => {
+    await page.goto(`${url}/workflows`);
+    const file = join(here, "../../examples/machine/deploy-gate.yaml");
+    await page.getByLabel("import a workflow file").setInputFiles(file);
+    await page.waitForURL(/\/workflows\/deploy-gate$/);
+    await page.locator(".react-flow__node").nth(3).waitFor();
+    await page.goto(`${url}/workflows`);
+    page.once("dialog", (d) => void d.accept());
+    await page.getByRole("button", { name: "Delete deploy-gate" }).click();
+    await page.getByRole("button", { name: "Delete deploy-gate" }).waitFor({ state: "detached" });
+    if ((await api("GET", "/api/workflows/deploy-gate")).status !== 404) fail("the deleted workflow is still listed");
+  });
+
+  await step("settings: a token made and revoked, a custom tool added and deleted, the model allowlist", async () => {
+    await page.goto(`${url}/settings`);
+    await page.getByText("every model").waitFor();
+    await page.getByLabel("token name").fill("ci-bot");
+    await page.getByLabel("token scope").selectOption("run");
+    await page.getByRole("button", { name: "Create token" }).click();
+    const made = (await page.locator(".made code").textContent()).trim();
+    if ((await api("GET", "/api/runs", undefined, made)).status !== 200) fail("the new token does not work");
+    await page.getByRole("button", { name: "Revoke ci-bot" }).click();
+    await page.getByRole("row", { name: /ci-bot/ }).getByText("revoked").waitFor();
+    if ((await api("GET", "/api/runs", undefined, made)).status !== 401) fail("the revoked token still works");
+    await page.getByLabel("tool name").fill("lookup");
+    await page.getByRole("button", { name: "Add tool" }).click();
+    await page.getByRole("cell", { name: "lookup", exact: true }).waitFor();
+    await page.screenshot({ path: join(shots, "settings.png"), fullPage: true });
+    await page.getByRole("button", { name: "Delete lookup" }).click();
+    await page.getByRole("cell", { name: "lookup", exact: true }).waitFor({ state: "detached" });
+  });
+
   await step("a read token sees no approve button, and the API refuses it anyway", async () => {
     const made = await api("POST", "/api/tokens", { name: "viewer", scope: "read" });
     const read = made.json.token;

@@ -6,6 +6,7 @@ import { Api, ApiError, type Session } from "./api";
 import { BuilderPage } from "./pages/Builder";
 import { RunPage } from "./pages/Run";
 import { RunsPage } from "./pages/Runs";
+import { SettingsPage } from "./pages/Settings";
 import { WorkflowPage } from "./pages/Workflow";
 import { WorkflowsPage } from "./pages/Workflows";
 
@@ -90,6 +91,7 @@ export function App() {
         <nav>
           <Link to="/workflows" path={path}>Workflows</Link>
           <Link to="/runs" path={path}>Runs</Link>
+          <Link to="/settings" path={path}>Settings</Link>
         </nav>
         <span className="who" title={`token ${ctx.session.token_id}`}>
           {ctx.session.name} · {ctx.session.scope}
@@ -97,7 +99,9 @@ export function App() {
         </span>
       </header>
       <main>
-        {runMatch ? (
+        {path === "/settings" ? (
+          <SettingsPage />
+        ) : runMatch ? (
           <RunPage id={decodeURIComponent(runMatch[1])} />
         ) : path === "/workflows/new" ? (
           <BuilderPage id={null} />

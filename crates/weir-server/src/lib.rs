@@ -81,6 +81,7 @@ pub fn router(app: Arc<App>) -> Router {
             axum::routing::delete(tools_tokens::revoke_token),
         )
         .route("/api/session", get(tools_tokens::session))
+        .route("/api/models", get(tools_tokens::models))
         .fallback(ui::fallback)
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .with_state(app)

@@ -79,7 +79,7 @@ impl Modify for Bearer {
         crate::runs::reject, crate::runs::cancel, crate::runs::rerun, crate::sse::events,
         crate::tools_tokens::list_tools, crate::tools_tokens::create_tool, crate::tools_tokens::delete_tool,
         crate::tools_tokens::list_tokens, crate::tools_tokens::create_token, crate::tools_tokens::revoke_token,
-        crate::tools_tokens::session,
+        crate::tools_tokens::session, crate::tools_tokens::models,
     ),
     components(schemas(ErrorBody, ErrorDetail)),
     modifiers(&Bearer)

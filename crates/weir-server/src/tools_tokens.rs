@@ -205,6 +205,32 @@ pub async fn delete_tool(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// The workspace's model policy from `weir.toml` (read-only over the API).
+#[derive(Serialize, ToSchema)]
+pub struct ModelsOut {
+    /// Globs of the model names allowed; absent: every model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow: Option<Vec<String>>,
+    /// The providers allowed; absent: every provider.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub providers: Option<Vec<String>>,
+    /// Named OpenAI-compatible providers (their names; addresses and keys stay in weir.toml).
+    pub named_providers: Vec<String>,
+}
+
+#[utoipa::path(get, path = "/api/models", tag = "tools",
+    responses((status = 200, body = ModelsOut)),
+    security(("bearer" = ["read"])))]
+pub async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> ApiResult<Json<ModelsOut>> {
+    authorize(&app, &headers, Scope::Read).await?;
+    let s = &app.runtime().settings;
+    Ok(Json(ModelsOut {
+        allow: s.models.allow.clone(),
+        providers: s.providers.allow.clone(),
+        named_providers: s.providers.named.keys().cloned().collect(),
+    }))
+}
+
 /// The caller's own token: what the web UI shows and which actions it offers.
 #[derive(Serialize, ToSchema)]
 pub struct SessionOut {

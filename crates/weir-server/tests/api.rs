@@ -159,6 +159,7 @@ fn routes() -> Vec<(Method, &'static str, Scope)> {
         (M::POST, "/api/tokens", Scope::Admin),
         (M::DELETE, "/api/tokens/zzz", Scope::Admin),
         (M::GET, "/api/session", Scope::Read),
+        (M::GET, "/api/models", Scope::Read),
     ]
 }
 
@@ -811,6 +812,14 @@ async fn the_web_ui_is_served_outside_the_api_and_sessions_name_their_scope() {
         assert_eq!(s.body["name"], who);
         assert!(!s.text.contains("weir_"), "no token value in {}", s.text);
     }
+    let models = api.as_("read", Method::GET, "/api/models", "").await;
+    assert_eq!(models.status, StatusCode::OK);
+    assert_eq!(models.body["named_providers"], serde_json::json!([]));
+    assert!(
+        models.body.get("allow").is_none(),
+        "every model allowed: {}",
+        models.text
+    );
     let anonymous = api.call(Method::GET, "/api/session", None, "", "").await;
     assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
 }

@@ -12,9 +12,21 @@ export function WorkflowsPage() {
   const [starting, setStarting] = useState<string | null>(null);
   const [input, setInput] = useState("{}");
 
-  useEffect(() => {
-    api.workflows().then(setList, (e) => setError(String(e)));
-  }, [api]);
+  const reload = () => api.workflows().then(setList, (e) => setError(String(e)));
+  useEffect(() => void reload(), [api]);
+
+  /** Imports a workflow file of any dialect (JSON or YAML) as a new saved workflow. */
+  const importFile = async (file: File) => {
+    try {
+      const text = await file.text();
+      const format = text.trimStart().startsWith("{") ? "json" : "yaml";
+      const id = file.name.replace(/\.(json|ya?ml)$/i, "").toLowerCase().replace(/[^a-z0-9_-]+/g, "-");
+      const saved = await api.document<WorkflowOut>("POST", `/api/workflows?id=${encodeURIComponent(id)}`, text, format);
+      go(`/workflows/${saved.id}`);
+    } catch (e) {
+      setError(String(e));
+    }
+  };
 
   const start = async (id: string) => {
     try {
@@ -32,6 +44,10 @@ export function WorkflowsPage() {
       {allows(session.scope, "admin") && (
         <div className="actions">
           <button onClick={() => go("/workflows/new")}>New workflow</button>
+          <label className="file">
+            Import a file
+            <input type="file" aria-label="import a workflow file" accept=".json,.yaml,.yml" onChange={(e) => e.target.files?.[0] && void importFile(e.target.files[0])} />
+          </label>
         </div>
       )}
       {error && <p className="error" role="alert">{error}</p>}
@@ -44,6 +60,22 @@ export function WorkflowsPage() {
               <span className="muted">{w.dialect} · v{w.version} · updated {since(w.updated_at)}</span>
               {allows(session.scope, "run") && (
                 <button onClick={() => (setStarting(starting === w.id ? null : w.id), setInput("{}"))}>Run…</button>
+              )}
+              {allows(session.scope, "admin") && (
+                <button
+                  className="link"
+                  onClick={async () => {
+                    if (!window.confirm(`Delete ${w.id}? Its runs keep the version they pinned.`)) return;
+                    try {
+                      await api.request("DELETE", `/api/workflows/${encodeURIComponent(w.id)}`);
+                      await reload();
+                    } catch (e) {
+                      setError(String(e));
+                    }
+                  }}
+                >
+                  Delete {w.id}
+                </button>
               )}
             </div>
             {starting === w.id && (
