@@ -220,6 +220,15 @@ try {
     await page.waitForURL(/\/workflows\/deploy-gate$/);
     await page.locator(".react-flow__node").nth(3).waitFor();
     await page.goto(`${url}/workflows`);
+    // Its input schema becomes the run form.
+    await page.locator("li", { hasText: "deploy-gate" }).getByRole("button", { name: "Run…" }).click();
+    await page.getByLabel("env").fill("staging");
+    await page.getByRole("button", { name: "Start run" }).click();
+    await page.waitForURL(/\/runs\/[^/]+$/);
+    const ranId = page.url().split("/").pop();
+    const ran = await api("GET", `/api/runs/${ranId}`);
+    if (ran.json.input.env !== "staging") fail(`the form's input: ${JSON.stringify(ran.json.input)}`);
+    await page.goto(`${url}/workflows`);
     page.once("dialog", (d) => void d.accept());
     await page.getByRole("button", { name: "Delete deploy-gate" }).click();
     await page.getByRole("button", { name: "Delete deploy-gate" }).waitFor({ state: "detached" });
@@ -243,6 +252,18 @@ try {
     await page.screenshot({ path: join(shots, "settings.png"), fullPage: true });
     await page.getByRole("button", { name: "Delete lookup" }).click();
     await page.getByRole("cell", { name: "lookup", exact: true }).waitFor({ state: "detached" });
+  });
+
+  await step("a long delay run is cancelled from its page", async () => {
+    const slow = { name: "Slow", nodes: [{ id: "wait", type: "tool", config: { tool_name: "delay", params: { ms: 60000 }, output_key: "w" } }], edges: [] };
+    const put = await fetch(`${url}/api/workflows/slow`, { method: "PUT", headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" }, body: JSON.stringify(slow) });
+    if (put.status !== 200) fail(`save: ${put.status}`);
+    const run = (await api("POST", "/api/workflows/slow/runs", { input: {} })).json.run_id;
+    await waitStatus(run, "running");
+    await page.goto(`${url}/runs/${run}`);
+    await page.getByRole("button", { name: "Cancel" }).click();
+    await page.locator("h2 .status.cancelled").waitFor({ timeout: 30000 });
+    await waitStatus(run, "cancelled");
   });
 
   await step("a read token sees no approve button, and the API refuses it anyway", async () => {

@@ -41,6 +41,10 @@ describe("editing a graph document", () => {
     expect(h.redo()).toBe(2);
     h.push(9);
     expect(h.canRedo).toBe(false);
+    h.push(10);
+    h.amend(11);
+    h.amend(12);
+    expect(h.undo()).toBe(9); // the amended keystrokes were one step
   });
 
   it("a document survives the round trip through the editor's serialisation in JSON and YAML", () => {

@@ -141,6 +141,13 @@ export class History<T> {
     this.current = next;
     return next;
   }
+  /** Replaces the current document without a new undo step (the keystrokes of one field
+   * after its first are one change). */
+  amend(next: T): T {
+    this.current = next;
+    this.future = [];
+    return next;
+  }
   undo(): T {
     const prev = this.past.pop();
     if (prev !== undefined) {

@@ -71,9 +71,12 @@ export function BuilderPage({ id }: { id: string | null }) {
     );
   }, [api, id]);
 
+  // Typing in one field is one undo step: its first keystroke pushes, the rest amend.
+  const typing = useRef<string | null>(null);
   const change = useCallback(
-    (next: unknown) => {
-      const d = history.current.push(next);
+    (next: unknown, field?: string) => {
+      const d = field !== undefined && typing.current === field ? history.current.amend(next) : history.current.push(next);
+      typing.current = field ?? null;
       setDoc(d);
       setText(serialize(d, format));
     },
@@ -245,11 +248,11 @@ export function BuilderPage({ id }: { id: string | null }) {
         )}
         <aside className="panel">
           {one ? (
-            <NodeForm key={one.id} node={one} pinned={pinned.get(one.id) ?? []} onSet={(k, v) => change(setConfig(gdoc, one.id, k, v))} />
+            <NodeForm key={one.id} node={one} pinned={pinned.get(one.id) ?? []} onSet={(k, v) => change(setConfig(gdoc, one.id, k, v), `${one.id}.${k}`)} />
           ) : edge ? (
             <label>
               Selector of {edge.source} → {edge.target}
-              <input aria-label="edge selector" value={String(edge.condition_value ?? edge.label ?? "")} onChange={(e) => change(setSelector(gdoc, edge.id, e.target.value))} />
+              <input aria-label="edge selector" value={String(edge.condition_value ?? edge.label ?? "")} onChange={(e) => change(setSelector(gdoc, edge.id, e.target.value), `${edge.id}.selector`)} />
             </label>
           ) : (
             <p className="muted">{editable ? "Select a node to edit it; drag from a node's right handle to another to connect them; Delete removes the selection." : "This dialect is edited in its source below."}</p>

@@ -4,6 +4,8 @@ import { useEffect, useState } from "react";
 import { allows, type WorkflowOut } from "../api";
 import { useSession } from "../App";
 import { since } from "../format";
+import { parseDocument } from "../graph";
+import { inputFields, inputValue, type InputField } from "../inputForm";
 
 export function WorkflowsPage() {
   const { api, session, go } = useSession();
@@ -11,6 +13,7 @@ export function WorkflowsPage() {
   const [error, setError] = useState<string | null>(null);
   const [starting, setStarting] = useState<string | null>(null);
   const [input, setInput] = useState("{}");
+  const [raw, setRaw] = useState<Record<string, string>>({});
 
   const reload = () => api.workflows().then(setList, (e) => setError(String(e)));
   useEffect(() => void reload(), [api]);
@@ -28,9 +31,16 @@ export function WorkflowsPage() {
     }
   };
 
-  const start = async (id: string) => {
+  const start = async (id: string, fields: InputField[] | null) => {
     try {
-      const parsed = JSON.parse(input);
+      let parsed: Record<string, unknown>;
+      if (fields) {
+        const { value, errors } = inputValue(fields, raw);
+        if (errors.length) return setError(errors.join("; "));
+        parsed = value;
+      } else {
+        parsed = JSON.parse(input);
+      }
       const r = await api.start(id, parsed);
       go(`/runs/${r.run_id}`);
     } catch (e) {
@@ -59,7 +69,7 @@ export function WorkflowsPage() {
               <a href={`/workflows/${w.id}`} onClick={(e) => (e.preventDefault(), go(`/workflows/${w.id}`))}><b>{w.name}</b></a> <code>{w.id}</code>
               <span className="muted">{w.dialect} · v{w.version} · updated {since(w.updated_at)}</span>
               {allows(session.scope, "run") && (
-                <button onClick={() => (setStarting(starting === w.id ? null : w.id), setInput("{}"))}>Run…</button>
+                <button onClick={() => (setStarting(starting === w.id ? null : w.id), setInput("{}"), setRaw({}))}>Run…</button>
               )}
               {allows(session.scope, "admin") && (
                 <button
@@ -78,18 +88,47 @@ export function WorkflowsPage() {
                 </button>
               )}
             </div>
-            {starting === w.id && (
-              <form className="start" onSubmit={(e) => (e.preventDefault(), void start(w.id))}>
-                <label>
-                  Input (JSON)
-                  <textarea aria-label="run input" rows={4} value={input} onChange={(e) => setInput(e.target.value)} />
-                </label>
-                <button type="submit">Start run</button>
-              </form>
-            )}
+            {starting === w.id && (() => {
+              const fields = schemaFields(w);
+              return (
+                <form className="start" onSubmit={(e) => (e.preventDefault(), void start(w.id, fields))}>
+                  {fields ? (
+                    fields.map((f) => (
+                      <label key={f.name}>
+                        {f.name}{f.required ? " *" : ""} <span className="muted">{f.kind}{f.description ? ` · ${f.description}` : ""}</span>
+                        {f.choices || f.kind === "boolean" ? (
+                          <select aria-label={f.name} value={raw[f.name] ?? ""} onChange={(e) => setRaw({ ...raw, [f.name]: e.target.value })}>
+                            <option value="" />
+                            {(f.choices ?? ["true", "false"]).map((c) => <option key={c}>{c}</option>)}
+                          </select>
+                        ) : (
+                          <input aria-label={f.name} value={raw[f.name] ?? ""} onChange={(e) => setRaw({ ...raw, [f.name]: e.target.value })} />
+                        )}
+                      </label>
+                    ))
+                  ) : (
+                    <label>
+                      Input (JSON)
+                      <textarea aria-label="run input" rows={4} value={input} onChange={(e) => setInput(e.target.value)} />
+                    </label>
+                  )}
+                  <button type="submit">Start run</button>
+                </form>
+              );
+            })()}
           </li>
         ))}
       </ul>
     </section>
   );
+}
+
+/** The input form's fields, when the workflow declares an input schema (machine documents). */
+function schemaFields(w: WorkflowOut): InputField[] | null {
+  try {
+    const doc = parseDocument(w.source, w.format) as { input?: unknown };
+    return inputFields(doc?.input);
+  } catch {
+    return null;
+  }
 }
