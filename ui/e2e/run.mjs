@@ -27,7 +27,13 @@ function fail(msg) {
 
 async function startServer() {
   const child = spawn(weir, ["serve", "--listen", "127.0.0.1:0", "--workers", "2"], {
-    env: { PATH: process.env.PATH, HOME: dir, WEIR_DB: join(dir, "weir.db") },
+    env: {
+      PATH: process.env.PATH,
+      HOME: dir,
+      WEIR_DB: join(dir, "weir.db"),
+      // The mock model fails the first call of a "flaky" prompt (a retried attempt).
+      WEIR_MOCK: '[{"match": "flaky", "error": "rate_limit", "message": "slow down", "times": 1}]',
+    },
     cwd: dir,
     stdio: ["ignore", "pipe", "inherit"],
   });
@@ -252,6 +258,38 @@ try {
     await page.screenshot({ path: join(shots, "settings.png"), fullPage: true });
     await page.getByRole("button", { name: "Delete lookup" }).click();
     await page.getByRole("cell", { name: "lookup", exact: true }).waitFor({ state: "detached" });
+  });
+
+  await step("a failing then succeeding attempt shows both, with the error class and the backoff", async () => {
+    const flaky = { name: "Flaky", nodes: [{ id: "ask", type: "agent", config: { model: "mock", user_message: "flaky question", retry_count: 2 } }], edges: [] };
+    const put = await fetch(`${url}/api/workflows/flaky`, { method: "PUT", headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" }, body: JSON.stringify(flaky) });
+    if (put.status !== 200) fail(`save: ${put.status}`);
+    const run = (await api("POST", "/api/workflows/flaky/runs", { input: {} })).json.run_id;
+    await waitStatus(run, "succeeded");
+    await page.goto(`${url}/runs/${run}`);
+    await page.locator("li.step button.row").first().click();
+    const rows = page.locator("table.attempts tr.attempt");
+    await rows.nth(1).waitFor();
+    const first = await rows.nth(0).textContent();
+    const second = await rows.nth(1).textContent();
+    if (!first.includes("failed") || !first.includes("rate_limit")) fail(`first attempt: ${first}`);
+    if (!/\d+(\.\d)? (ms|s)/.test(first.split("rate_limit")[1] ?? "")) fail(`no backoff shown: ${first}`);
+    if (!second.includes("succeeded")) fail(`second attempt: ${second}`);
+    await page.screenshot({ path: join(shots, "run-attempts.png"), fullPage: true });
+  });
+
+  await step("re-run from a step reuses the steps before it (the gate asks again)", async () => {
+    await page.goto(`${url}/runs/${approveMe}`);
+    const pay = page.locator("li.step", { hasText: "pay" });
+    await pay.locator("button.row").click();
+    await pay.getByRole("button", { name: "Re-run from pay" }).click();
+    await page.waitForURL((u) => !u.pathname.endsWith(approveMe));
+    const again = page.url().split("/").pop();
+    // Human gates always run again: the new run waits at the review, its earlier steps reused.
+    const rec = await waitStatus(again, "paused");
+    const reused = rec.events.filter((e) => e.type === "step_reused").map((e) => e.node_id);
+    if (!reused.includes("assess") || reused.includes("pay")) fail(`reused: ${reused}`);
+    await page.getByText(/Waiting at review/).waitFor();
   });
 
   await step("a long delay run is cancelled from its page", async () => {
