@@ -7,7 +7,7 @@
 //
 //   node ui/e2e/run.mjs path/to/weir
 import { spawn } from "node:child_process";
-import { mkdtempSync, mkdirSync } from "node:fs";
+import { mkdtempSync, mkdirSync, readFileSync, readdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -100,6 +100,22 @@ try {
   const rejectMe = await startRun({ customer: "Bo", amount: 900 });
   const readOnly = await startRun({ customer: "Cy", amount: 300 });
   for (const r of [approveMe, rejectMe, readOnly]) await waitStatus(r, "paused");
+
+  await step("every API path the UI calls is in the server's OpenAPI document", async () => {
+    const doc = (await api("GET", "/api/openapi.json")).json;
+    const norm = (p) => p.replace(/\{[^}]+\}/g, "{}").replace(/\$\{[^}]*\}[^/]*/g, "{}");
+    const documented = new Set(Object.keys(doc.paths).map(norm));
+    const src = join(here, "../src");
+    const files = readdirSync(src, { recursive: true }).filter((f) => /\.tsx?$/.test(f) && !f.endsWith(".test.ts"));
+    const used = new Set();
+    for (const f of files) {
+      const text = readFileSync(join(src, f), "utf8");
+      for (const m of text.matchAll(/[`"](\/api\/[^`"?]*)/g)) used.add(norm(m[1].replace(/([^/])\$\{[^}]*$/, "$1").replace(/\$\{[^}]*\}$/, "{}")));
+    }
+    if (used.size < 8) fail(`found only ${[...used]}`);
+    const missing = [...used].filter((p) => !documented.has(p) && !documented.has(p.replace(/\/$/, "")));
+    if (missing.length) fail(`not in /api/openapi.json: ${missing.join(", ")}`);
+  });
 
   await step("sign in from the printed address, the token leaves the address bar", async () => {
     await page.goto(`${url}/?token=${token}`);
