@@ -7,7 +7,7 @@
 //
 //   node ui/e2e/run.mjs path/to/weir
 import { spawn } from "node:child_process";
-import { mkdtempSync, mkdirSync, readFileSync, readdirSync } from "node:fs";
+import { mkdtempSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -318,6 +318,53 @@ try {
     await page.getByRole("button", { name: "Cancel" }).click();
     await page.locator("h2 .status.cancelled").waitFor({ timeout: 30000 });
     await waitStatus(run, "cancelled");
+  });
+
+  // Measured, not asserted (timings are benchmarks here, not pass/fail): the figures go to
+  // artifacts/perf.json and BENCHMARKS.md; the goal is every frame of a drag under 50 ms.
+  await step("a 500-node workflow opens and a node drags (frame times recorded)", async () => {
+    const nodes = [];
+    const edges = [];
+    for (let i = 0; i < 500; i++) {
+      nodes.push({ id: `n${i}`, type: "merge", position: { x: (i % 25) * 200, y: Math.floor(i / 25) * 100 } });
+      if (i) edges.push({ id: `e${i}`, source: `n${i - 1}`, target: `n${i}` });
+    }
+    const put = await fetch(`${url}/api/workflows/big`, { method: "PUT", headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" }, body: JSON.stringify({ name: "Big", nodes, edges }) });
+    if (put.status !== 200) fail(`save: ${put.status}`);
+    const opened = Date.now();
+    await page.goto(`${url}/workflows/big/edit`);
+    await page.locator(".react-flow__node").nth(499).waitFor({ state: "attached", timeout: 30000 });
+    const openMs = Date.now() - opened;
+    const node = page.locator('.react-flow__node[data-id="n262"]');
+    // The canvas fits the view once every node is measured.
+    let box = await node.boundingBox();
+    for (let i = 0; i < 50 && !(box && box.x > 0 && box.y > 0); i++) {
+      await page.waitForTimeout(100);
+      box = await node.boundingBox();
+    }
+    await page.evaluate(() => {
+      window.__frames = [];
+      let last = performance.now();
+      window.__tick = (t) => {
+        window.__frames.push(t - last);
+        last = t;
+        if (!window.__stop) requestAnimationFrame(window.__tick);
+      };
+      window.__stop = false;
+      requestAnimationFrame(window.__tick);
+    });
+    await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+    await page.mouse.down();
+    for (let i = 1; i <= 40; i++) await page.mouse.move(box.x + box.width / 2 + i * 4, box.y + box.height / 2 + i * 2);
+    await page.mouse.up();
+    const frames = await page.evaluate(() => ((window.__stop = true), window.__frames.slice(1)));
+    const worst = Math.max(...frames);
+    const moved = JSON.parse(await page.getByLabel("source").inputValue()).nodes[262].position;
+    if (moved.x === 2400 && moved.y === 1000) fail("the drag did not move the node");
+    const sorted = [...frames].sort((a, b) => a - b);
+    const perf = { nodes: 500, open_ms: openMs, drag_frames: frames.length, drag_frame_p50_ms: sorted[Math.floor(sorted.length / 2)], drag_frame_worst_ms: worst };
+    writeFileSync(join(shots, "perf.json"), JSON.stringify(perf, null, 2));
+    console.log(`     500 nodes: opened in ${openMs} ms; drag: ${frames.length} frames, p50 ${perf.drag_frame_p50_ms.toFixed(1)} ms, worst ${worst.toFixed(1)} ms`);
   });
 
   await step("a read token sees no approve button, and the API refuses it anyway", async () => {

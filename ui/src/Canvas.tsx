@@ -41,7 +41,7 @@ export function Canvas({ graph, status }: { graph: Graph; status?: Map<string, s
   }));
   return (
     <div className="canvas" data-testid="canvas">
-      <ReactFlow nodes={nodes} edges={edges} fitView nodesDraggable={false} nodesConnectable={false} proOptions={{ hideAttribution: true }}>
+      <ReactFlow nodes={nodes} edges={edges} fitView minZoom={0.1} nodesDraggable={false} nodesConnectable={false} proOptions={{ hideAttribution: true }}>
         <Background />
         <Controls showInteractive={false} />
       </ReactFlow>

@@ -237,6 +237,7 @@ export function BuilderPage({ id }: { id: string | null }) {
               }}
               deleteKeyCode={["Delete", "Backspace"]}
               fitView
+              minZoom={0.1}
               proOptions={{ hideAttribution: true }}
             >
               <Background />
