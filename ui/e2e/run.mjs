@@ -31,8 +31,12 @@ async function startServer() {
       PATH: process.env.PATH,
       HOME: dir,
       WEIR_DB: join(dir, "weir.db"),
-      // The mock model fails the first call of a "flaky" prompt (a retried attempt).
-      WEIR_MOCK: '[{"match": "flaky", "error": "rate_limit", "message": "slow down", "times": 1}]',
+      // The mock model fails the first call of a "flaky" prompt (a retried attempt), and
+      // answers the reflexion example as its own script does.
+      WEIR_MOCK: JSON.stringify([
+        { match: "flaky", error: "rate_limit", message: "slow down", times: 1 },
+        ...JSON.parse(readFileSync(join(here, "../../examples/pipeline/reflexion.mock.json"), "utf8")),
+      ]),
     },
     cwd: dir,
     stdio: ["ignore", "pipe", "inherit"],
@@ -306,6 +310,31 @@ try {
     const reused = rec.events.filter((e) => e.type === "step_reused").map((e) => e.node_id);
     if (!reused.includes("assess") || reused.includes("pay")) fail(`reused: ${reused}`);
     await page.getByText(/Waiting at review/).waitFor();
+  });
+
+  await step("a pipeline run shows its passes and pruned outputs; a consensus run its votes", async () => {
+    const save = async (id, path) => {
+      const r = await fetch(`${url}/api/workflows/${id}`, { method: "PUT", headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/yaml" }, body: readFileSync(join(here, "../../examples", path), "utf8") });
+      if (r.status !== 200) fail(`save ${id}: ${r.status} ${await r.text()}`);
+    };
+    await save("reflexion", "pipeline/reflexion.yaml");
+    await save("incident-vote", "machine/incident-vote.yaml");
+    const input = (p) => JSON.parse(readFileSync(join(here, "../../examples", p), "utf8"));
+    const refl = (await api("POST", "/api/workflows/reflexion/runs", { input: input("pipeline/reflexion.input.json") })).json.run_id;
+    const vote = (await api("POST", "/api/workflows/incident-vote/runs", { input: input("machine/incident-vote.input.json") })).json.run_id;
+    await waitStatus(refl, "succeeded");
+    await waitStatus(vote, "succeeded");
+    await page.goto(`${url}/runs/${refl}`);
+    await page.getByText("pass 2").first().waitFor();
+    const critique = page.locator("li.step", { hasText: "critique" }).first();
+    await critique.locator("button.row").click();
+    await critique.getByRole("table", { name: "pipeline outputs" }).getByText("pruned", { exact: true }).waitFor();
+    await page.screenshot({ path: join(shots, "run-pipeline.png"), fullPage: true });
+    await page.goto(`${url}/runs/${vote}`);
+    const first = page.locator("li.step").first();
+    await first.locator("button.row").click();
+    await first.getByRole("table", { name: "consensus votes" }).getByText(/quorum 2 of 3/).waitFor();
+    await page.screenshot({ path: join(shots, "run-consensus.png"), fullPage: true });
   });
 
   await step("a long delay run is cancelled from its page", async () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { SseParser, allows, type RunRecord } from "./api";
-import { nodeStatus, timeline } from "./timeline";
+import { consensusVotes, nodeStatus, pipelinePass, timeline } from "./timeline";
 
 const run: RunRecord = {
   run_id: "r1",
@@ -65,5 +65,20 @@ describe("scopes", () => {
     expect(allows("approve", "run")).toBe(true);
     expect(allows("read", "approve")).toBe(false);
     expect(allows("admin", "admin")).toBe(true);
+  });
+});
+
+describe("pipeline passes and consensus votes", () => {
+  const base = { seq: 1, node_id: "x", node_type: "step", visit: 2, status: "succeeded", route: null, input: null, error: null, cost_usd: 0, tokens: { input: 0, output: 0 }, attempts: [], started_at: "t", finished_at: "t", duration_ms: 1 };
+  it("reads a pass with its pruned outputs", () => {
+    const p = pipelinePass({ ...base, output: { pass: 2, outputs: [{ node: 1, text: "a", pruned: true }, { node: 2, text: "b", pruned: false }], survivors: 1, action: "jump:draft", visible: ["b"] } });
+    expect(p).toEqual({ pass: 2, outputs: [{ node: 1, text: "a", pruned: true }, { node: 2, text: "b", pruned: false }], survivors: 1, action: "jump:draft" });
+    expect(pipelinePass({ ...base, output: { text: "agent" } })).toBeNull();
+  });
+  it("reads boolean and answer votes", () => {
+    const b = consensusVotes({ ...base, node_type: "consensus", output: { votes: [{ result: true, reasoning: "ok", agent: 1 }, { result: false, reasoning: "no", agent: 2 }], quorum: 2, agent_count: 2, approvals: 1, decision: "rejected" } });
+    expect(b).toMatchObject({ quorum: 2, agents: 2, decision: "rejected", votes: [{ agent: 1, vote: "true" }, { agent: 2, vote: "false", reasoning: "no" }] });
+    const a = consensusVotes({ ...base, node_type: "consensus", output: { votes: [{ answer: "db", reasoning: "r", agent: 1 }], quorum: 1, agent_count: 1, answer: "db", decision: "decided" } });
+    expect(a?.answer).toBe("db");
   });
 });

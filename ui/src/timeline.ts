@@ -108,3 +108,51 @@ export function nodeStatus(run: RunRecord): Map<string, string> {
 export function live(status: string): boolean {
   return status === "queued" || status === "running" || status === "paused";
 }
+
+/** A pipeline step's pass: its nodes' outputs, which the gate pruned, and what it did. */
+export interface PassView {
+  pass: number;
+  outputs: { node: number; text: string; pruned: boolean }[];
+  survivors: number;
+  action: string;
+}
+
+export function pipelinePass(step: Step): PassView | null {
+  const o = step.output as Record<string, unknown> | null;
+  if (!o || typeof o !== "object" || typeof o.pass !== "number" || !Array.isArray(o.outputs)) return null;
+  return {
+    pass: o.pass,
+    outputs: (o.outputs as Record<string, unknown>[]).map((x) => ({
+      node: Number(x.node),
+      text: String(x.text ?? ""),
+      pruned: Boolean(x.pruned),
+    })),
+    survivors: Number(o.survivors ?? 0),
+    action: String(o.action ?? ""),
+  };
+}
+
+/** A consensus node's votes and the decision they reached. */
+export interface VotesView {
+  votes: { agent: number; vote: string; reasoning: string }[];
+  quorum: number;
+  agents: number;
+  decision: string;
+  answer?: string;
+}
+
+export function consensusVotes(step: Step): VotesView | null {
+  const o = step.output as Record<string, unknown> | null;
+  if (!o || typeof o !== "object" || !Array.isArray(o.votes)) return null;
+  return {
+    votes: (o.votes as Record<string, unknown>[]).map((v) => ({
+      agent: Number(v.agent),
+      vote: String(v.result ?? v.answer ?? ""),
+      reasoning: String(v.reasoning ?? ""),
+    })),
+    quorum: Number(o.quorum ?? 0),
+    agents: Number(o.agent_count ?? (o.votes as unknown[]).length),
+    decision: String(o.decision ?? ""),
+    answer: o.answer === undefined ? undefined : String(o.answer),
+  };
+}

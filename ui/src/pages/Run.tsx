@@ -7,7 +7,7 @@ import { useSession } from "../App";
 import { duration, money } from "../format";
 import { Canvas } from "../Canvas";
 import { parseDocument, toGraph, type Graph } from "../graph";
-import { live, nodeStatus, timeline, type StepRow } from "../timeline";
+import { consensusVotes, live, nodeStatus, pipelinePass, timeline, type StepRow } from "../timeline";
 
 export function RunPage({ id }: { id: string }) {
   const { api, session, go } = useSession();
@@ -162,12 +162,14 @@ function Gate({ run, canDecide, onError }: { run: RunRecord; canDecide: boolean;
 
 function StepItem({ row, canRerun, onRerun }: { row: StepRow; canRerun: boolean; onRerun: () => void }) {
   const [open, setOpen] = useState(false);
+  const pass = pipelinePass(row.step);
+  const votes = consensusVotes(row.step);
   return (
     <li className={`step ${row.status}`}>
       <button className="row" aria-expanded={open} onClick={() => setOpen(!open)}>
         <span className="seq">{row.seq}</span>
         <span className="node">{row.nodeId}</span>
-        <span className="muted">{row.nodeType}{row.visit > 1 ? ` ×${row.visit}` : ""}</span>
+        <span className="muted">{row.nodeType}{row.visit > 1 ? ` ×${row.visit}` : ""}{pass ? ` · pass ${pass.pass}` : ""}</span>
         <span className={`status ${row.status}`}>{row.status}</span>
         {row.route && <span className="route">→ {row.route}</span>}
         <span>{duration(row.durationMs)}</span>
@@ -177,6 +179,36 @@ function StepItem({ row, canRerun, onRerun }: { row: StepRow; canRerun: boolean;
       {row.error && <p className="error">{row.error}</p>}
       {open && (
         <div className="detail">
+          {pass && (
+            <table className="outputs" aria-label="pipeline outputs">
+              <thead>
+                <tr><th>node</th><th>output (pass {pass.pass})</th><th>gate</th></tr>
+              </thead>
+              <tbody>
+                {pass.outputs.map((o) => (
+                  <tr key={o.node} className={o.pruned ? "pruned" : ""}>
+                    <td>#{o.node}</td>
+                    <td><Folded text={o.text} /></td>
+                    <td>{o.pruned ? "pruned" : "kept"}</td>
+                  </tr>
+                ))}
+                <tr><td /><td colSpan={2} className="muted">{pass.survivors} kept · {pass.action}</td></tr>
+              </tbody>
+            </table>
+          )}
+          {votes && (
+            <table className="votes" aria-label="consensus votes">
+              <thead>
+                <tr><th>agent</th><th>vote</th><th>reasoning</th></tr>
+              </thead>
+              <tbody>
+                {votes.votes.map((v) => (
+                  <tr key={v.agent}><td>#{v.agent}</td><td><b>{v.vote}</b></td><td>{v.reasoning}</td></tr>
+                ))}
+                <tr><td /><td colSpan={2} className="muted">quorum {votes.quorum} of {votes.agents} · {votes.decision}{votes.answer !== undefined ? `: ${votes.answer}` : ""}</td></tr>
+              </tbody>
+            </table>
+          )}
           {row.attempts.length > 0 && (
             <table className="attempts">
               <thead>
