@@ -14,6 +14,27 @@ pub struct ClaimView<'a> {
     pub lease_expires_at: Option<i64>,
 }
 
+/// The claim columns of one run, owned (as a store reads them).
+pub struct ClaimRow {
+    pub id: String,
+    pub status: RunStatus,
+    pub epoch: u64,
+    pub owner: Option<String>,
+    pub lease_expires_at: Option<i64>,
+}
+
+impl ClaimRow {
+    pub fn view(&self) -> ClaimView<'_> {
+        ClaimView {
+            run_id: &self.id,
+            status: self.status,
+            epoch: self.epoch,
+            owner: self.owner.as_deref(),
+            lease_expires_at: self.lease_expires_at,
+        }
+    }
+}
+
 /// Why `run` cannot be claimed now, or `None` when it can: it is queued, or running with a
 /// lease that expired (or none: a run left by a weir that had no leases).
 pub fn claim_refusal(run: &ClaimView<'_>, now: i64) -> Option<StoreError> {

@@ -1,14 +1,13 @@
-//! Rows: events and steps as the SQLite store writes them, the claim of one run, and the
+//! Rows: events and steps as the SQLite store writes them, and the
 //! fenced writes of a drive handed to the writer thread.
 
 use sqlx::{QueryBuilder, Sqlite as Db, SqliteConnection};
 use weir_core::event::{EventKind, RunEvent};
-use weir_core::record::{RunStatus, Snapshot, StepRecord};
+use weir_core::record::{Snapshot, StepRecord};
 use weir_core::store::{Lease, RunUpdate, StoreError, Written, now_rfc3339};
 
 use super::Sqlite;
 use super::writer::{self, EndRow, FencedWrite, StepRow};
-use crate::rules::ClaimView;
 use crate::{Body, backend, json};
 
 pub(super) async fn insert_steps(
@@ -170,26 +169,5 @@ impl Sqlite {
             events: crate::numbered(done.first_seq, &at, w.events),
             cancel_requested: done.cancel_requested,
         })
-    }
-}
-
-/// The claim columns of one run.
-pub(super) struct ClaimRow {
-    pub(super) id: String,
-    pub(super) status: RunStatus,
-    pub(super) epoch: u64,
-    pub(super) owner: Option<String>,
-    pub(super) lease_expires_at: Option<i64>,
-}
-
-impl ClaimRow {
-    pub(super) fn view(&self) -> ClaimView<'_> {
-        ClaimView {
-            run_id: &self.id,
-            status: self.status,
-            epoch: self.epoch,
-            owner: self.owner.as_deref(),
-            lease_expires_at: self.lease_expires_at,
-        }
     }
 }

@@ -342,7 +342,7 @@ pub fn claim_next(
     claim: &weir_core::store::Claim,
     limit: u32,
 ) -> Result<Vec<(weir_core::store::Lease, weir_core::store::Written)>, StoreError> {
-    use super::rows::ClaimRow;
+    use crate::rules::ClaimRow;
     let tx = conns
         .synced
         .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -379,8 +379,8 @@ pub fn claim_next(
 }
 
 /// `id, status, epoch, owner, lease_expires_at` (the first five columns) as a claim row.
-fn claim_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<super::rows::ClaimRow> {
-    Ok(super::rows::ClaimRow {
+fn claim_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<crate::rules::ClaimRow> {
+    Ok(crate::rules::ClaimRow {
         id: r.get(0)?,
         status: RunStatus::parse(&r.get::<_, String>(1)?).unwrap_or(RunStatus::Failed),
         epoch: r.get::<_, i64>(2)? as u64,
@@ -393,7 +393,7 @@ fn claim_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<super::rows::ClaimRow> {
 /// claim moved its epoch first.
 fn claim_one(
     tx: &rusqlite::Transaction<'_>,
-    row: &super::rows::ClaimRow,
+    row: &crate::rules::ClaimRow,
     claim: &weir_core::store::Claim,
     at: &str,
 ) -> Result<Option<(weir_core::store::Lease, weir_core::store::Written)>, StoreError> {
@@ -524,7 +524,7 @@ pub fn create_run(
     )?];
     let lease = match &run.claim {
         Some(c) => {
-            let row = super::rows::ClaimRow {
+            let row = crate::rules::ClaimRow {
                 id: run.run_id.clone(),
                 status: RunStatus::Queued,
                 epoch: 0,
