@@ -83,16 +83,13 @@ pub async fn store(env: &Env, open: Open) -> Result<Arc<dyn weir_store::Backend>
 }
 
 /// A database URL without its password, for messages.
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let userinfo = &url[s + 3..at];
-            match userinfo.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
-                None => url.to_string(),
-            }
+pub fn redact_url(db: &str) -> String {
+    match url::Url::parse(db) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
         }
-        _ => url.to_string(),
+        _ => db.to_string(),
     }
 }
 
