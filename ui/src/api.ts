@@ -21,6 +21,26 @@ export interface WorkflowOut {
   source: string;
 }
 
+export interface TokenOut {
+  id: string;
+  name: string;
+  scope: string;
+  created_at: string;
+  revoked_at?: string;
+}
+
+export interface ToolOut {
+  name: string;
+  source: string;
+  definition: Record<string, unknown>;
+}
+
+export interface ModelsOut {
+  allow?: string[];
+  providers?: string[];
+  named_providers: string[];
+}
+
 export interface RunSummary {
   run_id: string;
   workflow: string;

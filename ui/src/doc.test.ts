@@ -64,7 +64,7 @@ describe("editing a graph document", () => {
         { severity: "error", code: "E005", message: "unknown tool `nope`", node_id: "t" },
         { severity: "error", code: "E012", message: "no entry node" },
       ],
-      d,
+      d.nodes,
     );
     expect(pinned.get("a")![0].field).toBe("model");
     expect(pinned.get("t")![0].field).toBe("tool_name");

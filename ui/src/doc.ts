@@ -194,13 +194,17 @@ export interface Pinned {
 const BY_CODE: Record<string, string> = { E005: "tool_name" };
 
 /** Diagnostics by node, each with the field it concerns when it can be told. */
-export function pin(diags: Diagnostic[], doc: GraphDoc): Map<string, Pinned[]> {
+export function pin(
+  diags: Diagnostic[],
+  nodes: { id: string; type: string; config?: Record<string, unknown> }[],
+  fields: (type: string) => string[] = FIELDS_OF,
+): Map<string, Pinned[]> {
   const out = new Map<string, Pinned[]>();
   for (const d of diags) {
     const key = d.node_id ?? "";
-    const node = doc.nodes.find((n) => n.id === d.node_id);
-    const quoted = [...d.message.matchAll(/`([a-z_]+)`/g)].map((m) => m[1]);
-    const known = new Set([...Object.keys(node?.config ?? {}), ...FIELDS_OF(node?.type ?? "")]);
+    const node = nodes.find((n) => n.id === d.node_id);
+    const quoted = [...d.message.matchAll(/`([a-zA-Z_]+)`/g)].map((m) => m[1]);
+    const known = new Set([...Object.keys(node?.config ?? {}), ...fields(node?.type ?? "")]);
     const field = quoted.find((q) => known.has(q)) ?? BY_CODE[d.code];
     const list = out.get(key) ?? [];
     list.push({ code: d.code, message: d.message, hint: d.hint, field, severity: d.severity });

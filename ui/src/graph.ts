@@ -21,6 +21,9 @@ export interface GEdge {
   label?: string;
   /** A jump back (pipeline) or a loop's return edge. */
   back?: boolean;
+  /** Which key of the document wires it: a machine's `on:` route, a pipeline gate's
+   * `then` / `else`; none for a machine's `next` and a pipeline's order. */
+  route?: string;
 }
 
 export interface Graph {
@@ -98,7 +101,7 @@ function machine(d: Obj): Graph {
     const next = str(n.next);
     if (next) edges.push({ id: `${id}->${next}`, source: id, target: next });
     for (const [route, target] of Object.entries(obj(n.on))) {
-      if (typeof target === "string") edges.push({ id: `${id}-${route}->${target}`, source: id, target, label: route });
+      if (typeof target === "string") edges.push({ id: `${id}-${route}->${target}`, source: id, target, label: route, route });
     }
   }
   return { nodes, edges };
@@ -122,9 +125,9 @@ function pipeline(d: Obj): Graph {
       const b = gate[which];
       const jump = str(obj(obj(b).jump).stepId);
       if (jump) {
-        edges.push({ id: `${id}-${which}->${jump}`, source: id, target: jump, label: which, back: (index.get(jump) ?? i + 1) <= i });
+        edges.push({ id: `${id}-${which}->${jump}`, source: id, target: jump, label: which, back: (index.get(jump) ?? i + 1) <= i, route: which });
       } else if (b === "continue" && next) {
-        edges.push({ id: `${id}-${which}->${next}`, source: id, target: next, label: which });
+        edges.push({ id: `${id}-${which}->${next}`, source: id, target: next, label: which, route: which });
       }
     };
     if (s.if) {

@@ -1,8 +1,8 @@
 // The builder: a graph-dialect workflow edited on the canvas (drag, connect, delete, a
 // palette of every node type, a form per node type, undo / redo), validated as you edit
 // through POST /api/validate with errors pinned on their nodes and fields, the source view
-// kept in step, saved as a new version. Machine and pipeline documents are edited in their
-// source, with the canvas laid out from it.
+// kept in step, saved as a new version. Every dialect is edited on the canvas (see
+// dialects.ts); machine and pipeline documents, which have no positions, are laid out by ELK.
 
 import {
   Background,
@@ -19,25 +19,9 @@ import "@xyflow/react/dist/style.css";
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { allows, type WorkflowOut } from "../api";
 import { useSession } from "../App";
-import { Canvas } from "../Canvas";
-import {
-  FIELDS_OF,
-  History,
-  PALETTE,
-  addNode,
-  asGraphDoc,
-  connect,
-  moveNodes,
-  pin,
-  remove,
-  serialize,
-  setConfig,
-  setSelector,
-  type Diagnostic,
-  type GraphDoc,
-  type Pinned,
-} from "../doc";
-import { dialectOf, parseDocument, toGraph } from "../graph";
+import { editorFor } from "../dialects";
+import { History, asGraphDoc, pin, serialize, type Diagnostic, type GraphDoc, type Pinned } from "../doc";
+import { dialectOf, layout, parseDocument, toGraph } from "../graph";
 
 const BLANK: GraphDoc = { name: "New workflow", nodes: [], edges: [] };
 
@@ -115,36 +99,83 @@ export function BuilderPage({ id }: { id: string | null }) {
   });
 
   const dialect = dialectOf(doc);
-  const editable = dialect === "graph";
   const gdoc = useMemo(() => asGraphDoc(doc), [doc]);
-  const pinned = useMemo(() => pin(diags.filter((d) => d.severity === "error" || d.node_id), gdoc), [diags, gdoc]);
+  const ed = useMemo(() => editorFor(doc), [doc]);
+  const items = useMemo(() => ed.nodes(doc), [ed, doc]);
+  const drawn = useMemo(() => toGraph(doc), [doc]);
+  const pinned = useMemo(() => pin(diags.filter((d) => d.severity === "error" || d.node_id), items, ed.fields), [diags, items, ed]);
 
-  const nodes: Node[] = gdoc.nodes.map((n, i) => {
-    const errs = pinned.get(n.id)?.filter((p) => p.severity === "error") ?? [];
-    const label = String(n.config?.label ?? n.id);
-    return {
-      id: n.id,
-      position: dragging.get(n.id) ?? n.position ?? { x: 60 + i * 40, y: 60 + i * 30 },
-      data: { label: `${label}\n${n.type}${errs.length ? `\n⚠ ${errs[0].message}` : ""}` },
-      className: `wf-node ${n.type} ${errs.length ? "invalid" : ""}`,
-      selected: selected.nodes.includes(n.id),
-      sourcePosition: Position.Right,
-      targetPosition: Position.Left,
-      ariaLabel: `node ${n.id}`,
-      measured: measured.get(n.id),
+  // Machine and pipeline documents have no positions: ELK lays them out again when their
+  // wiring changes, and a node the user moved stays where it was put (in this view only).
+  const shape = ed.positions ? "" : JSON.stringify([drawn.nodes.map((n) => n.id), drawn.edges.map((e) => e.id)]);
+  const [laid, setLaid] = useState<Map<string, { x: number; y: number }>>(new Map());
+  const [placed, setPlaced] = useState<Map<string, { x: number; y: number }>>(new Map());
+  useEffect(() => {
+    if (!shape) return;
+    let stop = false;
+    void layout({ nodes: drawn.nodes.map((n) => ({ ...n, position: undefined })), edges: drawn.edges }).then((p) => !stop && setLaid(p));
+    return () => {
+      stop = true;
     };
-  });
-  const edges: Edge[] = gdoc.edges.map((e) => ({
-    id: e.id,
-    source: e.source,
-    target: e.target,
-    label: e.condition_value ?? e.label,
-    selected: selected.edges.includes(e.id),
-    markerEnd: { type: MarkerType.ArrowClosed },
-  }));
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [shape]);
+
+  // A drawn node keeps its identity while nothing it shows changed (a drag or an edit of
+  // another node), so a change to one node of hundreds re-renders that node only.
+  const cache = useRef(new Map<string, { key: unknown[]; node: Node }>());
+  const base: Node[] = useMemo(() => {
+    const labels = new Map(drawn.nodes.map((n) => [n.id, n.label]));
+    const next = new Map<string, { key: unknown[]; node: Node }>();
+    const out = items.map((n, i) => {
+      const errs = pinned.get(n.id)?.filter((p) => p.severity === "error") ?? [];
+      const label = labels.get(n.id) ?? n.id;
+      const own = ed.positions ? gdoc.nodes[i]?.position : (placed.get(n.id) ?? laid.get(n.id));
+      const position = own ?? { x: 60 + i * 40, y: 60 + i * 30 };
+      const isSelected = selected.nodes.includes(n.id);
+      const size = measured.get(n.id);
+      const key = [n.type, label, errs[0]?.message, errs.length, position.x, position.y, isSelected, size];
+      const hit = cache.current.get(n.id);
+      if (hit && hit.key.length === key.length && hit.key.every((k, j) => k === key[j])) {
+        next.set(n.id, hit);
+        return hit.node;
+      }
+      const node: Node = {
+        id: n.id,
+        position,
+        data: { label: `${label}\n${n.type}${errs.length ? `\n⚠ ${errs[0].message}` : ""}` },
+        className: `wf-node ${n.type} ${errs.length ? "invalid" : ""}`,
+        selected: isSelected,
+        sourcePosition: Position.Right,
+        targetPosition: Position.Left,
+        ariaLabel: `node ${n.id}`,
+        measured: size,
+      };
+      next.set(n.id, { key, node });
+      return node;
+    });
+    cache.current = next;
+    return out;
+  }, [items, drawn, pinned, ed, gdoc, placed, laid, selected, measured]);
+  const nodes = useMemo(() => (dragging.size === 0 ? base : base.map((n) => (dragging.has(n.id) ? { ...n, position: dragging.get(n.id)! } : n))), [base, dragging]);
+  const edgeCache = useRef(new Map<string, Edge>());
+  const edges: Edge[] = useMemo(() => {
+    const next = new Map<string, Edge>();
+    const out = drawn.edges.map((e) => {
+      const isSelected = selected.edges.includes(e.id);
+      const hit = edgeCache.current.get(e.id);
+      const edge =
+        hit && hit.source === e.source && hit.target === e.target && hit.label === e.label && hit.selected === isSelected && hit.className === (e.back ? "back" : "")
+          ? hit
+          : { id: e.id, source: e.source, target: e.target, label: e.label, selected: isSelected, markerEnd: { type: MarkerType.ArrowClosed }, className: e.back ? "back" : "" };
+      next.set(e.id, edge);
+      return edge;
+    });
+    edgeCache.current = next;
+    return out;
+  }, [drawn, selected]);
 
   const onNodesChange = (changes: NodeChange[]) => {
-    let sel = selected;
+    const picks = changes.filter((c) => c.type === "select");
     const drag = new Map(dragging);
     let sizes: Map<string, { width: number; height: number }> | null = null;
     for (const c of changes) {
@@ -153,14 +184,17 @@ export function BuilderPage({ id }: { id: string | null }) {
         sizes.set(c.id, c.dimensions);
       }
       if (c.type === "position" && c.position) drag.set(c.id, c.position);
-      if (c.type === "select") {
-        const rest = sel.nodes.filter((n) => n !== c.id);
-        sel = { ...sel, nodes: c.selected ? [...rest, c.id] : rest };
-      }
     }
     if (sizes) setMeasured(sizes);
     if (changes.some((c) => c.type === "position")) setDragging(drag);
-    if (sel !== selected) setSelected(sel);
+    // Functional updates: xyflow reports an edge's and the nodes' selection changes in one
+    // tick, and each must see the other's.
+    if (picks.length)
+      setSelected((sel) => {
+        let nodes = sel.nodes;
+        for (const c of picks) if (c.type === "select") nodes = c.selected ? [...nodes.filter((n) => n !== c.id), c.id] : nodes.filter((n) => n !== c.id);
+        return { ...sel, nodes };
+      });
   };
 
   const save = async () => {
@@ -177,21 +211,21 @@ export function BuilderPage({ id }: { id: string | null }) {
 
   if (!loaded) return <p className="muted">{message ?? "Loading…"}</p>;
   const errors = diags.filter((d) => d.severity === "error");
-  const one = selected.nodes.length === 1 ? gdoc.nodes.find((n) => n.id === selected.nodes[0]) : undefined;
-  const edge = !one && selected.edges.length === 1 ? gdoc.edges.find((e) => e.id === selected.edges[0]) : undefined;
+  const one = selected.nodes.length === 1 ? items.find((n) => n.id === selected.nodes[0]) : undefined;
+  const edge = !one && selected.edges.length === 1 ? drawn.edges.find((e) => e.id === selected.edges[0]) : undefined;
+  const renamable = edge && ed.setSelector && (dialect === "graph" || (dialect === "machine" && edge.route !== undefined));
   return (
     <section className="builder">
       <h2>
         {String((doc as { name?: string })?.name ?? "Untitled")} <span className="muted">{id ?? "new"} · {dialect}</span>
       </h2>
       <div className="toolbar">
-        {editable &&
-          PALETTE.map((p) => (
+        {ed.palette.map((p) => (
             <button
               key={p.type}
-              title={`add a ${p.type} node`}
+              title={p.title}
               onClick={() => {
-                const [d, nid] = addNode(gdoc, p.type, { x: 40 + gdoc.nodes.length * 220, y: 80 + (gdoc.nodes.length % 2) * 60 });
+                const [d, nid] = ed.add(doc, p.type, { x: 40 + items.length * 220, y: 80 + (items.length % 2) * 60 });
                 change(d);
                 setSelected({ nodes: [nid], edges: [] });
               }}
@@ -211,52 +245,65 @@ export function BuilderPage({ id }: { id: string | null }) {
         {message && <span className="muted">{message}</span>}
       </div>
       <div className="builder-main">
-        {editable ? (
+        {(
           <div className="canvas edit" data-testid="builder-canvas">
             <ReactFlow
               nodes={nodes}
               edges={edges}
               onNodesChange={onNodesChange}
               onEdgesChange={(cs) => {
-                let sel = selected;
-                for (const c of cs)
-                  if (c.type === "select") {
-                    const rest = sel.edges.filter((x) => x !== c.id);
-                    sel = { ...sel, edges: c.selected ? [...rest, c.id] : rest };
-                  }
-                if (sel !== selected) setSelected(sel);
+                const picks = cs.filter((c) => c.type === "select");
+                if (picks.length)
+                  setSelected((sel) => {
+                    let edges = sel.edges;
+                    for (const c of picks) if (c.type === "select") edges = c.selected ? [...edges.filter((x) => x !== c.id), c.id] : edges.filter((x) => x !== c.id);
+                    return { ...sel, edges };
+                  });
               }}
               onNodeDragStop={(_, __, moved) => {
-                change(moveNodes(gdoc, new Map(moved.map((n) => [n.id, n.position]))));
+                const moves = new Map(moved.map((n) => [n.id, n.position]));
+                if (ed.move) change(ed.move(doc, moves));
+                else setPlaced(new Map([...placed, ...moves]));
                 setDragging(new Map());
               }}
-              onConnect={(c: Connection) => c.source && c.target && change(connect(gdoc, c.source, c.target))}
+              onConnect={(c: Connection) => c.source && c.target && change(ed.connect(doc, c.source, c.target))}
               onDelete={({ nodes: ns, edges: es }) => {
-                change(remove(gdoc, ns.map((n) => n.id), es.map((e) => e.id)));
+                change(ed.remove(doc, ns.map((n) => n.id), es.map((e) => e.id)));
                 setSelected({ nodes: [], edges: [] });
               }}
               deleteKeyCode={["Delete", "Backspace"]}
               fitView
               minZoom={0.1}
+              onlyRenderVisibleElements={items.length > 200}
               proOptions={{ hideAttribution: true }}
             >
               <Background />
               <Controls />
             </ReactFlow>
           </div>
-        ) : (
-          <Canvas graph={toGraph(doc)} />
         )}
         <aside className="panel">
           {one ? (
-            <NodeForm key={one.id} node={one} pinned={pinned.get(one.id) ?? []} onSet={(k, v) => change(setConfig(gdoc, one.id, k, v), `${one.id}.${k}`)} />
+            <>
+              <NodeForm key={one.id} node={one} fields={ed.fields(one.type)} pinned={pinned.get(one.id) ?? []} onSet={(k, v) => change(ed.set(doc, one.id, k, v), `${one.id}.${k}`)} />
+              {ed.reorder && (
+                <div className="toolbar">
+                  <button onClick={() => change(ed.reorder!(doc, one.id, -1))}>Move earlier</button>
+                  <button onClick={() => change(ed.reorder!(doc, one.id, 1))}>Move later</button>
+                </div>
+              )}
+            </>
           ) : edge ? (
-            <label>
-              Selector of {edge.source} → {edge.target}
-              <input aria-label="edge selector" value={String(edge.condition_value ?? edge.label ?? "")} onChange={(e) => change(setSelector(gdoc, edge.id, e.target.value), `${edge.id}.selector`)} />
-            </label>
+            renamable ? (
+              <SelectorField key={edge.id} edge={edge} onCommit={(sel) => change(ed.setSelector!(doc, edge.id, sel))} />
+            ) : (
+              <p className="muted">
+                {edge.source} → {edge.target}
+                {dialect === "pipeline" ? (edge.route ? ` (the gate's ${edge.route}: delete it to continue instead)` : " (the order of the steps: move a step to change it)") : " (next: delete it, or connect another node)"}
+              </p>
+            )
           ) : (
-            <p className="muted">{editable ? "Select a node to edit it; drag from a node's right handle to another to connect them; Delete removes the selection." : "This dialect is edited in its source below."}</p>
+            <p className="muted">{HINT[dialect]}</p>
           )}
           {(pinned.get("") ?? []).map((p, i) => (
             <p key={i} className="error">{p.code}: {p.message}</p>
@@ -284,18 +331,41 @@ export function BuilderPage({ id }: { id: string | null }) {
   );
 }
 
-function NodeForm({ node, pinned, onSet }: { node: { id: string; type: string; config?: Record<string, unknown> }; pinned: Pinned[]; onSet: (k: string, v: unknown) => void }) {
+const HINT: Record<string, string> = {
+  graph: "Select a node to edit it; drag from a node's right handle to another to connect them; Delete removes the selection.",
+  machine:
+    "Select a node to edit it; connecting sets a node's next, or fills the first route of its on: map not yet wired (true / false, approved / rejected, the enum's routes). Delete removes the selection. Machine documents have no positions: ELK lays them out.",
+  pipeline:
+    "Steps run in order. Connecting a step to another than its successor adds a gate that jumps there (edit its if: condition in the form); Delete removes a step or a jump.",
+};
+
+const JSON_FIELDS = ["params", "response_schema", "output", "validator", "fields", "if"];
+const NUMBER_FIELDS = ["timeout_seconds", "retry_count", "temperature", "max_tokens", "max_iterations", "maxRetries", "agentCount", "quorum", "nodes"];
+const LONG_FIELDS = ["system_prompt", "user_message", "prompt", "expression", "system", "systemPrompt", "script"];
+
+function SelectorField({ edge, onCommit }: { edge: { source: string; target: string; label?: string }; onCommit: (sel: string) => void }) {
+  const [v, setV] = useState(edge.label ?? "");
+  const commit = () => v !== (edge.label ?? "") && onCommit(v);
+  return (
+    <label>
+      Selector of {edge.source} → {edge.target}
+      <input aria-label="edge selector" value={v} onChange={(e) => setV(e.target.value)} onBlur={commit} onKeyDown={(e) => e.key === "Enter" && commit()} />
+    </label>
+  );
+}
+
+function NodeForm({ node, fields, pinned, onSet }: { node: { id: string; type: string; config?: Record<string, unknown> }; fields: string[]; pinned: Pinned[]; onSet: (k: string, v: unknown) => void }) {
   const cfg = node.config ?? {};
   const errorOf = (k: string) => pinned.find((p) => p.field === k);
-  const rest = pinned.filter((p) => !p.field || !FIELDS_OF(node.type).includes(p.field));
+  const rest = pinned.filter((p) => !p.field || !fields.includes(p.field));
   return (
     <form className="node-form" onSubmit={(e) => e.preventDefault()} aria-label={`node ${node.id}`}>
       <h3>{node.id} <span className="muted">{node.type}</span></h3>
-      {FIELDS_OF(node.type).map((k) => {
+      {fields.map((k) => {
         const err = errorOf(k);
-        const json = k === "params" || k === "response_schema" || k === "output";
-        const number = ["timeout_seconds", "retry_count", "temperature", "max_tokens", "max_iterations"].includes(k);
-        const long = ["system_prompt", "user_message", "prompt", "expression"].includes(k);
+        const json = JSON_FIELDS.includes(k);
+        const number = NUMBER_FIELDS.includes(k);
+        const long = LONG_FIELDS.includes(k);
         const value = cfg[k];
         return (
           <label key={k} className={err ? "invalid" : ""}>

@@ -17,6 +17,9 @@ export function RunPage({ id }: { id: string }) {
 
   useEffect(() => {
     let stop = false;
+    // A re-run navigates to another run on this same page: its log starts from the beginning.
+    last.current = 0;
+    setRun(null);
     const ctl = new AbortController();
     let pending: ReturnType<typeof setTimeout> | null = null;
     const load = async () => {

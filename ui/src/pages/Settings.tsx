@@ -2,13 +2,10 @@
 // weir.toml are read-only), and the workspace's model allowlist (read-only, from weir.toml).
 
 import { useCallback, useEffect, useState } from "react";
-import { allows, type Scope } from "../api";
+import { allows, type ModelsOut, type Scope, type TokenOut, type ToolOut } from "../api";
 import { useSession } from "../App";
 import { since } from "../format";
 
-interface TokenOut { id: string; name: string; scope: string; created_at: string; revoked_at?: string }
-interface ToolOut { name: string; source: string; definition: Record<string, unknown> }
-interface ModelsOut { allow?: string[]; providers?: string[]; named_providers: string[] }
 
 export function SettingsPage() {
   const { api, session } = useSession();
