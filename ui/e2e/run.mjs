@@ -216,6 +216,8 @@ try {
     await page.locator(".react-flow__node.invalid").first().waitFor();
     await page.screenshot({ path: join(shots, "builder-error.png"), fullPage: true });
     await form.getByLabel("model").fill("mock");
+    // The model picker offers the models the server prices and allows.
+    await form.locator('datalist option[value="claude-haiku-4-5"]').waitFor({ state: "attached" });
     await page.getByRole("button", { name: "+ tool" }).click();
     const tool = page.getByRole("form", { name: "node tool1" });
     await tool.getByLabel("tool_name").fill("delay");

@@ -39,6 +39,7 @@ export interface ModelsOut {
   allow?: string[];
   providers?: string[];
   named_providers: string[];
+  known: string[];
 }
 
 export interface RunSummary {

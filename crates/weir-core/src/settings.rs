@@ -407,10 +407,18 @@ impl Settings {
         }
     }
 
+    /// Whether the model allowlist (`[models] allow`) admits `model`, whatever serves it.
+    pub fn model_allowed(&self, model: &str) -> bool {
+        self.models
+            .allow
+            .as_ref()
+            .is_none_or(|globs| globs.iter().any(|g| glob(g, model)))
+    }
+
     /// Whether the workspace allows `model` served by `provider`; `Err` says why not.
     pub fn allows(&self, model: &str, provider: &str) -> Result<(), String> {
         if let Some(globs) = &self.models.allow
-            && !globs.iter().any(|g| glob(g, model))
+            && !self.model_allowed(model)
         {
             return Err(format!(
                 "model `{model}` is not in the workspace model allowlist ({})",
@@ -494,6 +502,7 @@ output_per_mtok = 0.0
         assert!(s.allows("gpt-4o", "openai").is_ok());
         assert!(s.allows("gpt-4o-mini", "openai").is_err());
         assert!(s.allows("claude-haiku-4-5", "mock").is_err());
+        assert!(s.model_allowed("claude-opus-4-5") && !s.model_allowed("gpt-4o-mini"));
         assert_eq!(
             s.providers.named["ollama"].base_url,
             "http://127.0.0.1:11434/v1"

@@ -59,6 +59,11 @@ impl Pricing {
     }
 }
 
+/// The model names (families) the built-in table prices, in its order.
+pub fn known_models() -> impl Iterator<Item = &'static str> {
+    TABLE.iter().map(|(m, _, _)| *m)
+}
+
 /// Price per million tokens `(input, output)` for a model, if known.
 pub fn price(model: &str) -> Option<(f64, f64)> {
     let bare = model.split_once(':').map_or(model, |(_, m)| m);

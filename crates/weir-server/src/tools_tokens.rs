@@ -216,6 +216,9 @@ pub struct ModelsOut {
     pub providers: Option<Vec<String>>,
     /// Named OpenAI-compatible providers (their names; addresses and keys stay in weir.toml).
     pub named_providers: Vec<String>,
+    /// The model names weir knows a price for (built in, and `[pricing]` in weir.toml) that
+    /// the allowlist admits: the builder's model picker offers them.
+    pub known: Vec<String>,
 }
 
 #[utoipa::path(get, path = "/api/models", tag = "tools",
@@ -228,6 +231,16 @@ pub async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> ApiResul
         allow: s.models.allow.clone(),
         providers: s.providers.allow.clone(),
         named_providers: s.providers.named.keys().cloned().collect(),
+        known: weir_providers::pricing::known_models()
+            .map(str::to_string)
+            .chain(s.pricing.keys().cloned())
+            .filter(|m| s.model_allowed(m))
+            .fold(Vec::new(), |mut v, m| {
+                if !v.contains(&m) {
+                    v.push(m);
+                }
+                v
+            }),
     }))
 }
 

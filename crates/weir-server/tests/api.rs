@@ -820,6 +820,16 @@ async fn the_web_ui_is_served_outside_the_api_and_sessions_name_their_scope() {
         "every model allowed: {}",
         models.text
     );
+    let known: Vec<&str> = models.body["known"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        known.contains(&"mock") && known.contains(&"claude-haiku-4-5") && known.contains(&"gpt-4o"),
+        "the priced models are suggested: {known:?}"
+    );
     let anonymous = api.call(Method::GET, "/api/session", None, "", "").await;
     assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
 }

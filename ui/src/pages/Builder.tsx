@@ -17,7 +17,7 @@ import {
 } from "@xyflow/react";
 import "@xyflow/react/dist/style.css";
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
-import { allows, type WorkflowOut } from "../api";
+import { allows, type ModelsOut, type WorkflowOut } from "../api";
 import { useSession } from "../App";
 import { editorFor } from "../dialects";
 import { History, asGraphDoc, pin, serialize, type Diagnostic, type GraphDoc, type Pinned } from "../doc";
@@ -39,6 +39,11 @@ export function BuilderPage({ id }: { id: string | null }) {
   const [measured, setMeasured] = useState<Map<string, { width: number; height: number }>>(new Map());
   const [message, setMessage] = useState<string | null>(null);
   const [newId, setNewId] = useState("");
+  // The model picker offers the models the workspace prices and allows.
+  const [models, setModels] = useState<string[]>(["mock"]);
+  useEffect(() => {
+    api.request<ModelsOut>("GET", "/api/models").then((m) => setModels(m.known), () => {});
+  }, [api]);
 
   useEffect(() => {
     if (id === null) return;
@@ -285,7 +290,7 @@ export function BuilderPage({ id }: { id: string | null }) {
         <aside className="panel">
           {one ? (
             <>
-              <NodeForm key={one.id} node={one} fields={ed.fields(one.type)} pinned={pinned.get(one.id) ?? []} onSet={(k, v) => change(ed.set(doc, one.id, k, v), `${one.id}.${k}`)} />
+              <NodeForm key={one.id} node={one} models={models} fields={ed.fields(one.type)} pinned={pinned.get(one.id) ?? []} onSet={(k, v) => change(ed.set(doc, one.id, k, v), `${one.id}.${k}`)} />
               {ed.reorder && (
                 <div className="toolbar">
                   <button onClick={() => change(ed.reorder!(doc, one.id, -1))}>Move earlier</button>
@@ -354,7 +359,7 @@ function SelectorField({ edge, onCommit }: { edge: { source: string; target: str
   );
 }
 
-function NodeForm({ node, fields, pinned, onSet }: { node: { id: string; type: string; config?: Record<string, unknown> }; fields: string[]; pinned: Pinned[]; onSet: (k: string, v: unknown) => void }) {
+function NodeForm({ node, models, fields, pinned, onSet }: { node: { id: string; type: string; config?: Record<string, unknown> }; models: string[]; fields: string[]; pinned: Pinned[]; onSet: (k: string, v: unknown) => void }) {
   const cfg = node.config ?? {};
   const errorOf = (k: string) => pinned.find((p) => p.field === k);
   const rest = pinned.filter((p) => !p.field || !fields.includes(p.field));
@@ -388,7 +393,7 @@ function NodeForm({ node, fields, pinned, onSet }: { node: { id: string; type: s
         );
       })}
       <datalist id="models">
-        {["mock", "claude-haiku-4-5", "claude-sonnet-4-5", "gpt-4o", "gpt-4o-mini"].map((m) => (
+        {models.map((m) => (
           <option key={m} value={m} />
         ))}
       </datalist>
