@@ -116,6 +116,15 @@ async fn timed(e: &Engine, wf: &Arc<Workflow>, runs: usize, input: Value) -> f64
     t.elapsed().as_secs_f64()
 }
 
+/// The number of timed runs: `default`, or `WEIR_BENCH_RUNS` (bench/instructions.sh runs each
+/// workload at two sizes and takes the difference, so start-up and warm-up cancel out).
+fn runs_or(default: usize) -> usize {
+    std::env::var("WEIR_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 fn status_kib(field: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -129,7 +138,7 @@ fn status_kib(field: &str) -> f64 {
 }
 
 async fn bench_chain() {
-    let (n, r) = (20, 500);
+    let (n, r) = (20, runs_or(500));
     let e = engine(Arc::new(Memory::ephemeral()), Duration::ZERO);
     let dt = timed(&e, &chain(n), r, json!({"last": ""})).await;
     emit(
@@ -142,7 +151,7 @@ async fn bench_chain() {
 }
 
 async fn bench_fanout() {
-    let r = 500;
+    let r = runs_or(500);
     let e = engine(Arc::new(Memory::ephemeral()), Duration::ZERO);
     let dt = timed(&e, &fanout(), r, json!({"topic": "t"})).await;
     emit("fanout", "per_run", dt / r as f64 * 1e6, "us");
@@ -150,7 +159,7 @@ async fn bench_fanout() {
 }
 
 async fn bench_loop() {
-    let (iters, r) = (100, 100);
+    let (iters, r) = (100, runs_or(100));
     let store = Arc::new(Memory::new());
     let wf = looped(iters);
     let check = run(&engine(store.clone(), Duration::ZERO), &wf, json!({})).await;
@@ -195,16 +204,83 @@ async fn bench_concurrency() {
     emit("concurrency", "rss_before_launch", before / 1024.0, "MiB");
 }
 
-async fn bench_durable() {
-    let (n, r) = (20, 200);
-    for (name, full) in [("durable", true), ("durable_normal", false)] {
+/// The machine's own cost of a durable SQLite commit: a bare loop of one-row `BEGIN
+/// IMMEDIATE … COMMIT` transactions in WAL mode with `synchronous=FULL` (an fsync each), on
+/// the same disk as the benchmark's database. The physical floor under a durable step.
+fn fsync_commit_us() -> f64 {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let c = rusqlite::Connection::open(dir.path().join("fsync.db")).expect("sqlite");
+    c.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;
+         CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT NOT NULL);",
+    )
+    .expect("schema");
+    let commits = 300;
+    let t = Instant::now();
+    for i in 0..commits {
+        c.execute_batch("BEGIN IMMEDIATE").expect("begin");
+        c.execute("INSERT INTO t (id, body) VALUES (?1, 'x')", [i])
+            .expect("insert");
+        c.execute_batch("COMMIT").expect("commit");
+    }
+    t.elapsed().as_secs_f64() / commits as f64 * 1e6
+}
+
+/// The concurrency workload on the SQLite store with `synchronous=FULL`: 2,000 concurrent
+/// 5-node runs, every step committed durably before its successor starts. Group commit lets
+/// the commits of runs that arrive together share one transaction and one fsync.
+async fn bench_concurrency_durable() {
+    let (runs, n, latency) = (2000, 5, Duration::from_millis(50));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = weir_store::Sqlite::open_with(Some(&dir.path().join("conc.db")), true)
+        .await
+        .expect("sqlite");
+    let e = Arc::new(engine(Arc::new(store), latency));
+    let wf = chain(n);
+    run(&e, &wf, json!({"last": ""})).await;
+    let t = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..runs {
+        let (e, wf) = (e.clone(), wf.clone());
+        set.spawn(async move { run(&e, &wf, json!({"last": ""})).await.status });
+    }
+    while let Some(r) = set.join_next().await {
+        assert_eq!(r.expect("task"), RunStatus::Succeeded);
+    }
+    let dt = t.elapsed().as_secs_f64();
+    let ideal = n as f64 * latency.as_secs_f64();
+    emit("concurrency_durable", "wall_time", dt, "s");
+    emit("concurrency_durable", "ideal_wall_time", ideal, "s");
+    emit(
+        "concurrency_durable",
+        "overhead_over_ideal",
+        dt - ideal,
+        "s",
+    );
+}
+
+async fn bench_durable(which: &[(&str, bool)]) {
+    let (n, r) = (20, runs_or(200));
+    let fsync = if which.iter().any(|(_, full)| *full) {
+        let us = fsync_commit_us();
+        emit("durable", "machine_fsync_commit", us, "us");
+        Some(us)
+    } else {
+        None
+    };
+    for &(name, full) in which {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = weir_store::Sqlite::open_with(Some(&dir.path().join("bench.db")), full)
             .await
             .expect("sqlite");
         let e = engine(Arc::new(store), Duration::ZERO);
         let dt = timed(&e, &chain(n), r, json!({"last": ""})).await;
-        emit(name, "per_node_overhead", dt / (r * n) as f64 * 1e6, "us");
+        let per_node = dt / (r * n) as f64 * 1e6;
+        emit(name, "per_node_overhead", per_node, "us");
+        if let (true, Some(f)) = (full, fsync) {
+            // What weir adds to the one durable commit each node makes.
+            emit(name, "overhead_above_fsync", per_node - f, "us");
+        }
         emit(name, "runs_per_sec", r as f64 / dt, "runs/s");
         // Synced commits: the run row, one per finished step (with its snapshot), the final
         // status. The n `running` rows go through an unsynced connection.
@@ -278,7 +354,9 @@ fn main() {
         if want("fanout") { bench_fanout().await; }
         if want("loop") { bench_loop().await; }
         if want("concurrency") { bench_concurrency().await; }
-        if want("durable") { bench_durable().await; }
+        if want("concurrency_durable") { bench_concurrency_durable().await; }
+        if want("durable") { bench_durable(&[("durable", true), ("durable_normal", false)]).await; }
+        else if args.iter().any(|a| a == "durable_normal") { bench_durable(&[("durable_normal", false)]).await; }
         if want("paused") { bench_paused().await; }
         if want("api") { server::bench_api().await; }
         if args.iter().any(|a| a == "pg") { pg::bench_pg().await; }

@@ -14,7 +14,7 @@
 //! Graph templates are `{key}` / `{key.path}` with `{{` and `}}` as literal braces; each
 //! placeholder is an expression in the same language.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -59,6 +59,52 @@ fn parse(src: &str) -> Result<Program, ExprError> {
     interp::parse(src)
 }
 
+/// A compiled expression: its source (what records, diagnostics and the IR's JSON show) and
+/// its syntax tree, parsed once when the workflow loads and shared by every run of it.
+#[derive(Clone)]
+pub struct Expr {
+    source: String,
+    program: Arc<Program>,
+}
+
+impl Expr {
+    /// Parses and checks an expression (length, nesting, syntax).
+    pub fn parse(src: &str) -> Result<Self, ExprError> {
+        Ok(Self {
+            program: Arc::new(parse(src)?),
+            source: src.to_string(),
+        })
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+impl std::fmt::Debug for Expr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Expr({:?})", self.source)
+    }
+}
+
+impl std::fmt::Display for Expr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.source)
+    }
+}
+
+impl PartialEq for Expr {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl Serialize for Expr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.source)
+    }
+}
+
 /// A prepared evaluation scope over shared run state; build it once per node and evaluate
 /// every template and expression of that node against it. State is read in place.
 #[derive(Debug, Clone)]
@@ -69,44 +115,25 @@ impl Scope {
         Scope(state)
     }
 
-    pub fn eval_bool(&self, src: &str) -> Result<bool, ExprError> {
-        Ok(compiled(src)?.eval(self.0.as_ref())?.truthy_public())
+    pub fn eval_bool(&self, e: &Expr) -> Result<bool, ExprError> {
+        Ok(e.program.eval(self.0.as_ref())?.truthy_public())
     }
 
-    pub fn eval_value(&self, src: &str) -> Result<Value, ExprError> {
-        to_json(&compiled(src)?.eval(self.0.as_ref())?)
+    pub fn eval_value(&self, e: &Expr) -> Result<Value, ExprError> {
+        to_json(&e.program.eval(self.0.as_ref())?)
     }
 
     /// The text a placeholder renders to: strings as they are, other values as JSON.
-    fn render(&self, src: &str) -> Result<String, ExprError> {
-        let v = compiled(src)?.eval(self.0.as_ref())?;
+    fn render(&self, e: &Expr, out: &mut String) -> Result<(), ExprError> {
+        let v = e.program.eval(self.0.as_ref())?;
         match v.text() {
-            Some(s) => Ok(s.to_string()),
-            None => serde_json::to_string(&to_json(&v)?).map_err(|e| ExprError::new(e.to_string())),
+            Some(s) => out.push_str(s),
+            None => out.push_str(
+                &serde_json::to_string(&to_json(&v)?).map_err(|e| ExprError::new(e.to_string()))?,
+            ),
         }
+        Ok(())
     }
-}
-
-type Compiled = Arc<Program>;
-
-/// Compiled expressions by source: workflows evaluate the same few expressions over and over.
-fn compiled(src: &str) -> Result<Compiled, ExprError> {
-    static CACHE: OnceLock<std::sync::RwLock<std::collections::HashMap<String, Compiled>>> =
-        OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some(e) = cache.read().ok().and_then(|c| c.get(src).cloned()) {
-        return Ok(e);
-    }
-    let expr = Arc::new(parse(src)?);
-    if let Ok(mut c) = cache.write() {
-        // Bounded: a workflow has a handful of expressions; templates built at run time
-        // must not grow the cache without limit.
-        if c.len() >= 4096 {
-            c.clear();
-        }
-        c.insert(src.to_string(), expr.clone());
-    }
-    Ok(expr)
 }
 
 /// Any serializable state as the map of names an expression sees.
@@ -117,14 +144,15 @@ fn scope_of<S: Serialize>(state: &S) -> Scope {
     }
 }
 
-/// Evaluates an expression against `state` and returns its truthiness.
+/// Parses an expression and evaluates it against `state` for its truthiness (one-off
+/// evaluations; a workflow's expressions are compiled once, as [`Expr`]).
 pub fn eval_bool<S: Serialize>(src: &str, state: &S) -> Result<bool, ExprError> {
-    scope_of(state).eval_bool(src)
+    scope_of(state).eval_bool(&Expr::parse(src)?)
 }
 
-/// Evaluates an expression to a JSON value.
+/// Parses an expression and evaluates it to a JSON value (one-off evaluations).
 pub fn eval_value<S: Serialize>(src: &str, state: &S) -> Result<Value, ExprError> {
-    scope_of(state).eval_value(src)
+    scope_of(state).eval_value(&Expr::parse(src)?)
 }
 
 fn to_json(v: &interp::V<'_>) -> Result<Value, ExprError> {
@@ -141,7 +169,7 @@ fn to_json(v: &interp::V<'_>) -> Result<Value, ExprError> {
 #[serde(untagged)]
 pub enum Segment {
     Lit(String),
-    Expr(String),
+    Expr(Expr),
 }
 
 /// A graph-dialect template: literal text and `{expr}` placeholders.
@@ -177,13 +205,13 @@ impl Template {
                         ))
                     })?;
                     let inner = rest[..end].trim();
-                    check(inner).map_err(|e| {
+                    let e = Expr::parse(inner).map_err(|e| {
                         ExprError::new(format!("in placeholder `{{{inner}}}`: {}", e.message))
                     })?;
                     if !lit.is_empty() {
                         segments.push(Segment::Lit(std::mem::take(&mut lit)));
                     }
-                    segments.push(Segment::Expr(inner.to_string()));
+                    segments.push(Segment::Expr(e));
                     // Skip past the closing brace (`end` is a byte offset).
                     let close = i + 1 + end;
                     while chars.next_if(|&(j, _)| j <= close).is_some() {}
@@ -235,10 +263,10 @@ impl Template {
                 ))
             })?;
             let inner = after[..end].trim();
-            check(inner).map_err(|e| {
+            let e = Expr::parse(inner).map_err(|e| {
                 ExprError::new(format!("in placeholder `{{{{ {inner} }}}}`: {}", e.message))
             })?;
-            segments.push(Segment::Expr(inner.to_string()));
+            segments.push(Segment::Expr(e));
             let consumed = start + 2 + end + 2;
             offset += consumed;
             rest = &rest[consumed..];
@@ -266,16 +294,13 @@ impl Template {
         if let [Segment::Lit(s)] = self.segments.as_slice() {
             return Ok(s.clone());
         }
-        let mut out = String::new();
+        let mut out = String::with_capacity(self.source.len() + 64);
         for seg in &self.segments {
             match seg {
                 Segment::Lit(s) => out.push_str(s),
-                Segment::Expr(e) => {
-                    let text = scope
-                        .render(e)
-                        .map_err(|err| ExprError::new(format!("{{{e}}}: {}", err.message)))?;
-                    out.push_str(&text);
-                }
+                Segment::Expr(e) => scope
+                    .render(e, &mut out)
+                    .map_err(|err| ExprError::new(format!("{{{e}}}: {}", err.message)))?,
             }
             if out.len() > MAX_RESULT_LEN * 8 {
                 return Err(ExprError::new("rendered template is too large"));
@@ -285,45 +310,117 @@ impl Template {
     }
 }
 
-/// Renders every string leaf of a JSON value as a template. A string that is exactly one
-/// placeholder keeps the placeholder's JSON type (so `"{items}"` stays a list).
-pub fn render_value<S: Serialize>(v: &Value, state: &S) -> Result<Value, ExprError> {
-    render_value_in(v, &scope_of(state))
+/// A JSON value whose string leaves are templates (a tool's `params`, an end node's
+/// `output`), compiled once. A string that is exactly one placeholder keeps the
+/// placeholder's JSON type (so `"{items}"` stays a list); parts without placeholders are
+/// kept as they are.
+#[derive(Debug, Clone)]
+pub struct ValueTemplate {
+    source: Value,
+    root: Part,
 }
 
-/// [`render_value`] against a prepared [`Scope`].
-pub fn render_value_in(v: &Value, scope: &Scope) -> Result<Value, ExprError> {
-    Ok(match v {
-        Value::String(s) => {
-            let t = Template::parse(s)?;
-            if let [Segment::Expr(e)] = t.segments.as_slice() {
-                scope.eval_value(e)?
-            } else {
-                Value::String(t.render_in(scope)?)
+#[derive(Debug, Clone)]
+enum Part {
+    Lit(Value),
+    Whole(Expr),
+    Text(Template),
+    Array(Vec<Part>),
+    Object(Vec<(String, Part)>),
+}
+
+impl Part {
+    fn parse(v: &Value) -> Result<Self, ExprError> {
+        Ok(match v {
+            Value::String(s) => {
+                let t = Template::parse(s)?;
+                match t.segments.as_slice() {
+                    [Segment::Expr(e)] => Part::Whole(e.clone()),
+                    [] | [Segment::Lit(_)] => Part::Lit(v.clone()),
+                    _ => Part::Text(t),
+                }
             }
-        }
-        Value::Array(a) => Value::Array(
-            a.iter()
-                .map(|x| render_value_in(x, scope))
-                .collect::<Result<_, _>>()?,
-        ),
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .map(|(k, x)| Ok((k.clone(), render_value_in(x, scope)?)))
-                .collect::<Result<_, ExprError>>()?,
-        ),
-        other => other.clone(),
-    })
+            Value::Array(a) => {
+                let parts = a.iter().map(Part::parse).collect::<Result<Vec<_>, _>>()?;
+                if parts.iter().all(|p| matches!(p, Part::Lit(_))) {
+                    Part::Lit(v.clone())
+                } else {
+                    Part::Array(parts)
+                }
+            }
+            Value::Object(m) => {
+                let parts = m
+                    .iter()
+                    .map(|(k, x)| Ok((k.clone(), Part::parse(x)?)))
+                    .collect::<Result<Vec<_>, ExprError>>()?;
+                if parts.iter().all(|(_, p)| matches!(p, Part::Lit(_))) {
+                    Part::Lit(v.clone())
+                } else {
+                    Part::Object(parts)
+                }
+            }
+            other => Part::Lit(other.clone()),
+        })
+    }
+
+    fn render(&self, scope: &Scope) -> Result<Value, ExprError> {
+        Ok(match self {
+            Part::Lit(v) => v.clone(),
+            Part::Whole(e) => scope.eval_value(e)?,
+            Part::Text(t) => Value::String(t.render_in(scope)?),
+            Part::Array(a) => Value::Array(
+                a.iter()
+                    .map(|p| p.render(scope))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Part::Object(m) => Value::Object(
+                m.iter()
+                    .map(|(k, p)| Ok((k.clone(), p.render(scope)?)))
+                    .collect::<Result<_, ExprError>>()?,
+            ),
+        })
+    }
+}
+
+impl ValueTemplate {
+    /// Compiles every string leaf of `v` as a template.
+    pub fn parse(v: &Value) -> Result<Self, ExprError> {
+        Ok(Self {
+            root: Part::parse(v)?,
+            source: v.clone(),
+        })
+    }
+
+    /// The value as the workflow wrote it.
+    pub fn source(&self) -> &Value {
+        &self.source
+    }
+
+    /// Renders against a prepared [`Scope`].
+    pub fn render_in(&self, scope: &Scope) -> Result<Value, ExprError> {
+        self.root.render(scope)
+    }
+
+    /// Renders against any serializable state.
+    pub fn render<S: Serialize>(&self, state: &S) -> Result<Value, ExprError> {
+        self.root.render(&scope_of(state))
+    }
+}
+
+impl Serialize for ValueTemplate {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.source.serialize(s)
+    }
+}
+
+/// Renders every string leaf of a JSON value as a template (one-off: compiles it first).
+pub fn render_value<S: Serialize>(v: &Value, state: &S) -> Result<Value, ExprError> {
+    ValueTemplate::parse(v)?.render(state)
 }
 
 /// Checks every string leaf of a JSON value parses as a template.
 pub fn check_value(v: &Value) -> Result<(), ExprError> {
-    match v {
-        Value::String(s) => Template::parse(s).map(|_| ()),
-        Value::Array(a) => a.iter().try_for_each(check_value),
-        Value::Object(m) => m.values().try_for_each(check_value),
-        _ => Ok(()),
-    }
+    ValueTemplate::parse(v).map(|_| ())
 }
 
 #[cfg(test)]

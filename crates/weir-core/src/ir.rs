@@ -7,11 +7,11 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::diag::Span;
-use crate::expr::Template;
+use crate::expr::{Expr, Template, ValueTemplate};
 use crate::model::ErrorClass;
+use crate::schema::CompiledSchema;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -56,7 +56,7 @@ pub struct Workflow {
     pub hop_ceiling: u32,
     pub layout: StateLayout,
     /// JSON Schema the run input must match (machine dialect `input:`).
-    pub input_schema: Option<Value>,
+    pub input_schema: Option<CompiledSchema>,
     /// Explicit entry node (machine `start:`, pipeline's first step); `None` = every node
     /// without an incoming edge (graph).
     pub start: Option<String>,
@@ -77,24 +77,28 @@ impl std::fmt::Debug for Index {
     }
 }
 
+/// A hash map keyed by node ids with a fast (seeded, not DoS-hardened) hasher: looked up
+/// several times per step, where SipHash showed in profiles.
+pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
 #[derive(Clone)]
 struct Tables {
     /// Node id → index of its first node.
-    by_id: std::collections::HashMap<String, usize>,
+    by_id: FastMap<String, usize>,
     /// Edge indexes by source and by target id.
-    out: std::collections::HashMap<String, Vec<usize>>,
-    inc: std::collections::HashMap<String, Vec<usize>>,
+    out: FastMap<String, Vec<usize>>,
+    inc: FastMap<String, Vec<usize>>,
 }
 
 impl Workflow {
     fn tables(&self) -> &Tables {
         self.index.0.get_or_init(|| {
-            let mut by_id = std::collections::HashMap::with_capacity(self.nodes.len());
+            let mut by_id = FastMap::with_capacity_and_hasher(self.nodes.len(), Default::default());
             for (i, n) in self.nodes.iter().enumerate() {
                 by_id.entry(n.id.clone()).or_insert(i);
             }
-            let mut out: std::collections::HashMap<String, Vec<usize>> = Default::default();
-            let mut inc: std::collections::HashMap<String, Vec<usize>> = Default::default();
+            let mut out: FastMap<String, Vec<usize>> = Default::default();
+            let mut inc: FastMap<String, Vec<usize>> = Default::default();
             for (i, e) in self.edges.iter().enumerate() {
                 out.entry(e.source.clone()).or_default().push(i);
                 inc.entry(e.target.clone()).or_default().push(i);
@@ -247,8 +251,8 @@ pub struct AgentSpec {
     pub user_message: Template,
     pub temperature: Option<f64>,
     pub max_tokens: Option<u32>,
-    /// JSON Schema the reply must match (already checked to compile).
-    pub response_schema: Option<Value>,
+    /// JSON Schema the reply must match, compiled.
+    pub response_schema: Option<CompiledSchema>,
     /// Re-prompts allowed after an invalid reply (default 2).
     pub repair_attempts: u32,
     pub fallback_models: Vec<String>,
@@ -263,17 +267,17 @@ pub const DEFAULT_REPAIR_ATTEMPTS: u32 = 2;
 pub struct ToolSpec {
     pub tool_name: String,
     /// Params with every string leaf a template, rendered against state before the call.
-    pub params: Value,
+    pub params: ValueTemplate,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ConditionSpec {
-    pub expression: String,
+    pub expression: Expr,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct LoopSpec {
-    pub expression: String,
+    pub expression: Expr,
     pub max_iterations: u32,
 }
 
@@ -296,7 +300,7 @@ pub struct EndSpec {
     pub status: EndStatus,
     /// Rendered into the run's `output` (string leaves are templates); without it the run
     /// output is the last node's output.
-    pub output: Option<Value>,
+    pub output: Option<ValueTemplate>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -452,7 +456,7 @@ pub enum LoopRef {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum FieldSource {
     /// An expression over state, e.g. `input.context`.
-    Text { from: String },
+    Text { from: Expr },
     /// The i-th visible output of a step (node i reads output i, cycling).
     Ingest { step: String, loop_ref: LoopRef },
     /// Every visible output of a step.
@@ -472,13 +476,23 @@ pub enum GateCondition {
     /// The output parsed as an integer lies in `[lo, hi]`, inclusive.
     IntegerRange(i64, i64),
     /// The output parsed as JSON matches the schema.
-    JsonMatches(Value),
+    JsonMatches(CompiledSchema),
     /// The output contains the text.
     Contains(String),
     /// The output matches the regular expression.
-    Regex(String),
+    Regex(Pattern),
     /// An expression over `output` (text), `parsed` (JSON or null) and `index`.
-    Expression(String),
+    Expression(Expr),
+}
+
+/// A regular expression compiled at load (serialises as its source).
+#[derive(Debug, Clone)]
+pub struct Pattern(pub regex::Regex);
+
+impl Serialize for Pattern {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0.as_str())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

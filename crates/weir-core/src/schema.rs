@@ -46,6 +46,49 @@ impl Schema {
     }
 }
 
+/// A JSON Schema as the workflow states it, compiled once when the workflow loads and
+/// shared by every run (serialises as the schema it was compiled from).
+#[derive(Clone)]
+pub struct CompiledSchema {
+    source: Value,
+    schema: std::sync::Arc<Schema>,
+}
+
+impl CompiledSchema {
+    pub fn compile(source: &Value) -> Result<Self, String> {
+        Ok(Self {
+            schema: std::sync::Arc::new(Schema::compile(source)?),
+            source: source.clone(),
+        })
+    }
+
+    /// The schema as written.
+    pub fn source(&self) -> &Value {
+        &self.source
+    }
+
+    /// Every validation error, as `path: message` lines (empty when valid).
+    pub fn errors(&self, instance: &Value) -> Vec<String> {
+        self.schema.errors(instance)
+    }
+
+    pub fn is_valid(&self, instance: &Value) -> bool {
+        self.schema.validator.is_valid(instance)
+    }
+}
+
+impl std::fmt::Debug for CompiledSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CompiledSchema({})", self.source)
+    }
+}
+
+impl serde::Serialize for CompiledSchema {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.source.serialize(s)
+    }
+}
+
 /// Finds the JSON value in a model reply: the whole reply, else the first fenced code block
 /// that parses, else the first balanced `{…}` or `[…]` that parses.
 pub fn extract_json(text: &str) -> Option<Value> {

@@ -337,10 +337,35 @@ pub fn now_rfc3339() -> String {
     format_millis(now_ms())
 }
 
-/// Formats Unix milliseconds as [`now_rfc3339`] does (years 0 to 9999).
+/// Formats Unix milliseconds as [`now_rfc3339`] does (years 0 to 9999). The date and time
+/// down to the second are formatted once per second and thread (a step writes several
+/// timestamps within the same second); only the milliseconds change in between.
 pub fn format_millis(ms: i64) -> String {
-    let days = ms.div_euclid(86_400_000);
-    let in_day = ms.rem_euclid(86_400_000);
+    thread_local! {
+        static LAST: std::cell::Cell<(i64, [u8; 24])> = const { std::cell::Cell::new((i64::MIN, [0; 24])) };
+    }
+    let second = ms.div_euclid(1000);
+    let mut buf = LAST.with(|last| {
+        let (at, buf) = last.get();
+        if at == second {
+            buf
+        } else {
+            let buf = format_second(second);
+            last.set((second, buf));
+            buf
+        }
+    });
+    let milli = ms.rem_euclid(1000);
+    put_digits(&mut buf[20..23], milli);
+    std::str::from_utf8(&buf)
+        .expect("timestamps are ASCII")
+        .to_owned()
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.000Z` for a Unix second.
+fn format_second(second: i64) -> [u8; 24] {
+    let days = second.div_euclid(86_400);
+    let in_day = second.rem_euclid(86_400);
     // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
@@ -351,28 +376,21 @@ pub fn format_millis(ms: i64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    let mut out = String::with_capacity(24);
-    push_digits(&mut out, y, 4);
-    for (sep, value) in [
-        ('-', m),
-        ('-', d),
-        ('T', in_day / 3_600_000),
-        (':', in_day / 60_000 % 60),
-        (':', in_day / 1000 % 60),
-    ] {
-        out.push(sep);
-        push_digits(&mut out, value, 2);
-    }
-    out.push('.');
-    push_digits(&mut out, in_day % 1000, 3);
-    out.push('Z');
-    out
+    let mut buf = *b"0000-00-00T00:00:00.000Z";
+    put_digits(&mut buf[0..4], y.clamp(0, 9999));
+    put_digits(&mut buf[5..7], m);
+    put_digits(&mut buf[8..10], d);
+    put_digits(&mut buf[11..13], in_day / 3600);
+    put_digits(&mut buf[14..16], in_day / 60 % 60);
+    put_digits(&mut buf[17..19], in_day % 60);
+    buf
 }
 
-fn push_digits(out: &mut String, n: i64, width: u32) {
-    let n = n.clamp(0, 9999) as u32;
-    for i in (0..width).rev() {
-        out.push(char::from(b'0' + (n / 10u32.pow(i) % 10) as u8));
+/// Writes `n` in decimal into `out`, right-aligned and zero-padded to its width.
+fn put_digits(out: &mut [u8], mut n: i64) {
+    for b in out.iter_mut().rev() {
+        *b = b'0' + (n % 10) as u8;
+        n /= 10;
     }
 }
 

@@ -152,7 +152,7 @@ pub fn capabilities(
     let mut out = Vec::new();
     for n in &wf.nodes {
         if let NodeKind::Tool(t) = &n.kind {
-            for name in crate::secrets::referenced(&t.params) {
+            for name in crate::secrets::referenced(t.params.source()) {
                 if !secrets.is_declared(&name) {
                     let declared = secrets.declared();
                     out.push(
@@ -199,7 +199,7 @@ pub fn capabilities(
                 );
             }
             NodeKind::Tool(t) => {
-                if let Err(why) = tools.check_call(&t.tool_name, &t.params) {
+                if let Err(why) = tools.check_call(&t.tool_name, t.params.source()) {
                     out.push(
                         Diagnostic::error("E025", format!("`{}` cannot work: {why}", t.tool_name))
                             .node(&n.id)

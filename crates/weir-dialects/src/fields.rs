@@ -175,7 +175,7 @@ impl Cx {
         node: &str,
         cfg: &tree::Node,
         span: Option<Span>,
-    ) -> Option<String> {
+    ) -> Option<expr::Expr> {
         let Some(src) = self.string(node, cfg, "expression") else {
             if cfg.get("expression").is_none() {
                 self.err(
@@ -188,17 +188,19 @@ impl Cx {
             }
             return None;
         };
-        if let Err(e) = expr::check(&src) {
-            self.err(
-                "E006",
-                Some(node),
-                cfg.get("expression").and_then(|v| v.span),
-                format!("invalid expression `{src}`: {}", e.message),
-                "see docs/expressions.md for the expression language",
-            );
-            return None;
+        match expr::Expr::parse(&src) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                self.err(
+                    "E006",
+                    Some(node),
+                    cfg.get("expression").and_then(|v| v.span),
+                    format!("invalid expression `{src}`: {}", e.message),
+                    "see docs/expressions.md for the expression language",
+                );
+                None
+            }
         }
-        Some(src)
     }
 }
 
@@ -245,17 +247,16 @@ impl Cx {
         (name, hops)
     }
 
-    /// A JSON Schema value, compiled to check it (E017 when it does not compile).
+    /// A JSON Schema value, compiled (E017 when it does not compile).
     pub(crate) fn schema(
         &mut self,
         node: Option<&str>,
         cfg: &tree::Node,
         key: &str,
-    ) -> Option<serde_json::Value> {
+    ) -> Option<weir_core::schema::CompiledSchema> {
         let v = cfg.get(key)?;
-        let schema = v.to_json();
-        match weir_core::schema::Schema::compile(&schema) {
-            Ok(_) => Some(schema),
+        match weir_core::schema::CompiledSchema::compile(&v.to_json()) {
+            Ok(s) => Some(s),
             Err(e) => {
                 self.err(
                     "E017",

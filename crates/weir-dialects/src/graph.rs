@@ -333,10 +333,10 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
             require(cx, "tool_name", "set \"tool_name\", e.g. \"http_request\"");
             let tool_name = cx.string(&id, cfg, "tool_name");
             let params = match cfg.get("params") {
-                None => Value::Object(Default::default()),
-                Some(p) if p.as_map().is_some() => {
-                    let v = p.to_json();
-                    if let Err(e) = expr::check_value(&v) {
+                None => expr::ValueTemplate::parse(&Value::Object(Default::default())).ok(),
+                Some(p) if p.as_map().is_some() => match expr::ValueTemplate::parse(&p.to_json()) {
+                    Ok(t) => Some(t),
+                    Err(e) => {
                         cx.err(
                             "E010",
                             Some(&id),
@@ -344,9 +344,9 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
                             format!("invalid template in `params`: {}", e.message),
                             "placeholders are {key} or {key.path}; write {{ and }} for literal braces",
                         );
+                        None
                     }
-                    v
-                }
+                },
                 Some(p) => {
                     cx.err(
                         "E011",
@@ -355,12 +355,12 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
                         format!("`params` must be a map, found {}", p.type_name()),
                         "write \"params\": {...}",
                     );
-                    Value::Null
+                    None
                 }
             };
             NodeKind::Tool(ToolSpec {
                 tool_name: tool_name?,
-                params,
+                params: params?,
             })
         }
         "condition" => NodeKind::Condition(ConditionSpec {
@@ -386,16 +386,23 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
         "merge" => NodeKind::Merge,
         "end" => {
             let status = cx.end_status(&id, cfg);
-            let output = cfg.get("output").map(|o| o.to_json());
-            if let Some(Err(e)) = output.as_ref().map(expr::check_value) {
-                cx.err(
-                    "E010",
-                    Some(&id),
-                    cfg.get("output").and_then(|v| v.span),
-                    format!("invalid template in `output`: {}", e.message),
-                    "placeholders are {key} or {key.path}; write {{ and }} for literal braces",
-                );
-            }
+            let output = match cfg
+                .get("output")
+                .map(|o| expr::ValueTemplate::parse(&o.to_json()))
+            {
+                None => None,
+                Some(Ok(t)) => Some(t),
+                Some(Err(e)) => {
+                    cx.err(
+                        "E010",
+                        Some(&id),
+                        cfg.get("output").and_then(|v| v.span),
+                        format!("invalid template in `output`: {}", e.message),
+                        "placeholders are {key} or {key.path}; write {{ and }} for literal braces",
+                    );
+                    return None;
+                }
+            };
             NodeKind::End(EndSpec { status, output })
         }
         _ => return None,

@@ -109,7 +109,7 @@ fn workflow(
     nodes: Vec<Node>,
     edges: Vec<Edge>,
     hop_ceiling: u32,
-    input_schema: Option<serde_json::Value>,
+    input_schema: Option<weir_core::schema::CompiledSchema>,
     start: Option<String>,
 ) -> Workflow {
     Workflow {
@@ -344,7 +344,8 @@ fn lower_node(cx: &mut Cx, id: &str, body: &tree::Node, ids: &[&str]) -> Option<
             let output = body.get("output").map(|o| {
                 let mut bad = None;
                 let v = jinja_value(o.to_json(), &mut bad);
-                if let Some(message) = bad {
+                let t = weir_core::expr::ValueTemplate::parse(&v);
+                if let Some(message) = bad.or_else(|| t.as_ref().err().map(|e| e.message.clone())) {
                     cx.err(
                         "E010",
                         Some(id),
@@ -353,8 +354,13 @@ fn lower_node(cx: &mut Cx, id: &str, body: &tree::Node, ids: &[&str]) -> Option<
                         "placeholders are {{ expr }}, e.g. {{ build.stdout }} or {{ input.diff }}",
                     );
                 }
-                v
+                t.ok()
             });
+            let output = match output {
+                Some(None) => return None,
+                Some(t) => t,
+                None => None,
+            };
             NodeKind::End(EndSpec { status, output })
         }
         _ => return None,

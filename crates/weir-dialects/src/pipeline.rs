@@ -8,7 +8,7 @@ use weir_core::ir::{
     Dialect, Edge, Field, FieldSource, Gate, GateAction, GateCondition, LoopRef, Node, NodeKind,
     StateLayout, StepSpec, Workflow,
 };
-use weir_core::schema::Schema;
+use weir_core::schema::CompiledSchema;
 use weir_core::validate::suggest;
 
 use crate::fields::Cx;
@@ -302,18 +302,18 @@ fn lower_field(cx: &mut Cx, id: &str, f: &tree::Node, ids: &[String]) -> Option<
                 );
                 return None;
             };
-            if let Err(e) = weir_core::expr::check(expr) {
-                cx.err(
-                    "E006",
-                    Some(id),
-                    from.span,
-                    format!("invalid `from` expression `{expr}`: {}", e.message),
-                    "see docs/expressions.md",
-                );
-                return None;
-            }
-            FieldSource::Text {
-                from: expr.to_string(),
+            match weir_core::expr::Expr::parse(expr) {
+                Ok(from) => FieldSource::Text { from },
+                Err(e) => {
+                    cx.err(
+                        "E006",
+                        Some(id),
+                        from.span,
+                        format!("invalid `from` expression `{expr}`: {}", e.message),
+                        "see docs/expressions.md",
+                    );
+                    return None;
+                }
             }
         }
         "ingest" | "multi_ingest" => {
@@ -465,9 +465,9 @@ fn lower_gate(cx: &mut Cx, id: &str, g: &tree::Node, ids: &[String]) -> Option<G
                 }
             }
         }
-        "jsonMatches" => {
-            let schema = v.to_json();
-            if let Err(e) = Schema::compile(&schema) {
+        "jsonMatches" => match CompiledSchema::compile(&v.to_json()) {
+            Ok(schema) => GateCondition::JsonMatches(schema),
+            Err(e) => {
                 cx.err(
                     "E017",
                     Some(id),
@@ -477,36 +477,39 @@ fn lower_gate(cx: &mut Cx, id: &str, g: &tree::Node, ids: &[String]) -> Option<G
                 );
                 return None;
             }
-            GateCondition::JsonMatches(schema)
-        }
+        },
         "contains" => GateCondition::Contains(cx.string(id, g, key)?),
         "regex" => {
             let r = cx.string(id, g, key)?;
-            if let Err(e) = regex::Regex::new(&r) {
-                cx.err(
-                    "E007",
-                    Some(id),
-                    v.span,
-                    format!("invalid regex: {e}"),
-                    "write a Rust-syntax regular expression",
-                );
-                return None;
+            match regex::Regex::new(&r) {
+                Ok(re) => GateCondition::Regex(weir_core::ir::Pattern(re)),
+                Err(e) => {
+                    cx.err(
+                        "E007",
+                        Some(id),
+                        v.span,
+                        format!("invalid regex: {e}"),
+                        "write a Rust-syntax regular expression",
+                    );
+                    return None;
+                }
             }
-            GateCondition::Regex(r)
         }
         _ => {
             let e = cx.string(id, g, key)?;
-            if let Err(err) = weir_core::expr::check(&e) {
-                cx.err(
-                    "E006",
-                    Some(id),
-                    v.span,
-                    format!("invalid gate expression `{e}`: {}", err.message),
-                    "the expression sees output, parsed and index",
-                );
-                return None;
+            match weir_core::expr::Expr::parse(&e) {
+                Ok(x) => GateCondition::Expression(x),
+                Err(err) => {
+                    cx.err(
+                        "E006",
+                        Some(id),
+                        v.span,
+                        format!("invalid gate expression `{e}`: {}", err.message),
+                        "the expression sees output, parsed and index",
+                    );
+                    return None;
+                }
             }
-            GateCondition::Expression(e)
         }
     };
     Some(Gate {

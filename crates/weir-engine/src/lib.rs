@@ -305,9 +305,7 @@ impl Engine {
         reuse: Option<Reuse>,
     ) -> Result<(CreatedRun, Snapshot), Error> {
         if let Some(schema) = &wf.input_schema {
-            let errors = weir_core::schema::Schema::compile(schema)
-                .map_err(|e| Error::InvalidInput(vec![e]))?
-                .errors(&input);
+            let errors = schema.errors(&input);
             if !errors.is_empty() {
                 let mut all = vec!["the input does not match the workflow's input schema:".into()];
                 all.extend(errors);

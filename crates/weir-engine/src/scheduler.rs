@@ -13,9 +13,11 @@
 //! - a finished step is committed, with the snapshot it produced and the `running` rows of
 //!   the nodes it launched, before any of those nodes is polled.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashSet, VecDeque};
+
 use std::sync::Arc;
 use std::time::Instant;
+use weir_core::ir::FastMap;
 
 use serde_json::Value;
 use std::future::Future;
@@ -60,7 +62,7 @@ pub struct Run<'e> {
     wf: Arc<Workflow>,
     lease: Lease,
     pub snapshot: Snapshot,
-    in_flight: HashMap<String, InFlight>,
+    in_flight: FastMap<String, InFlight>,
     ending: Option<Ending>,
     /// A finished step not committed yet: it is committed together with the `running` rows
     /// of the successors it launched, in one statement, before any of them is polled.
@@ -89,7 +91,7 @@ impl<'e> Run<'e> {
             wf,
             lease,
             snapshot,
-            in_flight: HashMap::new(),
+            in_flight: FastMap::default(),
             ending: None,
             unsaved: None,
             started: Vec::new(),
@@ -483,11 +485,10 @@ impl<'e> Run<'e> {
                     node_id: Some(node_id.to_string()),
                 });
             }
-            Ok(outcome) => {
+            Ok(mut outcome) => {
                 step.status = StepStatus::Succeeded;
                 step.route = outcome.route.label();
-                step.output = outcome.output.clone();
-                self.write(node, &outcome);
+                self.write(node, &mut outcome);
                 if let NodeKind::Step(_) = node.kind {
                     self.record_pass(node, &outcome);
                 }
@@ -531,6 +532,8 @@ impl<'e> Run<'e> {
                         );
                     }
                 }
+                // The record takes the output itself (the snapshot kept its own copy).
+                step.output = outcome.output;
             }
         }
         self.engine.redactor.step(&mut step);
@@ -540,12 +543,13 @@ impl<'e> Run<'e> {
 
     /// Writes a node's result into state: under its output key (graph), or as
     /// `variables.<id>` (machine and pipeline, where every node's output is its variable).
-    fn write(&mut self, node: &weir_core::Node, outcome: &crate::nodes::Outcome) {
+    fn write(&mut self, node: &weir_core::Node, outcome: &mut crate::nodes::Outcome) {
         match self.wf.layout {
             StateLayout::Flat => {
-                if let Some(v) = &outcome.write {
+                // Moved into state: nothing reads an outcome's `write` after it in this layout.
+                if let Some(v) = outcome.write.take() {
                     let key = node.output_key.clone().unwrap_or_else(|| node.id.clone());
-                    Arc::make_mut(&mut self.snapshot.state).insert(key, v.clone());
+                    Arc::make_mut(&mut self.snapshot.state).insert(key, v);
                 }
             }
             StateLayout::Variables => {
@@ -786,13 +790,13 @@ fn finished_event(s: &StepRecord) -> EventKind {
 /// Marks a human gate approved and fires its outgoing edges (a decision, with no driver).
 pub fn complete_gate(wf: &Workflow, snapshot: &mut Snapshot, gate_id: &str) {
     snapshot.completed.insert(gate_id.to_string());
-    fire(wf, snapshot, &HashMap::new(), gate_id, &Route::All);
+    fire(wf, snapshot, &FastMap::default(), gate_id, &Route::All);
 }
 
 fn fire(
     wf: &Workflow,
     snapshot: &mut Snapshot,
-    in_flight: &HashMap<String, InFlight>,
+    in_flight: &FastMap<String, InFlight>,
     node_id: &str,
     route: &Route,
 ) {
@@ -826,7 +830,7 @@ fn fire(
 }
 
 /// Makes ready every merge whose un-arrived incoming edges can no longer fire.
-fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &HashMap<String, InFlight>) {
+fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &FastMap<String, InFlight>) {
     if snapshot.arrivals.is_empty() {
         return;
     }
@@ -878,7 +882,7 @@ fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &HashMap<Stri
 fn live_from_frontier(
     wf: &Workflow,
     snapshot: &Snapshot,
-    in_flight: &HashMap<String, InFlight>,
+    in_flight: &FastMap<String, InFlight>,
     merge: &str,
 ) -> BTreeSet<String> {
     let mut seen = BTreeSet::new();

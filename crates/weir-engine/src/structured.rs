@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 use weir_core::model::Message;
-use weir_core::schema::{Schema, extract_json};
+use weir_core::schema::{CompiledSchema, extract_json};
 use weir_core::{ModelClient, ModelError, ModelRequest, ModelResponse};
 
 use crate::nodes::Spent;
@@ -27,14 +27,13 @@ pub trait ReplyCheck: Send + Sync {
 
 /// Checks replies against a JSON Schema.
 pub struct SchemaCheck {
-    schema: Schema,
+    schema: CompiledSchema,
 }
 
 impl SchemaCheck {
-    pub fn new(schema: &Value) -> Result<Self, String> {
-        Ok(Self {
-            schema: Schema::compile(schema)?,
-        })
+    /// Over a schema compiled when the workflow loaded.
+    pub fn new(schema: CompiledSchema) -> Self {
+        Self { schema }
     }
 }
 

@@ -106,7 +106,7 @@ fn random_graph(rng: &mut Rng) -> Workflow {
         let kind = match rng.below(4) {
             0 if i > 0 => NodeKind::Merge,
             1 => NodeKind::Condition(ConditionSpec {
-                expression: format!("flag{}", rng.below(3)),
+                expression: weir_core::expr::Expr::parse(&format!("flag{}", rng.below(3))).unwrap(),
             }),
             _ => NodeKind::Agent(AgentSpec {
                 model: "fake".into(),
@@ -172,7 +172,7 @@ fn expected(wf: &Workflow, flags: &[bool; 3]) -> Vec<String> {
                 ran[e.source.as_str()]
                     && match &src.kind {
                         NodeKind::Condition(c) => {
-                            let idx: usize = c.expression[4..].parse().unwrap();
+                            let idx: usize = c.expression.source()[4..].parse().unwrap();
                             e.matches(&flags[idx].to_string())
                         }
                         _ => true,

@@ -29,7 +29,7 @@ pub struct Memory {
 
 #[derive(Default)]
 struct Inner {
-    runs: HashMap<String, MemRun>,
+    runs: weir_core::ir::FastMap<String, MemRun>,
     /// Creation order (a counter → run id), for listing and for claiming oldest first.
     order: BTreeMap<u64, String>,
     created: u64,

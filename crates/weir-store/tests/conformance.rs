@@ -767,6 +767,85 @@ async fn run_listing_filters_and_pages(f: Fixture) {
     assert_eq!(pinned.input, json!({"x": 1}));
 }
 
+/// Writes of many drives at once (what a store may group into one transaction): each is
+/// kept or refused on its own. 40 runs commit a step concurrently, every fifth with a stale
+/// lease; the current ones are all durable (after a reopen), the stale ones change nothing
+/// but leave their `stale_write_refused`, and a duplicate creation in the same burst fails
+/// alone.
+async fn concurrent_writes_of_many_runs_stand_or_fall_alone(f: Fixture) {
+    let s = f.store.clone();
+    let mut leases = Vec::new();
+    for i in 0..40 {
+        let id = format!("g{i}");
+        s.create_run(&new_run(&id)).await.unwrap();
+        let (lease, _) = s.claim_run(&id, &claim("alice", 50)).await.unwrap();
+        leases.push(lease);
+    }
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    // Every fifth run is taken over: alice's lease on it is stale.
+    for i in (0..40).step_by(5) {
+        s.claim_run(&format!("g{i}"), &claim("bob", 30_000))
+            .await
+            .unwrap();
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, lease) in leases.into_iter().enumerate() {
+        let s = s.clone();
+        tasks.spawn(async move {
+            let st = step(1, "a", StepStatus::Succeeded);
+            let r = s
+                .commit_step(
+                    &lease,
+                    StepCommit {
+                        step: &st,
+                        started: &[],
+                        snapshot: &snap(&["a"], vec![]),
+                        events: vec![],
+                    },
+                )
+                .await;
+            (i, r)
+        });
+    }
+    // A duplicate creation in the same burst fails without taking the others with it.
+    let dup = {
+        let s = s.clone();
+        tokio::spawn(async move { s.create_run(&new_run("g3")).await })
+    };
+    let mut outcomes = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        outcomes.push(r.unwrap());
+    }
+    assert!(
+        dup.await.unwrap().is_err(),
+        "a second run g3 must be refused"
+    );
+    let s = f.after_crash().await;
+    for (i, r) in outcomes {
+        let rec = s.get_record(&format!("g{i}")).await.unwrap();
+        let types = types(&rec.events);
+        if i % 5 == 0 {
+            assert!(
+                matches!(r, Err(StoreError::LeaseLost { .. })),
+                "g{i}: {r:?}"
+            );
+            assert!(rec.steps.is_empty(), "g{i}: a stale write left a step");
+            assert_eq!(
+                types.last().map(String::as_str),
+                Some("stale_write_refused"),
+                "g{i}: {types:?}"
+            );
+        } else {
+            r.unwrap_or_else(|e| panic!("g{i}: {e}"));
+            assert_eq!(rec.steps.len(), 1, "g{i}: the committed step is durable");
+            assert!(
+                !types.contains(&"stale_write_refused".to_string()),
+                "g{i}: {types:?}"
+            );
+        }
+    }
+}
+
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
         mod memory_store {
@@ -802,4 +881,5 @@ conformance!(
     tokens_and_tools,
     run_listing_filters_and_pages,
     retention_deletes_only_ended_runs,
+    concurrent_writes_of_many_runs_stand_or_fall_alone,
 );

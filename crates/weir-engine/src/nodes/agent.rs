@@ -22,7 +22,8 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
     let mut user = super::render(ctx, &spec.user_message, "user_message")?;
     if let Some(schema) = &spec.response_schema {
         user.push_str(&format!(
-            "\n\nRespond with only a JSON value that matches this JSON Schema:\n{schema}"
+            "\n\nRespond with only a JSON value that matches this JSON Schema:\n{}",
+            schema.source()
         ));
     }
     let request = json!({"model": spec.model, "system": system, "user": user});
@@ -35,7 +36,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
         timeout: ctx.call_timeout(),
         fallback_models: spec.fallback_models.clone(),
         fallback_error_classes: spec.fallback_error_classes.clone(),
-        response_schema: spec.response_schema.clone(),
+        response_schema: spec.response_schema.as_ref().map(|s| s.source().clone()),
     };
     let mut spent = Spent::default();
     let models = ctx.services.models.as_ref();
@@ -51,7 +52,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
             }
         },
         Some(schema) => {
-            let check = SchemaCheck::new(schema).map_err(|e| Failure::fatal("schema", e))?;
+            let check = SchemaCheck::new(schema.clone());
             match structured::ask(models, req, &check, spec.repair_attempts, &mut spent).await {
                 Ok(s) => (s.response, Some(s.parsed), s.repairs),
                 Err(StructuredError::Model(e)) => return Err(model_failure(e, request, spent)),

@@ -2,14 +2,14 @@
 //! `output`, when set, becomes the run's output.
 
 use serde_json::json;
-use weir_core::expr;
 use weir_core::ir::EndSpec;
 
 use super::{Failure, NodeCtx, Outcome, Route};
 
 pub fn execute(ctx: &NodeCtx, spec: &EndSpec) -> Result<Outcome, Failure> {
     let output = match &spec.output {
-        Some(v) => expr::render_value_in(v, &ctx.scope)
+        Some(t) => t
+            .render_in(&ctx.scope)
             .map_err(|e| Failure::fatal("template", format!("output: {}", e.message)))?,
         None => json!(null),
     };

@@ -18,7 +18,7 @@ use weir_core::ModelRequest;
 use weir_core::expr;
 use weir_core::ir::{EndStatus, FieldSource, GateAction, GateCondition, LoopRef, StepSpec};
 use weir_core::model::Message;
-use weir_core::schema::{Schema, extract_json};
+use weir_core::schema::extract_json;
 
 use super::{Failure, NodeCtx, Outcome, Route, Spent, model_failure};
 
@@ -55,7 +55,7 @@ fn message(ctx: &NodeCtx, spec: &StepSpec, i: usize) -> Result<String, Failure> 
                 })?;
                 (
                     if v.is_null() { None } else { Some(text(&v)) },
-                    from.clone(),
+                    from.source().to_string(),
                 )
             }
             FieldSource::Ingest { step, loop_ref } => {
@@ -109,28 +109,29 @@ fn message(ctx: &NodeCtx, spec: &StepSpec, i: usize) -> Result<String, Failure> 
     })
 }
 
-fn matches(
-    cond: &GateCondition,
-    schema: Option<&Schema>,
-    out: &str,
-    index: usize,
-) -> Result<bool, Failure> {
+fn matches(cond: &GateCondition, out: &str, index: usize) -> Result<bool, Failure> {
     Ok(match cond {
         GateCondition::IntegerRange(lo, hi) => out
             .trim()
             .parse::<i64>()
             .is_ok_and(|n| (*lo..=*hi).contains(&n)),
-        GateCondition::JsonMatches(_) => match (extract_json(out), schema) {
-            (Some(v), Some(s)) => s.errors(&v).is_empty(),
-            _ => false,
-        },
+        GateCondition::JsonMatches(s) => extract_json(out).is_some_and(|v| s.is_valid(&v)),
         GateCondition::Contains(t) => out.contains(t.as_str()),
-        GateCondition::Regex(r) => regex::Regex::new(r)
-            .map_err(|e| Failure::fatal("gate", format!("regex: {e}")))?
-            .is_match(out),
+        GateCondition::Regex(r) => r.0.is_match(out),
         GateCondition::Expression(e) => {
-            let scope = json!({"output": out, "parsed": extract_json(out), "index": index});
-            expr::eval_bool(e, &scope).map_err(|err| {
+            let scope = expr::Scope::new(std::sync::Arc::new(
+                [
+                    ("output".to_string(), json!(out)),
+                    (
+                        "parsed".to_string(),
+                        extract_json(out).unwrap_or(Value::Null),
+                    ),
+                    ("index".to_string(), json!(index)),
+                ]
+                .into_iter()
+                .collect(),
+            ));
+            scope.eval_bool(e).map_err(|err| {
                 Failure::fatal("expression", format!("gate `{e}`: {}", err.message))
             })?
         }
@@ -191,19 +192,10 @@ pub async fn execute(ctx: &NodeCtx, spec: &StepSpec) -> Result<Outcome, Failure>
         ));
     }
     let texts: Vec<String> = texts.into_iter().flatten().collect();
-    let schema = match &spec.gate {
-        Some(g) => match &g.condition {
-            GateCondition::JsonMatches(s) => {
-                Some(Schema::compile(s).map_err(|e| Failure::fatal("gate", e))?)
-            }
-            _ => None,
-        },
-        None => None,
-    };
     let mut kept = Vec::with_capacity(texts.len());
     for (i, t) in texts.iter().enumerate() {
         kept.push(match &spec.gate {
-            Some(g) => matches(&g.condition, schema.as_ref(), t, i)?,
+            Some(g) => matches(&g.condition, t, i)?,
             None => true,
         });
     }

@@ -6,7 +6,6 @@
 
 use serde_json::{Map, Value, json};
 use weir_core::ToolCall;
-use weir_core::expr;
 use weir_core::ir::ToolSpec;
 use weir_core::secrets;
 
@@ -19,9 +18,9 @@ pub fn idempotency_key(run_id: &str, node_id: &str, visit: u32) -> String {
 }
 
 pub async fn execute(ctx: &NodeCtx, spec: &ToolSpec) -> Result<Outcome, Failure> {
-    let names = secrets::referenced(&spec.params);
+    let names = secrets::referenced(spec.params.source());
     let params = if names.is_empty() {
-        expr::render_value_in(&spec.params, &ctx.scope)
+        spec.params.render_in(&ctx.scope)
     } else {
         let mut scope: Map<String, Value> = ctx.state.as_ref().clone();
         let mut values = Map::new();
@@ -34,7 +33,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &ToolSpec) -> Result<Outcome, Failure>
             values.insert(name, Value::String(v));
         }
         scope.insert("secrets".into(), Value::Object(values));
-        expr::render_value(&spec.params, &scope)
+        spec.params.render(&scope)
     }
     .map_err(|e| Failure::fatal("template", format!("params: {}", e.message)))?;
     let call = ToolCall {

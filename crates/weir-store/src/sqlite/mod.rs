@@ -174,7 +174,9 @@ impl RunStore for Sqlite {
         let (input, snapshot) = (json(&run.input)?, json(&run.snapshot)?);
         let run = run.clone();
         self.writer
-            .run(move |c| writer::create_run(c, &run, &input, &snapshot))
+            .grouped(true, move |c| {
+                writer::create_run(c, &run, &input, &snapshot)
+            })
             .await
     }
 

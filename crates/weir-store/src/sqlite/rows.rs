@@ -164,7 +164,10 @@ impl Sqlite {
                 None => None,
             },
         };
-        let done = self.writer.run(move |c| writer::fenced(c, write)).await?;
+        let done = self
+            .writer
+            .grouped(!write.visible, move |c| writer::fenced(c, &write))
+            .await??;
         Ok(Written {
             events: crate::numbered(done.first_seq, &at, w.events),
             cancel_requested: done.cancel_requested,

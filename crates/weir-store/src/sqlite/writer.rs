@@ -20,7 +20,24 @@ pub struct Conns {
     pub visible: Connection,
 }
 
-type Job = Box<dyn FnOnce(&mut Conns) + Send>;
+/// A grouped write's statements, run in a savepoint of the group's transaction: it says
+/// whether to keep them, and returns what answers its waiter once the group committed (or
+/// failed to).
+/// Called with `None` when the group's transaction could not begin: `f` is not run, and the
+/// answer carries the error.
+type GroupedJob = Box<dyn FnOnce(Option<&Connection>) -> (bool, Answer) + Send>;
+type Answer = Box<dyn FnOnce(Option<&StoreError>) + Send>;
+
+enum Job {
+    /// Runs alone, with both connections (reads, claims, migrations of state).
+    Run(Box<dyn FnOnce(&mut Conns) + Send>),
+    /// Writes that queue up together on one connection share one transaction (and, on the
+    /// synced connection, one fsync): group commit.
+    Grouped { synced: bool, job: GroupedJob },
+}
+
+/// The most writes one group commit takes.
+const GROUP_MAX: usize = 256;
 
 pub struct Writer {
     jobs: mpsc::Sender<Job>,
@@ -57,8 +74,42 @@ impl Writer {
         std::thread::Builder::new()
             .name("weir-sqlite-writer".into())
             .spawn(move || {
-                while let Ok(job) = rx.recv() {
-                    job(&mut conns);
+                let mut next: Option<Job> = None;
+                loop {
+                    let job = match next.take() {
+                        Some(j) => j,
+                        None => match rx.recv() {
+                            Ok(j) => j,
+                            Err(_) => break,
+                        },
+                    };
+                    match job {
+                        Job::Run(f) => f(&mut conns),
+                        Job::Grouped { synced, job } => {
+                            // Every write of the same kind already waiting joins this one's
+                            // transaction; each waiter hears back only once the group is
+                            // committed, so a step is still durable before its driver goes on.
+                            let mut group = vec![job];
+                            while group.len() < GROUP_MAX {
+                                match rx.try_recv() {
+                                    Ok(Job::Grouped { synced: s, job }) if s == synced => {
+                                        group.push(job)
+                                    }
+                                    Ok(other) => {
+                                        next = Some(other);
+                                        break;
+                                    }
+                                    Err(_) => break,
+                                }
+                            }
+                            let conn = if synced {
+                                &mut conns.synced
+                            } else {
+                                &mut conns.visible
+                            };
+                            commit_group(conn, group);
+                        }
+                    }
                 }
             })
             .map_err(backend)?;
@@ -72,12 +123,102 @@ impl Writer {
     ) -> Result<T, StoreError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.jobs
-            .send(Box::new(move |c| {
+            .send(Job::Run(Box::new(move |c| {
                 let _ = tx.send(f(c));
-            }))
+            })))
             .map_err(|_| StoreError::Backend("the SQLite writer thread stopped".into()))?;
         rx.await
             .map_err(|_| StoreError::Backend("the SQLite writer thread stopped".into()))?
+    }
+
+    /// Runs `f` on the writer thread inside a savepoint of a group commit on the synced
+    /// (`synced`) or the unsynced connection: an `Err` rolls back `f`'s statements alone;
+    /// the answer comes once the group's transaction committed.
+    pub async fn grouped<T: Send + 'static>(
+        &self,
+        synced: bool,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job: GroupedJob = Box::new(move |conn| {
+            let result = match conn {
+                Some(conn) => f(conn),
+                None => Err(StoreError::Backend("not run".into())),
+            };
+            let keep = result.is_ok();
+            let answer: Answer = Box::new(move |failed| {
+                let _ = tx.send(match failed {
+                    None => result,
+                    Some(e) => Err(e.clone()),
+                });
+            });
+            (keep, answer)
+        });
+        self.jobs
+            .send(Job::Grouped { synced, job })
+            .map_err(|_| StoreError::Backend("the SQLite writer thread stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Backend("the SQLite writer thread stopped".into()))?
+    }
+}
+
+/// Runs one transaction-control statement through the statement cache (`execute_batch`
+/// would parse it again on every write).
+fn control(conn: &Connection, sql: &str) -> Result<(), StoreError> {
+    conn.prepare_cached(sql)
+        .and_then(|mut st| st.execute([]))
+        .map(|_| ())
+        .map_err(backend)
+}
+
+/// One group commit: a `BEGIN IMMEDIATE` transaction, a savepoint per write when there are
+/// several (a write that fails rolls back alone), one commit, then every answer.
+fn commit_group(conn: &mut Connection, group: Vec<GroupedJob>) {
+    if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
+        for job in group {
+            let (_, answer) = job(None);
+            answer(Some(&e));
+        }
+        return;
+    }
+    let alone = group.len() == 1;
+    let mut answers = Vec::with_capacity(group.len());
+    let mut failed = false;
+    for job in group {
+        if alone {
+            let (keep, answer) = job(Some(conn));
+            failed = !keep;
+            answers.push((answer, None));
+            continue;
+        }
+        if let Err(e) = control(conn, "SAVEPOINT w") {
+            let (_, answer) = job(None);
+            answers.push((answer, Some(e)));
+            continue;
+        }
+        let (keep, answer) = job(Some(conn));
+        let kept = if keep {
+            control(conn, "RELEASE w")
+        } else {
+            control(conn, "ROLLBACK TO w").and_then(|_| control(conn, "RELEASE w"))
+        };
+        answers.push((answer, kept.err()));
+    }
+    let committed = if failed {
+        // The only write failed: nothing to keep (its answer carries its own error).
+        let _ = control(conn, "ROLLBACK");
+        None
+    } else {
+        match control(conn, "COMMIT") {
+            Ok(()) => None,
+            Err(e) => {
+                let _ = control(conn, "ROLLBACK");
+                Some(e)
+            }
+        }
+    };
+    for (answer, own) in answers {
+        answer(committed.as_ref().or(own.as_ref()));
     }
 }
 
@@ -134,18 +275,23 @@ pub struct Fenced {
     pub cancel_requested: bool,
 }
 
-/// Runs one fenced write in a `BEGIN IMMEDIATE` transaction: the fence first (it reserves
-/// the event numbers and writes the snapshot, only while the run's epoch is the lease's and
-/// the lease is held), then the rows. A refused fence rolls back and is `LeaseLost`.
-pub fn fenced(conns: &mut Conns, w: FencedWrite) -> Result<Fenced, StoreError> {
-    let conn = if w.visible {
-        &mut conns.visible
-    } else {
-        &mut conns.synced
-    };
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(backend)?;
+/// One fenced write, inside a group commit's savepoint: the write's statements, or, when
+/// the fence refuses it (nothing was changed), the `stale_write_refused` event and
+/// `Ok(Err(LeaseLost))`, so the event is kept.
+pub fn fenced(
+    conn: &Connection,
+    w: &FencedWrite,
+) -> Result<Result<Fenced, StoreError>, StoreError> {
+    Ok(match apply(conn, w)? {
+        Some(done) => Ok(done),
+        None => Err(refuse(conn, &w.run_id, w.epoch, &w.owner, w.write)),
+    })
+}
+
+/// One fenced write's statements: the fence first (it reserves the event numbers and writes
+/// the snapshot, only while the run's epoch is the lease's and the lease is held), then the
+/// rows. `None`: the fence refused the write (nothing was changed).
+fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
     let n = w.events.len() as i64;
     let (snapshot, cost) = match &w.snapshot {
         Some((s, c)) => (Some(s.as_str()), Some(*c)),
@@ -165,7 +311,7 @@ pub fn fenced(conns: &mut Conns, w: FencedWrite) -> Result<Fenced, StoreError> {
         .optional()
         .map_err(backend)?;
     let Some((last, cancel)) = fence else {
-        return Err(refuse(tx, &w.run_id, w.epoch, &w.owner, w.write));
+        return Ok(None);
     };
     if !w.steps.is_empty() {
         let mut step = tx
@@ -242,23 +388,16 @@ pub fn fenced(conns: &mut Conns, w: FencedWrite) -> Result<Fenced, StoreError> {
         }
         None => {}
     }
-    tx.commit().map_err(backend)?;
-    Ok(Fenced {
+    Ok(Some(Fenced {
         first_seq: first,
         cancel_requested: cancel != 0,
-    })
+    }))
 }
 
 /// Refuses a stale write: leaves a `stale_write_refused` event on the run's timeline (in the
 /// write's own transaction, which changed nothing else) and returns the `LeaseLost`.
-fn refuse(
-    tx: rusqlite::Transaction<'_>,
-    run_id: &str,
-    epoch: i64,
-    owner: &str,
-    write: &str,
-) -> StoreError {
-    let current = match holder(&tx, run_id) {
+fn refuse(tx: &Connection, run_id: &str, epoch: i64, owner: &str, write: &str) -> StoreError {
+    let current = match holder(tx, run_id) {
         Ok(c) => c,
         Err(e) => return e,
     };
@@ -272,8 +411,8 @@ fn refuse(
             )
             .and_then(|mut st| st.query_row(params![run_id], |r| r.get::<_, i64>(0)))
             .map_err(backend)
-            .and_then(|seq| insert_event(&tx, run_id, seq, &weir_core::store::now_rfc3339(), kind))
-            .and_then(|_| tx.commit().map_err(backend));
+            .and_then(|seq| insert_event(tx, run_id, seq, &weir_core::store::now_rfc3339(), kind))
+            .map(|_| ());
         if let Err(e) = noted {
             return e;
         }
@@ -329,7 +468,9 @@ pub fn renew(
                 .visible
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(backend)?;
-            Err(refuse(tx, run_id, epoch, owner, "heartbeat"))
+            let lost = refuse(&tx, run_id, epoch, owner, "heartbeat");
+            let _ = tx.commit();
+            Err(lost)
         }
     }
 }
@@ -392,7 +533,7 @@ fn claim_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<crate::rules::ClaimRow> 
 /// Claims one run checked claimable, inside the caller's transaction; `None` when another
 /// claim moved its epoch first.
 fn claim_one(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &Connection,
     row: &crate::rules::ClaimRow,
     claim: &weir_core::store::Claim,
     at: &str,
@@ -438,7 +579,7 @@ fn claim_one(
 }
 
 fn insert_event(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &Connection,
     run_id: &str,
     seq: i64,
     at: &str,
@@ -458,16 +599,13 @@ fn insert_event(
 
 /// Creates a run (`queued`, or claimed in the same transaction), or returns the run an
 /// earlier request with the same idempotency key created.
+/// Creates a run (and claims it, when asked), inside a group commit's savepoint.
 pub fn create_run(
-    conns: &mut Conns,
+    tx: &Connection,
     run: &weir_core::store::NewRun,
     input: &str,
     snapshot: &str,
 ) -> Result<weir_core::store::Created, StoreError> {
-    let tx = conns
-        .synced
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(backend)?;
     if let Some(key) = &run.idempotency_key {
         let existing: Option<String> = tx
             .prepare_cached("SELECT id FROM runs WHERE idempotency_key = ?1")
@@ -514,7 +652,7 @@ pub fn create_run(
     })?;
     let at = weir_core::store::now_rfc3339();
     let mut events = vec![insert_event(
-        &tx,
+        tx,
         &run.run_id,
         1,
         &at,
@@ -531,7 +669,7 @@ pub fn create_run(
                 owner: None,
                 lease_expires_at: None,
             };
-            let (lease, w) = claim_one(&tx, &row, c, &at)?.ok_or_else(|| {
+            let (lease, w) = claim_one(tx, &row, c, &at)?.ok_or_else(|| {
                 StoreError::Backend(format!(
                     "run {} could not be claimed as it was created",
                     run.run_id
@@ -542,7 +680,6 @@ pub fn create_run(
         }
         None => None,
     };
-    tx.commit().map_err(backend)?;
     Ok(weir_core::store::Created {
         run_id: run.run_id.clone(),
         created: true,
