@@ -189,4 +189,38 @@ CREATE INDEX runs_queued ON runs (started_at) WHERE status = 'queued';
 CREATE INDEX runs_leased ON runs (lease_expires_at) WHERE status = 'running';
 "#,
     ),
+    (
+        7,
+        r#"
+-- Steps without the foreign key to runs: each insert searched runs for it (retention deletes
+-- a run's steps and attempts before the run itself). Rowid tables stay: step rows and
+-- attempt bodies are often larger than a WITHOUT ROWID table suits.
+CREATE TABLE steps_v7 (
+    run_id       TEXT NOT NULL,
+    seq          INTEGER NOT NULL,
+    node_id      TEXT NOT NULL,
+    node_type    TEXT NOT NULL,
+    visit        INTEGER NOT NULL,
+    status       TEXT NOT NULL,
+    route        TEXT,
+    input        TEXT NOT NULL,
+    output       TEXT NOT NULL,
+    error        TEXT,
+    cost_usd     REAL NOT NULL DEFAULT 0,
+    tokens_in    INTEGER NOT NULL DEFAULT 0,
+    tokens_out   INTEGER NOT NULL DEFAULT 0,
+    started_at   TEXT NOT NULL,
+    finished_at  TEXT,
+    duration_ms  INTEGER,
+    PRIMARY KEY (run_id, seq)
+);
+INSERT INTO steps_v7 (run_id, seq, node_id, node_type, visit, status, route, input, output,
+                      error, cost_usd, tokens_in, tokens_out, started_at, finished_at, duration_ms)
+    SELECT run_id, seq, node_id, node_type, visit, status, route, input, output,
+           error, cost_usd, tokens_in, tokens_out, started_at, finished_at, duration_ms
+    FROM steps;
+DROP TABLE steps;
+ALTER TABLE steps_v7 RENAME TO steps;
+"#,
+    ),
 ];

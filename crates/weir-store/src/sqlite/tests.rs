@@ -27,13 +27,27 @@ async fn a_schema_3_database_migrates() {
             r#"INSERT INTO runs (id, workflow, dialect, status, source_path, source_text, input, snapshot, started_at)
                VALUES ('old', 'wf', 'graph', 'running', 'wf.json', '{}', '{}', '{"state": {}, "loops": {}, "pending": ["a"], "completed": [], "arrivals": {}, "hops": 0, "visits": {}, "next_seq": 1, "cost_usd": 0.0, "output": null, "gates": [], "owner": "host:1"}', '2026-01-01T00:00:00.000Z');
                INSERT INTO events (run_id, body) VALUES ('old', '{"type": "run_resumed", "at": "2026-01-01T00:00:01.000Z"}');
-               INSERT INTO events (run_id, body) VALUES ('old', '{"type": "gate_approved", "node_id": "g"}');"#,
+               INSERT INTO events (run_id, body) VALUES ('old', '{"type": "gate_approved", "node_id": "g"}');
+               INSERT INTO steps (run_id, seq, node_id, node_type, visit, status, route, input, output, error, cost_usd, tokens_in, tokens_out, started_at, finished_at, duration_ms)
+               VALUES ('old', 1, 'a', 'agent', 1, 'succeeded', NULL, '{}', '"hi"', NULL, 0.25, 3, 4, '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.500Z', 500);"#,
         )
         .execute(&pool)
         .await
         .unwrap();
     }
     let store = Sqlite::open(Some(&path)).await.unwrap();
+    // The steps table was rebuilt (migration 7): its rows come through unchanged.
+    let step = store.get_step("old", 1).await.unwrap();
+    assert_eq!(
+        (
+            step.node_id.as_str(),
+            step.output.clone(),
+            step.cost_usd,
+            step.tokens.output,
+            step.duration_ms
+        ),
+        ("a", serde_json::json!("hi"), 0.25, 4, Some(500))
+    );
     let events = store.events_after("old", 0).await.unwrap();
     assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
     assert!(
