@@ -316,10 +316,19 @@ fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError>
     if !w.steps.is_empty() {
         let mut step = tx
             .prepare_cached(
-                "INSERT OR REPLACE INTO steps (run_id, seq, node_id, node_type, visit, status,
+                // An upsert: a finished step updates its `running` row in place (`OR
+                // REPLACE` deleted and re-inserted it, index entry included).
+                "INSERT INTO steps (run_id, seq, node_id, node_type, visit, status,
                      route, input, output, error, cost_usd, tokens_in, tokens_out, started_at,
                      finished_at, duration_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+                 ON CONFLICT (run_id, seq) DO UPDATE SET
+                     node_id = excluded.node_id, node_type = excluded.node_type,
+                     visit = excluded.visit, status = excluded.status, route = excluded.route,
+                     input = excluded.input, output = excluded.output, error = excluded.error,
+                     cost_usd = excluded.cost_usd, tokens_in = excluded.tokens_in,
+                     tokens_out = excluded.tokens_out, started_at = excluded.started_at,
+                     finished_at = excluded.finished_at, duration_ms = excluded.duration_ms",
             )
             .map_err(backend)?;
         let mut attempt = tx
