@@ -177,24 +177,15 @@ async fn bench_loop() {
 
 async fn bench_concurrency() {
     let (runs, n, latency) = (2000, 5, Duration::from_millis(50));
-    let e = Arc::new(engine(Arc::new(Memory::ephemeral()), latency));
-    let wf = chain(n);
-    run(&e, &wf, json!({"last": ""})).await;
     let before = status_kib("VmRSS:");
-    let t = Instant::now();
-    let mut set = tokio::task::JoinSet::new();
-    for _ in 0..runs {
-        let (e, wf) = (e.clone(), wf.clone());
-        set.spawn(async move { run(&e, &wf, json!({"last": ""})).await.status });
-    }
-    while let Some(r) = set.join_next().await {
-        assert_eq!(r.expect("task"), RunStatus::Succeeded);
-    }
-    let dt = t.elapsed().as_secs_f64();
-    let ideal = n as f64 * latency.as_secs_f64();
-    emit("concurrency", "wall_time", dt, "s");
-    emit("concurrency", "ideal_wall_time", ideal, "s");
-    emit("concurrency", "overhead_over_ideal", dt - ideal, "s");
+    concurrent(
+        "concurrency",
+        engine(Arc::new(Memory::ephemeral()), latency),
+        runs,
+        n,
+        latency,
+    )
+    .await;
     emit(
         "concurrency",
         "peak_rss",
@@ -235,7 +226,20 @@ async fn bench_concurrency_durable() {
     let store = weir_store::Sqlite::open_with(Some(&dir.path().join("conc.db")), true)
         .await
         .expect("sqlite");
-    let e = Arc::new(engine(Arc::new(store), latency));
+    concurrent(
+        "concurrency_durable",
+        engine(Arc::new(store), latency),
+        runs,
+        n,
+        latency,
+    )
+    .await;
+}
+
+/// Starts `runs` runs of an `n`-node chain at once and waits for all of them; prints the wall
+/// time beside the ideal (`n` model calls of `latency`, back to back).
+async fn concurrent(bench: &str, e: Engine, runs: usize, n: usize, latency: Duration) {
+    let e = Arc::new(e);
     let wf = chain(n);
     run(&e, &wf, json!({"last": ""})).await;
     let t = Instant::now();
@@ -249,14 +253,9 @@ async fn bench_concurrency_durable() {
     }
     let dt = t.elapsed().as_secs_f64();
     let ideal = n as f64 * latency.as_secs_f64();
-    emit("concurrency_durable", "wall_time", dt, "s");
-    emit("concurrency_durable", "ideal_wall_time", ideal, "s");
-    emit(
-        "concurrency_durable",
-        "overhead_over_ideal",
-        dt - ideal,
-        "s",
-    );
+    emit(bench, "wall_time", dt, "s");
+    emit(bench, "ideal_wall_time", ideal, "s");
+    emit(bench, "overhead_over_ideal", dt - ideal, "s");
 }
 
 async fn bench_durable(which: &[(&str, bool)]) {

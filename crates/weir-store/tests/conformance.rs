@@ -57,19 +57,7 @@ async fn expired_lease_is_taken_over_and_the_old_one_fenced(f: Fixture) {
     }
     let before = s.get_record("r1").await.unwrap();
     // Every kind of write with the stale lease is refused and changes nothing.
-    let st = step(1, "a", StepStatus::Succeeded);
-    let e1 = s
-        .commit_step(
-            &old,
-            StepCommit {
-                step: &st,
-                started: &[],
-                snapshot: &snap(&["a"], vec![]),
-                events: vec![],
-            },
-        )
-        .await
-        .unwrap_err();
+    let e1 = commit_first(s.as_ref(), &old, "a").await.unwrap_err();
     match &e1 {
         StoreError::LeaseLost { message, .. } => assert!(message.contains("bob"), "{message}"),
         other => panic!("expected LeaseLost, got {other:?}"),
@@ -791,21 +779,7 @@ async fn concurrent_writes_of_many_runs_stand_or_fall_alone(f: Fixture) {
     let mut tasks = tokio::task::JoinSet::new();
     for (i, lease) in leases.into_iter().enumerate() {
         let s = s.clone();
-        tasks.spawn(async move {
-            let st = step(1, "a", StepStatus::Succeeded);
-            let r = s
-                .commit_step(
-                    &lease,
-                    StepCommit {
-                        step: &st,
-                        started: &[],
-                        snapshot: &snap(&["a"], vec![]),
-                        events: vec![],
-                    },
-                )
-                .await;
-            (i, r)
-        });
+        tasks.spawn(async move { (i, commit_first(s.as_ref(), &lease, "a").await) });
     }
     // A duplicate creation in the same burst fails without taking the others with it.
     let dup = {

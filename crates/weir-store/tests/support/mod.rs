@@ -9,7 +9,9 @@ use serde_json::{Value, json};
 use weir_core::catalog::Catalog;
 use weir_core::event::EventKind;
 use weir_core::record::{PendingGate, RunStatus, Snapshot, StepRecord, StepStatus, Tokens};
-use weir_core::store::{Claim, GateDecision, NewRun, RunStore, RunUpdate, StepCommit};
+use weir_core::store::{
+    Claim, GateDecision, Lease, NewRun, RunStore, RunUpdate, StepCommit, StoreError, Written,
+};
 
 /// A fresh store of each kind; the temp dir lives as long as the store.
 pub struct Fixture {
@@ -200,4 +202,24 @@ pub fn types(events: &[Value]) -> Vec<String> {
         .iter()
         .map(|e| e["type"].as_str().unwrap_or("?").to_string())
         .collect()
+}
+
+/// Commits node `node`'s finished step 1 with a snapshot that has it completed.
+pub async fn commit_first(
+    store: &dyn RunStore,
+    lease: &Lease,
+    node: &str,
+) -> Result<Written, StoreError> {
+    let st = step(1, node, StepStatus::Succeeded);
+    store
+        .commit_step(
+            lease,
+            StepCommit {
+                step: &st,
+                started: &[],
+                snapshot: &snap(&[node], vec![]),
+                events: vec![],
+            },
+        )
+        .await
 }
