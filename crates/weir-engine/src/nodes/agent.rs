@@ -62,14 +62,15 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
             }
         }
     };
-    let mut output = json!({
-        "text": response.text,
-        "model": response.model,
-        "provider": response.provider,
-        "fallback_used": response.fallback_used,
-        "input_tokens": spent.tokens.input,
-        "output_tokens": spent.tokens.output,
-    });
+    // Built from owned values (`json!` would serialise a copy of each string).
+    let mut fields = serde_json::Map::new();
+    fields.insert("text".into(), Value::String(response.text.clone()));
+    fields.insert("model".into(), Value::String(response.model));
+    fields.insert("provider".into(), Value::String(response.provider));
+    fields.insert("fallback_used".into(), Value::Bool(response.fallback_used));
+    fields.insert("input_tokens".into(), spent.tokens.input.into());
+    fields.insert("output_tokens".into(), spent.tokens.output.into());
+    let mut output = Value::Object(fields);
     if !spent.unpriced.is_empty() {
         output["priced"] = json!(false);
         output["unpriced_models"] = json!(spent.unpriced);
@@ -83,12 +84,13 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
         }
         None => Value::String(response.text.clone()),
     };
+    let text = response.text;
     // In the machine and pipeline layouts the whole output is the variable, and agents'
     // replies are read as `variables.<id>.response`.
     let write = match ctx.layout {
         StateLayout::Flat => write,
         StateLayout::Variables => {
-            output["response"] = json!(response.text);
+            output["response"] = Value::String(text.clone());
             output.clone()
         }
     };
@@ -96,7 +98,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
         write: Some(write),
         route: Route::All,
         request: Some(request),
-        response: Some(response.text.clone()),
+        response: Some(text),
         output,
         spent,
     })
