@@ -117,7 +117,8 @@ pub struct Written {
 #[derive(Debug, Clone)]
 pub struct StepCommit<'a> {
     pub step: &'a StepRecord,
-    pub started: &'a [StepRecord],
+    /// Borrowed from the driver's in-flight steps: nothing is copied to write them.
+    pub started: &'a [&'a StepRecord],
     pub snapshot: &'a Snapshot,
     pub events: Vec<EventKind>,
 }
@@ -263,7 +264,7 @@ pub trait RunStore: Send + Sync {
     async fn start_steps(
         &self,
         lease: &Lease,
-        steps: &[StepRecord],
+        steps: &[&StepRecord],
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError>;
 

@@ -68,7 +68,8 @@ pub struct Run<'e> {
     /// of the successors it launched, in one statement, before any of them is polled.
     unsaved: Option<StepRecord>,
     /// Steps launched since the last commit.
-    started: Vec<StepRecord>,
+    /// Steps launched since the last write (node ids; their rows are the in-flight ones).
+    started: Vec<String>,
     /// Events of the changes not committed yet; they go in the same transaction.
     events: Vec<EventKind>,
     /// Attempt events from node futures (a retry shows when it happens).
@@ -151,7 +152,7 @@ impl<'e> Run<'e> {
                     &run.lease,
                     StepCommit {
                         step: first,
-                        started: rest,
+                        started: &rest.iter().collect::<Vec<_>>(),
                         snapshot: &run.snapshot,
                         events,
                     },
@@ -252,6 +253,15 @@ impl<'e> Run<'e> {
     async fn flush(&mut self) -> Result<(), Error> {
         let store = &self.engine.services.store;
         let events = std::mem::take(&mut self.events);
+        // A step that started and already finished is written once, finished.
+        let mut started: Vec<&StepRecord> = Vec::with_capacity(self.started.len());
+        for id in &self.started {
+            if let Some(f) = self.in_flight.get(id)
+                && !started.iter().any(|s| s.seq == f.step.seq)
+            {
+                started.push(&f.step);
+            }
+        }
         let w = match self.unsaved.take() {
             Some(step) => {
                 store
@@ -259,18 +269,14 @@ impl<'e> Run<'e> {
                         &self.lease,
                         StepCommit {
                             step: &step,
-                            started: &self.started,
+                            started: &started,
                             snapshot: &self.snapshot,
                             events,
                         },
                     )
                     .await?
             }
-            None if !self.started.is_empty() => {
-                store
-                    .start_steps(&self.lease, &self.started, events)
-                    .await?
-            }
+            None if !started.is_empty() => store.start_steps(&self.lease, &started, events).await?,
             None if !events.is_empty() => store.append_events(&self.lease, events).await?,
             None => return Ok(()),
         };
@@ -367,7 +373,7 @@ impl<'e> Run<'e> {
                 node_type: step.node_type.clone(),
                 visit,
             });
-            self.started.push(step.clone());
+            self.started.push(node_id.clone());
             let loop_count = self.snapshot.loops.get(&node_id).copied().unwrap_or(0) + 1;
             let ctx = NodeCtx {
                 run_id: self.lease.run_id.clone(),
@@ -665,7 +671,7 @@ impl<'e> Run<'e> {
                     &self.lease,
                     StepCommit {
                         step: first,
-                        started: rest,
+                        started: &rest.iter().collect::<Vec<_>>(),
                         snapshot: &self.snapshot,
                         events,
                     },

@@ -322,13 +322,13 @@ impl RunStore for Memory {
     async fn start_steps(
         &self,
         lease: &Lease,
-        steps: &[StepRecord],
+        steps: &[&StepRecord],
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
         let ((), w) = self.with_lease(lease, "start_steps", |run, w| {
             if !run.ephemeral {
                 for s in steps {
-                    run.steps.insert(s.seq, s.clone());
+                    run.steps.insert(s.seq, (*s).clone());
                 }
             }
             run.append(events, w);
@@ -341,7 +341,7 @@ impl RunStore for Memory {
             // Holding the snapshot would make the driver's next write copy the state.
             if !run.ephemeral {
                 for s in c.started {
-                    run.steps.insert(s.seq, s.clone());
+                    run.steps.insert(s.seq, (*s).clone());
                 }
                 run.steps.insert(c.step.seq, c.step.clone());
                 run.snapshot = c.snapshot.clone();

@@ -63,7 +63,7 @@ async fn expired_lease_is_taken_over_and_the_old_one_fenced(f: Fixture) {
         other => panic!("expected LeaseLost, got {other:?}"),
     }
     assert!(matches!(
-        s.start_steps(&old, &[step(1, "a", StepStatus::Running)], vec![])
+        s.start_steps(&old, &[&step(1, "a", StepStatus::Running)], vec![])
             .await,
         Err(StoreError::LeaseLost { .. })
     ));
@@ -126,7 +126,7 @@ async fn expired_lease_is_taken_over_and_the_old_one_fenced(f: Fixture) {
     assert_eq!(s.load_run("r1").await.unwrap().status, RunStatus::Succeeded);
     // A finished run's lease is released: writing with it is refused too.
     assert!(matches!(
-        s.start_steps(&new, &[step(2, "b", StepStatus::Running)], vec![])
+        s.start_steps(&new, &[&step(2, "b", StepStatus::Running)], vec![])
             .await,
         Err(StoreError::LeaseLost { .. })
     ));
@@ -140,7 +140,7 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
     let a_run = step(1, "a", StepStatus::Running);
     s.start_steps(
         &lease,
-        std::slice::from_ref(&a_run),
+        &[&a_run],
         vec![EventKind::StepStarted {
             step: 1,
             node_id: "a".into(),
@@ -170,7 +170,7 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
             &lease,
             StepCommit {
                 step: &a,
-                started: std::slice::from_ref(&b),
+                started: &[&b],
                 snapshot: &snap(&["a"], vec![]),
                 events: vec![EventKind::StepFinished {
                     step: 1,
@@ -385,7 +385,7 @@ async fn a_crash_between_writes_leaves_a_run_that_continues(f: Fixture) {
         let writes = [
             |s: Arc<dyn RunStore>, l: Lease| {
                 async move {
-                    s.start_steps(&l, &[step(1, "a", StepStatus::Running)], vec![])
+                    s.start_steps(&l, &[&step(1, "a", StepStatus::Running)], vec![])
                         .await
                         .map(|_| ())
                 }
@@ -399,7 +399,7 @@ async fn a_crash_between_writes_leaves_a_run_that_continues(f: Fixture) {
                         &l,
                         StepCommit {
                             step: &a,
-                            started: &[step(2, "b", StepStatus::Running)],
+                            started: &[&step(2, "b", StepStatus::Running)],
                             snapshot: &snap(&["a"], vec![]),
                             events: vec![],
                         },

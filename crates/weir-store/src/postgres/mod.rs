@@ -320,7 +320,7 @@ impl RunStore for Postgres {
     async fn start_steps(
         &self,
         lease: &Lease,
-        steps: &[StepRecord],
+        steps: &[&StepRecord],
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
         self.fenced(Fence {
@@ -328,7 +328,7 @@ impl RunStore for Postgres {
             write: "start_steps",
             visible: true,
             snapshot: None,
-            steps: steps.iter().collect(),
+            steps: steps.to_vec(),
             events,
             status: None,
             error: None,
@@ -339,7 +339,7 @@ impl RunStore for Postgres {
     }
 
     async fn commit_step(&self, lease: &Lease, c: StepCommit<'_>) -> Result<Written, StoreError> {
-        let mut steps: Vec<&StepRecord> = c.started.iter().collect();
+        let mut steps: Vec<&StepRecord> = c.started.to_vec();
         steps.push(c.step);
         self.fenced(Fence {
             lease,

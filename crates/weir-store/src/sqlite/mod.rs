@@ -219,7 +219,7 @@ impl RunStore for Sqlite {
     async fn start_steps(
         &self,
         lease: &Lease,
-        steps: &[StepRecord],
+        steps: &[&StepRecord],
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
         self.fenced(Fenced {
@@ -227,7 +227,7 @@ impl RunStore for Sqlite {
             write: "start_steps",
             visible: true,
             snapshot: None,
-            steps: steps.iter().collect(),
+            steps: steps.to_vec(),
             events,
             end: None,
         })
@@ -235,7 +235,7 @@ impl RunStore for Sqlite {
     }
 
     async fn commit_step(&self, lease: &Lease, c: StepCommit<'_>) -> Result<Written, StoreError> {
-        let mut steps: Vec<&StepRecord> = c.started.iter().collect();
+        let mut steps: Vec<&StepRecord> = c.started.to_vec();
         steps.push(c.step);
         self.fenced(Fenced {
             lease,
