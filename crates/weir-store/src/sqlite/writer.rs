@@ -191,16 +191,34 @@ fn commit_group(conn: &mut Connection, group: Vec<GroupedJob>) {
             answers.push((answer, None));
             continue;
         }
+        // An I/O error or a full disk can make SQLite roll the whole transaction back: the
+        // rest of the group then does not run (it would commit on its own, unreported).
+        if conn.is_autocommit() {
+            let (_, answer) = job(None);
+            answers.push((
+                answer,
+                Some(StoreError::Backend(
+                    "the group's transaction was rolled back".into(),
+                )),
+            ));
+            continue;
+        }
         if let Err(e) = control(conn, "SAVEPOINT w") {
             let (_, answer) = job(None);
             answers.push((answer, Some(e)));
             continue;
         }
         let (keep, answer) = job(Some(conn));
-        let kept = if keep {
-            control(conn, "RELEASE w")
-        } else {
+        let undo = |conn: &Connection| {
             control(conn, "ROLLBACK TO w").and_then(|_| control(conn, "RELEASE w"))
+        };
+        let kept = if keep {
+            // A write whose savepoint cannot be released is undone and reported failed.
+            control(conn, "RELEASE w").inspect_err(|_| {
+                let _ = undo(conn);
+            })
+        } else {
+            undo(conn)
         };
         answers.push((answer, kept.err()));
     }
