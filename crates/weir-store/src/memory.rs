@@ -611,16 +611,13 @@ impl MemCatalog {
 impl Catalog for Memory {
     async fn put_workflow(&self, v: &NewVersion) -> Result<WorkflowVersion, StoreError> {
         self.catalog(|c| {
-            let version = match c.workflows.get(&v.workflow_id) {
-                Some((_, _, false)) if v.create_only => {
-                    return Err(StoreError::Conflict(format!(
-                        "a workflow with id {} exists already; PUT /api/workflows/{} saves a new version",
-                        v.workflow_id, v.workflow_id
-                    )));
-                }
-                Some((latest, _, _)) => latest + 1,
-                None => 1,
-            };
+            let version = crate::rules::next_version(
+                &v.workflow_id,
+                c.workflows
+                    .get(&v.workflow_id)
+                    .map(|w| (i64::from(w.0), w.2)),
+                v.create_only,
+            )? as u32;
             let first = c
                 .workflows
                 .get(&v.workflow_id)

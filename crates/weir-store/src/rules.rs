@@ -155,3 +155,20 @@ pub fn ended_statuses(wanted: &[RunStatus]) -> Vec<&'static str> {
     .map(RunStatus::as_str)
     .collect()
 }
+
+/// The version a saved workflow gets: 1 for a new id, else one past the latest (a deleted
+/// workflow's id is reused and keeps counting); `create_only` on a live id is a conflict.
+/// `existing`: `(latest version, deleted)`.
+pub fn next_version(
+    workflow_id: &str,
+    existing: Option<(i64, bool)>,
+    create_only: bool,
+) -> Result<i64, StoreError> {
+    match existing {
+        Some((_, false)) if create_only => Err(StoreError::Conflict(format!(
+            "a workflow with id {workflow_id} exists already; PUT /api/workflows/{workflow_id} saves a new version"
+        ))),
+        Some((latest, _)) => Ok(latest + 1),
+        None => Ok(1),
+    }
+}

@@ -51,19 +51,16 @@ impl Catalog for Sqlite {
             .fetch_optional(&mut *tx)
             .await
             .map_err(backend)?;
-        let version = match &existing {
-            Some(r) => {
-                let live = r.get::<Option<String>, _>("deleted_at").is_none();
-                if live && v.create_only {
-                    return Err(StoreError::Conflict(format!(
-                        "a workflow with id {} exists already; PUT /api/workflows/{} saves a new version",
-                        v.workflow_id, v.workflow_id
-                    )));
-                }
-                r.get::<i64, _>("latest") + 1
-            }
-            None => 1,
-        };
+        let version = crate::rules::next_version(
+            &v.workflow_id,
+            existing.as_ref().map(|r| {
+                (
+                    r.get::<i64, _>("latest"),
+                    r.get::<Option<String>, _>("deleted_at").is_some(),
+                )
+            }),
+            v.create_only,
+        )?;
         if existing.is_some() {
             sqlx::query("UPDATE workflows SET latest = ?, deleted_at = NULL WHERE id = ?")
                 .bind(version)
