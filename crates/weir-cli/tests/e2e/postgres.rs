@@ -634,24 +634,10 @@ fn the_cli_runs_approves_and_prunes_on_postgres() {
             return;
         };
         let w = workspace(&fake, &db.url, 30.0, 5.0);
-        let gate = crate::support::repo_root().join("examples/graph/approval.yaml");
-        let gate = gate.to_string_lossy();
-        let paused = w.run(&[
-            "run",
-            &gate,
-            "--input",
-            r#"{"customer": "Ada", "amount": 250}"#,
-            "--json",
-        ]);
+        let paused = w.run_approval("Ada", 250);
         assert_eq!(paused.code, 3, "{}", paused.stderr);
         let paused_id = paused.json()["run_id"].as_str().unwrap().to_string();
-        let done = w.run(&[
-            "run",
-            &gate,
-            "--input",
-            r#"{"customer": "Bo", "amount": 5}"#,
-            "--json",
-        ]);
+        let done = w.run_approval("Bo", 5);
         assert_eq!(done.code, 0, "{}", done.stderr);
         let listed = w.run_ids();
         assert_eq!(listed.len(), 2, "{listed:?}");
@@ -660,13 +646,7 @@ fn the_cli_runs_approves_and_prunes_on_postgres() {
         assert_eq!(w.show(&paused_id)["status"], "succeeded");
         // A second approval of the decided gate conflicts (exit 5), as on SQLite.
         assert_eq!(w.run(&["approve", &paused_id]).code, 5);
-        let third = w.run(&[
-            "run",
-            &gate,
-            "--input",
-            r#"{"customer": "Cy", "amount": 250}"#,
-            "--json",
-        ]);
+        let third = w.run_approval("Cy", 250);
         assert_eq!(third.code, 3, "{}", third.stderr);
         std::thread::sleep(Duration::from_millis(1100));
         let pruned = w.run(&["runs", "prune", "--older-than", "1s", "--json"]);

@@ -672,23 +672,9 @@ async fn network_policy(allowed: &Fake, other: &Fake) {
 #[test]
 fn runs_prune_deletes_ended_runs_and_keeps_paused_ones() {
     let w = Weir::new();
-    let gate = crate::support::repo_root().join("examples/graph/approval.yaml");
-    let gate = gate.to_string_lossy();
-    let paused = w.run(&[
-        "run",
-        &gate,
-        "--input",
-        r#"{"customer": "Ada", "amount": 250}"#,
-        "--json",
-    ]);
+    let paused = w.run_approval("Ada", 250);
     assert_eq!(paused.code, 3, "{}", paused.stderr);
-    let done = w.run(&[
-        "run",
-        &gate,
-        "--input",
-        r#"{"customer": "Bo", "amount": 5}"#,
-        "--json",
-    ]);
+    let done = w.run_approval("Bo", 5);
     assert_eq!(done.code, 0, "{}", done.stderr);
     let done_id = done.json()["run_id"].as_str().unwrap().to_string();
     let kept = w.run(&["runs", "prune", "--older-than", "1h", "--json"]);

@@ -297,6 +297,14 @@ impl Weir {
             .expect("spawn weir")
     }
 
+    /// `weir run examples/graph/approval.yaml --json` for a customer and an amount: it parks
+    /// at its review gate (exit 3) from 100 up, and succeeds (exit 0) below.
+    pub fn run_approval(&self, customer: &str, amount: u32) -> Ran {
+        let gate = repo_root().join("examples/graph/approval.yaml");
+        let input = serde_json::json!({"customer": customer, "amount": amount}).to_string();
+        self.run(&["run", &gate.to_string_lossy(), "--input", &input, "--json"])
+    }
+
     /// The ids of every recorded run, newest first (`weir runs list --json`).
     pub fn run_ids(&self) -> Vec<String> {
         self.run(&["runs", "list", "--limit", "100000", "--json"])
