@@ -253,6 +253,9 @@ export function BuilderPage({ id }: { id: string | null }) {
         {(
           <div className="canvas edit" data-testid="builder-canvas">
             <ReactFlow
+              // Fit the view again once ELK's first layout arrives (a machine or pipeline
+              // document is drawn at placeholder positions until then).
+              key={ed.positions ? "doc" : laid.size ? "laid" : "pending"}
               nodes={nodes}
               edges={edges}
               onNodesChange={onNodesChange}
