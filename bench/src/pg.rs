@@ -336,6 +336,7 @@ async fn raw_commits(store: Arc<Postgres>) {
                     step: &step,
                     started: &[],
                     snapshot: &snap,
+                    patch: None,
                     events: vec![],
                 },
             )

@@ -14,6 +14,7 @@ pub mod interp;
 pub mod ir;
 pub mod json;
 pub mod model;
+pub mod patch;
 pub mod record;
 pub mod schema;
 pub mod script;

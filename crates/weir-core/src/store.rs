@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::event::{EventKind, RunEvent};
+use crate::patch::SnapshotPatch;
 use crate::record::{RunError, RunRecord, RunStatus, RunSummary, Snapshot, StepRecord};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -120,6 +121,10 @@ pub struct StepCommit<'a> {
     /// Borrowed from the driver's in-flight steps: nothing is copied to write them.
     pub started: &'a [&'a StepRecord],
     pub snapshot: &'a Snapshot,
+    /// What changed since the drive's previous write, for a store that keeps patches
+    /// ([`RunStore::keeps_patches`]): it writes this instead of the whole `snapshot`. `None`:
+    /// write the whole snapshot (a compaction, DESIGN §8).
+    pub patch: Option<&'a SnapshotPatch>,
     pub events: Vec<EventKind>,
 }
 
@@ -235,6 +240,12 @@ pub type WakeFn = std::sync::Arc<dyn Fn(Wake) + Send + Sync>;
 
 #[async_trait]
 pub trait RunStore: Send + Sync {
+    /// Whether a step commit may carry a [`SnapshotPatch`] instead of the whole snapshot (a
+    /// database, where writing less is faster); the memory store keeps whole snapshots.
+    fn keeps_patches(&self) -> bool {
+        false
+    }
+
     /// Starts announcing changes other processes make, to `on`; false when this store has
     /// no other processes to hear from (SQLite's other processes are found by polling).
     fn watch(&self, on: WakeFn) -> bool {

@@ -29,6 +29,7 @@ use tokio::sync::mpsc;
 use weir_core::Workflow;
 use weir_core::event::EventKind;
 use weir_core::ir::{EndStatus, NodeKind, StateLayout};
+use weir_core::patch::Tracker;
 use weir_core::record::{
     ErrorCode, PendingGate, RunError, RunStatus, Snapshot, StepRecord, StepStatus, Tokens,
 };
@@ -75,6 +76,9 @@ pub struct Run<'e> {
     /// Attempt events from node futures (a retry shows when it happens).
     progress: mpsc::UnboundedSender<EventKind>,
     progress_rx: Option<mpsc::UnboundedReceiver<EventKind>>,
+    /// The snapshot as the store holds it, for stores that take patches: a step commit
+    /// writes what changed, and the whole snapshot every few commits.
+    stored: Option<Tracker>,
 }
 
 async fn interrupted(n: &Option<Arc<tokio::sync::Notify>>) {
@@ -87,6 +91,11 @@ async fn interrupted(n: &Option<Arc<tokio::sync::Notify>>) {
 impl<'e> Run<'e> {
     pub fn new(engine: &'e Engine, wf: Arc<Workflow>, lease: Lease, snapshot: Snapshot) -> Self {
         let (progress, progress_rx) = mpsc::unbounded_channel();
+        let stored = engine
+            .services
+            .store
+            .keeps_patches()
+            .then(|| Tracker::new(&snapshot));
         Self {
             engine,
             wf,
@@ -99,6 +108,7 @@ impl<'e> Run<'e> {
             events: Vec::new(),
             progress,
             progress_rx: Some(progress_rx),
+            stored,
         }
     }
 
@@ -154,11 +164,15 @@ impl<'e> Run<'e> {
                         step: first,
                         started: &rest.iter().collect::<Vec<_>>(),
                         snapshot: &run.snapshot,
+                        patch: None,
                         events,
                     },
                 )
                 .await?;
             run.written(w);
+            if let Some(t) = &mut run.stored {
+                *t = Tracker::new(&run.snapshot);
+            }
         }
         Ok(run)
     }
@@ -264,6 +278,7 @@ impl<'e> Run<'e> {
         }
         let w = match self.unsaved.take() {
             Some(step) => {
+                let patch = self.stored.as_mut().and_then(|t| t.next(&self.snapshot));
                 store
                     .commit_step(
                         &self.lease,
@@ -271,6 +286,7 @@ impl<'e> Run<'e> {
                             step: &step,
                             started: &started,
                             snapshot: &self.snapshot,
+                            patch: patch.as_ref(),
                             events,
                         },
                     )
@@ -554,8 +570,11 @@ impl<'e> Run<'e> {
             StateLayout::Flat => {
                 // Moved into state: nothing reads an outcome's `write` after it in this layout.
                 if let Some(v) = outcome.write.take() {
-                    let key = node.output_key.clone().unwrap_or_else(|| node.id.clone());
-                    Arc::make_mut(&mut self.snapshot.state).insert(key, v);
+                    let key = node.output_key.as_deref().unwrap_or(&node.id);
+                    if let Some(t) = &mut self.stored {
+                        t.touch(key, None);
+                    }
+                    Arc::make_mut(&mut self.snapshot.state).insert(key.to_string(), v);
                 }
             }
             StateLayout::Variables => {
@@ -571,6 +590,9 @@ impl<'e> Run<'e> {
                     .or_insert_with(|| Value::Object(Default::default()));
                 if let Value::Object(m) = vars {
                     m.insert(node.id.clone(), value);
+                }
+                if let Some(t) = &mut self.stored {
+                    t.touch("variables", Some(&node.id));
                 }
             }
         }
@@ -673,11 +695,15 @@ impl<'e> Run<'e> {
                         step: first,
                         started: &rest.iter().collect::<Vec<_>>(),
                         snapshot: &self.snapshot,
+                        patch: None,
                         events,
                     },
                 )
                 .await?;
             self.written(w);
+            if let Some(t) = &mut self.stored {
+                *t = Tracker::new(&self.snapshot);
+            }
         }
         Ok(())
     }

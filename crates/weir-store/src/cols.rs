@@ -5,6 +5,7 @@
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
+use weir_core::patch::SnapshotPatch;
 use weir_core::record::{
     Attempt, RunRecord, RunStatus, RunSummary, Snapshot, StepRecord, StepStatus, Tokens,
 };
@@ -100,8 +101,19 @@ pub(crate) fn steps(
     Ok(out)
 }
 
+/// A run's snapshot as of its last commit, from `snapshot` (the whole snapshot written
+/// last) and `patches` (a JSON array of the patches written after it, in commit order).
+pub(crate) fn snapshot(r: &impl Cols) -> Result<Snapshot, StoreError> {
+    let mut s: Snapshot = parse(&r.text("snapshot"))?;
+    let patches: Vec<SnapshotPatch> = parse(&r.text("patches"))?;
+    for p in patches {
+        p.apply(&mut s);
+    }
+    Ok(s)
+}
+
 /// A run as a driver needs it, from `workflow, status, source_path, source_text, snapshot,
-/// epoch, owner, lease_expires_at, cancel_requested, workflow_id, workflow_version, input`.
+/// patches, epoch, owner, lease_expires_at, cancel_requested, workflow_id, workflow_version, input`.
 pub(crate) fn stored_run(run_id: &str, r: &impl Cols) -> Result<StoredRun, StoreError> {
     Ok(StoredRun {
         run_id: run_id.to_string(),
@@ -109,7 +121,7 @@ pub(crate) fn stored_run(run_id: &str, r: &impl Cols) -> Result<StoredRun, Store
         status: status(r, "status"),
         source_path: r.text("source_path"),
         source_text: r.text("source_text"),
-        snapshot: parse(&r.text("snapshot"))?,
+        snapshot: snapshot(r)?,
         epoch: r.int("epoch") as u64,
         owner: r.opt_text("owner"),
         lease_expires_at: r.opt_int("lease_expires_at"),
@@ -119,7 +131,7 @@ pub(crate) fn stored_run(run_id: &str, r: &impl Cols) -> Result<StoredRun, Store
     })
 }
 
-/// A run's record from `workflow, dialect, status, input, snapshot, error, started_at,
+/// A run's record from `workflow, dialect, status, input, snapshot, patches, error, started_at,
 /// finished_at`, its events (as readers see them) and its steps.
 pub(crate) fn record(
     run_id: &str,
@@ -127,7 +139,7 @@ pub(crate) fn record(
     events: Vec<serde_json::Value>,
     steps: Vec<StepRecord>,
 ) -> Result<RunRecord, StoreError> {
-    let snapshot: Snapshot = parse(&r.text("snapshot"))?;
+    let snapshot = snapshot(r)?;
     Ok(crate::record(crate::RecordParts {
         run_id,
         workflow: &r.text("workflow"),

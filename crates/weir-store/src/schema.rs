@@ -223,4 +223,18 @@ DROP TABLE steps;
 ALTER TABLE steps_v7 RENAME TO steps;
 "#,
     ),
+    (
+        8,
+        r#"
+-- The lean durable path: a step commit writes what changed in the run's snapshot as a patch,
+-- keyed by the first event number of its commit (commit order); the whole snapshot in
+-- `runs` is rewritten every few commits and at the end, and the patches before it deleted.
+CREATE TABLE run_patches (
+    run_id  TEXT NOT NULL,
+    seq     INTEGER NOT NULL,
+    patch   TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+"#,
+    ),
 ];

@@ -172,6 +172,7 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
                 step: &a,
                 started: &[&b],
                 snapshot: &snap(&["a"], vec![]),
+                patch: None,
                 events: vec![EventKind::StepFinished {
                     step: 1,
                     node_id: "a".into(),
@@ -401,6 +402,7 @@ async fn a_crash_between_writes_leaves_a_run_that_continues(f: Fixture) {
                             step: &a,
                             started: &[&step(2, "b", StepStatus::Running)],
                             snapshot: &snap(&["a"], vec![]),
+                            patch: None,
                             events: vec![],
                         },
                     )
@@ -419,6 +421,7 @@ async fn a_crash_between_writes_leaves_a_run_that_continues(f: Fixture) {
                             step: &b,
                             started: &[],
                             snapshot: &snap(&["a", "b"], vec![]),
+                            patch: None,
                             events: vec![],
                         },
                     )
@@ -448,6 +451,121 @@ async fn a_crash_between_writes_leaves_a_run_that_continues(f: Fixture) {
             "the snapshot matches the committed steps"
         );
     }
+}
+
+/// The lean durable path: commits that carry a patch instead of the whole snapshot (with a
+/// whole one every `COMPACT_EVERY` commits) leave the same snapshot for a reader, for a
+/// driver taking the run over after a crash, and after the run ends.
+async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
+    use weir_core::patch::{COMPACT_EVERY, Tracker};
+    let s = f.store.clone();
+    let mut n = new_run("p1");
+    n.claim = Some(claim("alice", 60));
+    let lease = s.create_run(&n).await.unwrap().lease.unwrap();
+    let mut now = n.snapshot.clone();
+    let mut tracker = Tracker::new(&now);
+    let commits = COMPACT_EVERY + 5;
+    for i in 1..=commits {
+        let node = format!("n{i}");
+        let mut st = step(i, &node, StepStatus::Succeeded);
+        st.finished_at = Some(weir_core::store::now_rfc3339());
+        let state = Arc::make_mut(&mut now.state);
+        state.insert(
+            format!("k{}", i % 4),
+            json!({"i": i, "text": "x".repeat(i as usize)}),
+        );
+        tracker.touch(&format!("k{}", i % 4), None);
+        now.completed.insert(node.clone());
+        now.pending = vec![format!("n{}", i + 1)];
+        *now.visits.entry(node.clone()).or_default() += 1;
+        now.hops = i;
+        now.next_seq = i + 1;
+        now.cost_usd = 0.5 * f64::from(i);
+        now.output = json!({"last": i});
+        let patch = tracker.next(&now);
+        assert_eq!(patch.is_none(), i == COMPACT_EVERY, "commit {i}");
+        s.commit_step(
+            &lease,
+            StepCommit {
+                step: &st,
+                started: &[],
+                snapshot: &now,
+                patch: patch.as_ref(),
+                events: vec![EventKind::StepFinished {
+                    step: i,
+                    node_id: node.clone(),
+                    node_type: "agent".into(),
+                    status: StepStatus::Succeeded,
+                    route: None,
+                    error: None,
+                    duration_ms: 1,
+                    cost_usd: 0.5,
+                    attempts: 1,
+                }],
+            },
+        )
+        .await
+        .unwrap();
+        if i % 3 == 0 || i == commits {
+            assert_eq!(s.load_run("p1").await.unwrap().snapshot, now, "commit {i}");
+            let r = s.get_record("p1").await.unwrap();
+            assert_eq!(
+                r.state,
+                Value::Object(now.state.as_ref().clone()),
+                "commit {i}"
+            );
+            assert_eq!(r.output, now.output);
+        }
+    }
+    // The driver dies; the next one continues from the last commit.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let s2 = f.after_crash().await;
+    let (bob, _) = s2.claim_run("p1", &claim("bob", 30_000)).await.unwrap();
+    let stored = s2.load_run("p1").await.unwrap();
+    assert_eq!(stored.snapshot, now);
+    // A stale patch of the old driver is refused and changes nothing.
+    let mut t2 = tracker.clone();
+    now.hops += 100;
+    let stale = t2.next(&now);
+    let st = step(99, "late", StepStatus::Succeeded);
+    let refused = s2
+        .commit_step(
+            &lease,
+            StepCommit {
+                step: &st,
+                started: &[],
+                snapshot: &now,
+                patch: stale.as_ref(),
+                events: vec![EventKind::RunReleased {
+                    owner: "alice".into(),
+                    reason: "late".into(),
+                }],
+            },
+        )
+        .await;
+    assert!(matches!(refused, Err(StoreError::LeaseLost { .. })));
+    now.hops -= 100;
+    assert_eq!(s2.load_run("p1").await.unwrap().snapshot, now);
+    // The end writes the whole snapshot: what a reader sees is the final one.
+    let mut end = now.clone();
+    end.pending.clear();
+    Arc::make_mut(&mut end.state).insert("done".into(), json!(true));
+    s2.finish_run(
+        &bob,
+        &RunUpdate {
+            status: RunStatus::Succeeded,
+            error: None,
+            finished_at: Some(weir_core::store::now_rfc3339()),
+            snapshot: end.clone(),
+        },
+        vec![],
+    )
+    .await
+    .unwrap();
+    assert_eq!(s2.load_run("p1").await.unwrap().snapshot, end);
+    let r = s2.get_record("p1").await.unwrap();
+    assert_eq!(r.state["done"], json!(true));
+    assert_eq!(r.state["k1"], now.state["k1"]);
 }
 
 use futures_util::FutureExt;
@@ -856,4 +974,5 @@ conformance!(
     run_listing_filters_and_pages,
     retention_deletes_only_ended_runs,
     concurrent_writes_of_many_runs_stand_or_fall_alone,
+    patched_commits_rebuild_the_snapshot,
 );

@@ -65,6 +65,7 @@ async fn postgres_crash_between_statements_leaves_every_run_continuable() {
         step: &a,
         started: &[],
         snapshot: &after_a,
+        patch: None,
         events: vec![],
     };
     pg.faults.arm("commit", 0);

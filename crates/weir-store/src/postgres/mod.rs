@@ -34,7 +34,7 @@ use weir_core::store::{
 };
 
 use crate::rules::{self};
-use crate::{backend, event_of, event_value, json, numbered, parse};
+use crate::{backend, event_of, event_value, json, numbered};
 
 mod catalog;
 mod claims;
@@ -43,6 +43,15 @@ mod schema;
 mod write;
 
 use write::{Fence, StepArrays, bodies, insert_events, upsert_sql};
+
+/// The patches written after a run's whole snapshot (`r`), as one JSON array in commit
+/// order: a column of the statement that reads the snapshot, so both come from one read.
+macro_rules! patches {
+    () => {
+        "(SELECT COALESCE(json_agg(p.patch::json ORDER BY p.seq), '[]')::text
+      FROM run_patches p WHERE p.run_id = r.id) AS patches"
+    };
+}
 
 pub use notify::Faults;
 
@@ -191,6 +200,10 @@ impl Postgres {
 
 #[async_trait]
 impl RunStore for Postgres {
+    fn keeps_patches(&self) -> bool {
+        true
+    }
+
     fn watch(&self, on: WakeFn) -> bool {
         notify::listen(self.pool.clone(), on);
         true
@@ -328,6 +341,7 @@ impl RunStore for Postgres {
             write: "start_steps",
             visible: true,
             snapshot: None,
+            patch: None,
             steps: steps.to_vec(),
             events,
             status: None,
@@ -346,6 +360,7 @@ impl RunStore for Postgres {
             write: "commit_step",
             visible: false,
             snapshot: Some(c.snapshot),
+            patch: c.patch,
             steps,
             events: c.events,
             status: None,
@@ -366,6 +381,7 @@ impl RunStore for Postgres {
             write: "append_events",
             visible: true,
             snapshot: None,
+            patch: None,
             steps: Vec::new(),
             events,
             status: None,
@@ -387,6 +403,7 @@ impl RunStore for Postgres {
             write: "finish_run",
             visible: false,
             snapshot: Some(&u.snapshot),
+            patch: None,
             steps: Vec::new(),
             events,
             status: Some(u.status),
@@ -408,6 +425,7 @@ impl RunStore for Postgres {
             write: "release",
             visible: false,
             snapshot: Some(snapshot),
+            patch: None,
             steps: Vec::new(),
             events,
             status: Some(RunStatus::Queued),
@@ -438,6 +456,9 @@ impl RunStore for Postgres {
             .fetch_optional(&mut *tx)
             .await
             .map_err(backend)?;
+            if row.is_some() {
+                delete_patches(&mut *tx, &d.run_id).await?;
+            }
             let Some(row) = row else {
                 let cur = sqlx::query("SELECT status, epoch FROM runs WHERE id = $1")
                     .bind(d.run_id.as_str())
@@ -498,11 +519,14 @@ impl RunStore for Postgres {
         by: &str,
     ) -> Result<(CancelOutcome, Written), StoreError> {
         let out = in_tx(&self.pool, async |tx: &mut PgConnection| {
-            let row = sqlx::query(
+            let row = sqlx::query(concat!(
                 "SELECT r.status, CASE WHEN q.leased THEN q.visible_at END AS lease,
-                        r.cancel_requested, r.snapshot
-                 FROM runs r LEFT JOIN queue q ON q.run_id = r.id WHERE r.id = $1 FOR UPDATE OF r",
-            )
+                            r.cancel_requested, r.snapshot, ",
+                patches!(),
+                "
+                     FROM runs r LEFT JOIN queue q ON q.run_id = r.id WHERE r.id = $1
+                     FOR UPDATE OF r"
+            ))
             .bind(run_id)
             .fetch_optional(&mut *tx)
             .await
@@ -543,7 +567,7 @@ impl RunStore for Postgres {
                 ));
             }
             // Nobody drives it: cancel it here and now.
-            let mut snapshot: Snapshot = parse(row.get::<&str, _>("snapshot"))?;
+            let mut snapshot = crate::cols::snapshot(&row)?;
             snapshot.gates.clear();
             snapshot.pending.clear();
             let error = RunError {
@@ -571,6 +595,7 @@ impl RunStore for Postgres {
                     true,
                 ),
                 ("DELETE FROM queue WHERE run_id = $1", false),
+                ("DELETE FROM run_patches WHERE run_id = $1", false),
             ] {
                 let mut q = sqlx::query(sql).bind(run_id);
                 if bind {
@@ -601,10 +626,10 @@ impl RunStore for Postgres {
 
     async fn load_run(&self, run_id: &str) -> Result<StoredRun, StoreError> {
         let row = sqlx::query(
-            "SELECT r.workflow, r.status, r.source_path, r.source_text, r.snapshot, r.epoch,
-                    r.owner, CASE WHEN q.leased THEN q.visible_at END AS lease_expires_at,
-                    r.cancel_requested, r.workflow_id, r.workflow_version, r.input
-             FROM runs r LEFT JOIN queue q ON q.run_id = r.id WHERE r.id = $1",
+            concat!("SELECT r.workflow, r.status, r.source_path, r.source_text, r.snapshot, ", patches!(), ",
+                        r.epoch, r.owner, CASE WHEN q.leased THEN q.visible_at END AS lease_expires_at,
+                        r.cancel_requested, r.workflow_id, r.workflow_version, r.input
+                 FROM runs r LEFT JOIN queue q ON q.run_id = r.id WHERE r.id = $1"),
         )
         .bind(run_id)
         .fetch_optional(&self.pool)
@@ -622,10 +647,13 @@ impl RunStore for Postgres {
     }
 
     async fn get_record(&self, run_id: &str) -> Result<RunRecord, StoreError> {
-        let row = sqlx::query(
-            "SELECT workflow, dialect, status, input, snapshot, error, started_at, finished_at
-             FROM runs WHERE id = $1",
-        )
+        let row = sqlx::query(concat!(
+            "SELECT workflow, dialect, status, input, snapshot, ",
+            patches!(),
+            ", error, started_at,
+                        finished_at
+                 FROM runs r WHERE id = $1"
+        ))
         .bind(run_id)
         .fetch_optional(&self.pool)
         .await
@@ -716,6 +744,7 @@ impl RunStore for Postgres {
             "DELETE FROM attempts WHERE run_id = ANY($1)",
             "DELETE FROM steps WHERE run_id = ANY($1)",
             "DELETE FROM run_events WHERE run_id = ANY($1)",
+            "DELETE FROM run_patches WHERE run_id = ANY($1)",
         ] {
             sqlx::query(sql)
                 .bind(&ids)
@@ -743,4 +772,14 @@ impl RunStore for Postgres {
 /// Whether `url` names a Postgres database.
 pub fn is_postgres_url(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// A whole snapshot was written: the patches before it are obsolete.
+async fn delete_patches(tx: &mut PgConnection, run_id: &str) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM run_patches WHERE run_id = $1")
+        .bind(run_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    Ok(())
 }

@@ -1,9 +1,10 @@
 //! The Postgres schema, applied in order on open under an advisory lock (several workers may
 //! start at once). Append only; never edit a released entry.
 
-pub const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    r#"
+pub const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        r#"
 -- Runs: one row each, updated in place by every write of a drive (event_seq, snapshot), so
 -- the fill factor leaves room for HOT updates.
 CREATE TABLE runs (
@@ -106,4 +107,19 @@ CREATE TABLE tools (
     created_at  TEXT NOT NULL
 );
 "#,
-)];
+    ),
+    (
+        2,
+        r#"
+-- The lean durable path: a step commit writes what changed in the run's snapshot as a patch,
+-- keyed by the first event number of its commit (commit order); the whole snapshot in
+-- `runs` is rewritten every few commits and at the end, and the patches before it deleted.
+CREATE TABLE run_patches (
+    run_id  TEXT NOT NULL,
+    seq     BIGINT NOT NULL,
+    patch   TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+"#,
+    ),
+];

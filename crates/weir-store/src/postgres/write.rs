@@ -3,6 +3,7 @@
 
 use sqlx::{PgConnection, Row};
 use weir_core::event::EventKind;
+use weir_core::patch::SnapshotPatch;
 use weir_core::record::{RunError, RunStatus, Snapshot, StepRecord};
 use weir_core::store::{Lease, StoreError, Written, now_ms, now_rfc3339};
 
@@ -145,6 +146,9 @@ pub(super) struct Fence<'a> {
     pub(super) write: &'static str,
     pub(super) visible: bool,
     pub(super) snapshot: Option<&'a Snapshot>,
+    /// Written instead of the whole `snapshot` when present (and the write has events, whose
+    /// first number keys it).
+    pub(super) patch: Option<&'a SnapshotPatch>,
     pub(super) steps: Vec<&'a StepRecord>,
     pub(super) events: Vec<EventKind>,
     pub(super) status: Option<RunStatus>,
@@ -157,12 +161,14 @@ pub(super) struct Fence<'a> {
 /// drive when asked), then everything else only where the fence matched. One statement per
 /// shape of write (with or without steps, events, an end), each prepared once per
 /// connection: a part with nothing to do still costs the server its planning and execution.
-fn fenced_sql(steps: bool, events: bool, end: i32) -> &'static str {
+/// `snap`: 0 no snapshot, 1 the whole snapshot (the run's patches are deleted), 2 a patch.
+fn fenced_sql(steps: bool, events: bool, end: i32, snap: u8) -> &'static str {
     static SQL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
     let all = SQL.get_or_init(|| {
         let mut all = Vec::new();
-        for shape in 0..12 {
-            let (steps, events, end) = (shape & 1 != 0, shape & 2 != 0, shape >> 2);
+        for shape in 0..36 {
+            let (steps, events) = (shape & 1 != 0, shape & 2 != 0);
+            let (end, snap) = ((shape >> 2) % 3, (shape >> 2) / 3);
             let mut parts = vec![
                 "fence AS (
                 UPDATE runs SET event_seq = event_seq + $3,
@@ -188,6 +194,20 @@ fn fenced_sql(steps: bool, events: bool, end: i32) -> &'static str {
                     .into(),
                 );
             }
+            match snap {
+                1 => parts.push(
+                    "pd AS (DELETE FROM run_patches
+                            WHERE run_id = $1 AND EXISTS (SELECT 1 FROM fence))"
+                        .into(),
+                ),
+                2 => parts.push(
+                    // Keyed by the commit's first event number: patches apply in commit order.
+                    "pa AS (INSERT INTO run_patches (run_id, seq, patch)
+                            SELECT $1, fence.event_seq - $3 + 1, $30 FROM fence)"
+                        .into(),
+                ),
+                _ => {}
+            }
             match end {
                 1 => parts.push(
                     "gone AS (DELETE FROM queue WHERE run_id = $1 AND EXISTS (SELECT 1 FROM fence))"
@@ -207,7 +227,7 @@ fn fenced_sql(steps: bool, events: bool, end: i32) -> &'static str {
         }
         all
     });
-    &all[usize::from(steps) | usize::from(events) << 1 | (end as usize) << 2]
+    &all[usize::from(steps) | usize::from(events) << 1 | (end as usize + 3 * snap as usize) << 2]
 }
 
 /// Step rows and attempts on their own (a decision's transaction): `$1` the run, then the
@@ -227,12 +247,22 @@ impl Postgres {
         self.faults.hit("commit", 0)?;
         let at = now_rfc3339();
         let n = w.events.len() as i64;
-        let sql = fenced_sql(!w.steps.is_empty(), !w.events.is_empty(), w.end);
+        let patch = match w.patch {
+            Some(p) if n > 0 => Some(json(p)?),
+            _ => None,
+        };
+        let whole = if patch.is_some() { None } else { w.snapshot };
+        let snap = if patch.is_some() {
+            2
+        } else {
+            u8::from(whole.is_some())
+        };
+        let sql = fenced_sql(!w.steps.is_empty(), n > 0, w.end, snap);
         let q = sqlx::query(sql)
             .bind(w.lease.run_id.as_str())
             .bind(w.lease.epoch as i64)
             .bind(n)
-            .bind(w.snapshot.map(json).transpose()?)
+            .bind(whole.map(json).transpose()?)
             .bind(w.snapshot.map(|s| s.cost_usd))
             .bind(w.status.map(RunStatus::as_str))
             .bind(w.error.map(json).transpose()?)
@@ -241,7 +271,8 @@ impl Postgres {
         let q = StepArrays::of(&w.steps)?
             .bind(q)
             .bind(bodies(&at, &w.events)?)
-            .bind(now_ms());
+            .bind(now_ms())
+            .bind(patch);
         let pool = if w.visible { &self.fast } else { &self.pool };
         let row = q.fetch_optional(pool).await.map_err(backend)?;
         let Some(row) = row else {

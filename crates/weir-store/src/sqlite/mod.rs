@@ -30,9 +30,18 @@ mod rows;
 mod tests;
 mod writer;
 
-use crate::{backend, event_of, event_value, json, parse};
+use crate::{backend, event_of, event_value, json};
 use rows::{End, Fenced, insert_events, insert_steps};
 use writer::Writer;
+
+/// The patches written after a run's whole snapshot, as one JSON array in commit order: a
+/// column of the same statement that reads the snapshot, so both come from one read.
+macro_rules! patches {
+    () => {
+        "(SELECT json_group_array(json(p.patch) ORDER BY p.seq) FROM run_patches p
+      WHERE p.run_id = runs.id) AS patches"
+    };
+}
 
 pub struct Sqlite {
     pool: SqlitePool,
@@ -170,6 +179,10 @@ fn not_found(run_id: &str) -> StoreError {
 
 #[async_trait]
 impl RunStore for Sqlite {
+    fn keeps_patches(&self) -> bool {
+        true
+    }
+
     async fn create_run(&self, run: &NewRun) -> Result<Created, StoreError> {
         let (input, snapshot) = (json(&run.input)?, json(&run.snapshot)?);
         let run = run.clone();
@@ -227,6 +240,7 @@ impl RunStore for Sqlite {
             write: "start_steps",
             visible: true,
             snapshot: None,
+            patch: None,
             steps: steps.to_vec(),
             events,
             end: None,
@@ -242,6 +256,7 @@ impl RunStore for Sqlite {
             write: "commit_step",
             visible: false,
             snapshot: Some(c.snapshot),
+            patch: c.patch,
             steps,
             events: c.events,
             end: None,
@@ -259,6 +274,7 @@ impl RunStore for Sqlite {
             write: "append_events",
             visible: true,
             snapshot: None,
+            patch: None,
             steps: Vec::new(),
             events,
             end: None,
@@ -277,6 +293,7 @@ impl RunStore for Sqlite {
             write: "finish_run",
             visible: false,
             snapshot: Some(&u.snapshot),
+            patch: None,
             steps: Vec::new(),
             events,
             end: Some(End::Finish(u)),
@@ -295,6 +312,7 @@ impl RunStore for Sqlite {
             write: "release",
             visible: false,
             snapshot: Some(snapshot),
+            patch: None,
             steps: Vec::new(),
             events,
             end: Some(End::Release),
@@ -321,6 +339,9 @@ impl RunStore for Sqlite {
         .fetch_optional(&mut *tx)
         .await
         .map_err(backend)?;
+        if row.is_some() {
+            delete_patches(&mut tx, &d.run_id).await?;
+        }
         let Some(row) = row else {
             let cur = sqlx::query("SELECT status, epoch FROM runs WHERE id = ?")
                 .bind(d.run_id.as_str())
@@ -359,9 +380,12 @@ impl RunStore for Sqlite {
         by: &str,
     ) -> Result<(CancelOutcome, Written), StoreError> {
         let mut tx = self.write_tx().await?;
-        let row = sqlx::query(
-            "SELECT status, lease_expires_at, cancel_requested, snapshot FROM runs WHERE id = ?",
-        )
+        let row = sqlx::query(concat!(
+            "SELECT status, lease_expires_at, cancel_requested, snapshot, ",
+            patches!(),
+            " FROM runs
+             WHERE id = ?"
+        ))
         .bind(run_id)
         .fetch_optional(&mut *tx)
         .await
@@ -400,7 +424,7 @@ impl RunStore for Sqlite {
             ));
         }
         // Nobody drives it: cancel it here and now.
-        let mut snapshot: Snapshot = parse(row.get::<&str, _>("snapshot"))?;
+        let mut snapshot = crate::cols::snapshot(&row)?;
         snapshot.gates.clear();
         snapshot.pending.clear();
         let at = now_rfc3339();
@@ -421,6 +445,7 @@ impl RunStore for Sqlite {
         .fetch_one(&mut *tx)
         .await
         .map_err(backend)?;
+        delete_patches(&mut tx, run_id).await?;
         sqlx::query(
             "UPDATE steps SET status = 'cancelled', error = ?, finished_at = ?
              WHERE run_id = ? AND status IN ('running', 'waiting')",
@@ -455,11 +480,13 @@ impl RunStore for Sqlite {
     }
 
     async fn load_run(&self, run_id: &str) -> Result<StoredRun, StoreError> {
-        let row = sqlx::query(
-            "SELECT workflow, status, source_path, source_text, snapshot, epoch, owner,
+        let row = sqlx::query(concat!(
+            "SELECT workflow, status, source_path, source_text, snapshot, ",
+            patches!(),
+            ", epoch, owner,
                     lease_expires_at, cancel_requested, workflow_id, workflow_version, input
-             FROM runs WHERE id = ?",
-        )
+             FROM runs WHERE id = ?"
+        ))
         .bind(run_id)
         .fetch_optional(&self.pool)
         .await
@@ -476,10 +503,12 @@ impl RunStore for Sqlite {
     }
 
     async fn get_record(&self, run_id: &str) -> Result<RunRecord, StoreError> {
-        let row = sqlx::query(
-            "SELECT workflow, dialect, status, input, snapshot, error, started_at, finished_at
-             FROM runs WHERE id = ?",
-        )
+        let row = sqlx::query(concat!(
+            "SELECT workflow, dialect, status, input, snapshot, ",
+            patches!(),
+            ", error, started_at, finished_at
+             FROM runs WHERE id = ?"
+        ))
         .bind(run_id)
         .fetch_optional(&self.pool)
         .await
@@ -544,6 +573,7 @@ impl RunStore for Sqlite {
                 "DELETE FROM attempts WHERE run_id = ?",
                 "DELETE FROM steps WHERE run_id = ?",
                 "DELETE FROM run_events WHERE run_id = ?",
+                "DELETE FROM run_patches WHERE run_id = ?",
                 "DELETE FROM runs WHERE id = ?",
             ] {
                 sqlx::query(sql)
@@ -596,4 +626,14 @@ impl RunStore for Sqlite {
             .map(|r| event_of(r.get(0), r.get::<&str, _>(1)))
             .collect()
     }
+}
+
+/// A whole snapshot was written: the patches before it are obsolete.
+async fn delete_patches(tx: &mut sqlx::SqliteConnection, run_id: &str) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM run_patches WHERE run_id = ?")
+        .bind(run_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    Ok(())
 }

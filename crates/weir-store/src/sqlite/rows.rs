@@ -3,6 +3,7 @@
 
 use sqlx::{QueryBuilder, Sqlite as Db, SqliteConnection};
 use weir_core::event::{EventKind, RunEvent};
+use weir_core::patch::SnapshotPatch;
 use weir_core::record::{Snapshot, StepRecord};
 use weir_core::store::{Lease, RunUpdate, StoreError, Written, now_rfc3339};
 
@@ -103,6 +104,9 @@ pub(super) struct Fenced<'a> {
     pub(super) write: &'static str,
     pub(super) visible: bool,
     pub(super) snapshot: Option<&'a Snapshot>,
+    /// Written instead of the whole `snapshot` when present (and the write has events, whose
+    /// first number keys it).
+    pub(super) patch: Option<&'a SnapshotPatch>,
     pub(super) steps: Vec<&'a StepRecord>,
     pub(super) events: Vec<EventKind>,
     pub(super) end: Option<End<'a>>,
@@ -143,7 +147,15 @@ impl Sqlite {
             owner: w.lease.owner.clone(),
             write: w.write,
             visible: w.visible,
-            snapshot: w.snapshot.map(|s| Ok((json(s)?, s.cost_usd))).transpose()?,
+            snapshot: match w.patch {
+                Some(_) if !w.events.is_empty() => None,
+                _ => w.snapshot.map(json).transpose()?,
+            },
+            patch: match w.patch {
+                Some(p) if !w.events.is_empty() => Some(json(p)?),
+                _ => None,
+            },
+            cost_usd: w.snapshot.map(|s| s.cost_usd),
             steps: w
                 .steps
                 .iter()

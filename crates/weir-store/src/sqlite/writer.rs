@@ -280,7 +280,11 @@ pub struct FencedWrite {
     pub write: &'static str,
     /// Write on the unsynced connection (progress only).
     pub visible: bool,
-    pub snapshot: Option<(String, f64)>,
+    /// The whole snapshot (the run's patches are deleted), or a patch of it, and the run's
+    /// cost with either.
+    pub snapshot: Option<String>,
+    pub patch: Option<String>,
+    pub cost_usd: Option<f64>,
     pub steps: Vec<StepRow>,
     /// Event bodies (`{"at", "type", …}`), numbered from the reserved range.
     pub events: Vec<String>,
@@ -311,10 +315,7 @@ pub fn fenced(
 /// rows. `None`: the fence refused the write (nothing was changed).
 fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
     let n = w.events.len() as i64;
-    let (snapshot, cost) = match &w.snapshot {
-        Some((s, c)) => (Some(s.as_str()), Some(*c)),
-        None => (None, None),
-    };
+    let (snapshot, cost) = (w.snapshot.as_deref(), w.cost_usd);
     let fence: Option<(i64, i64)> = tx
         .prepare_cached(
             "UPDATE runs SET event_seq = event_seq + ?1,
@@ -382,6 +383,19 @@ fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError>
         }
     }
     let first = last - n + 1;
+    if w.snapshot.is_some() {
+        tx.prepare_cached("DELETE FROM run_patches WHERE run_id = ?1")
+            .map_err(backend)?
+            .execute(params![w.run_id])
+            .map_err(backend)?;
+    }
+    if let Some(patch) = &w.patch {
+        // Keyed by the commit's first event number: patches apply in commit order.
+        tx.prepare_cached("INSERT INTO run_patches (run_id, seq, patch) VALUES (?1, ?2, ?3)")
+            .map_err(backend)?
+            .execute(params![w.run_id, first, patch])
+            .map_err(backend)?;
+    }
     if n > 0 {
         let mut ev = tx
             .prepare_cached("INSERT INTO run_events (run_id, seq, body) VALUES (?1, ?2, ?3)")

@@ -151,6 +151,7 @@ pub async fn paused_run(store: &dyn RunStore, id: &str) -> u64 {
                 step: &gate,
                 started: &[],
                 snapshot: &snap(&[], gates.clone()),
+                patch: None,
                 events: vec![],
             },
         )
@@ -218,6 +219,7 @@ pub async fn commit_first(
                 step: &st,
                 started: &[],
                 snapshot: &snap(&[node], vec![]),
+                patch: None,
                 events: vec![],
             },
         )
