@@ -14,6 +14,8 @@ use weir_core::{
 
 pub struct FakeModel {
     pub latency: Duration,
+    /// The reply: "fake llm reply", or this many bytes of text (`durable_state`).
+    pub reply_bytes: usize,
 }
 
 #[async_trait]
@@ -23,7 +25,11 @@ impl ModelClient for FakeModel {
             tokio::time::sleep(self.latency).await;
         }
         Ok(ModelResponse {
-            text: "fake llm reply".into(),
+            text: if self.reply_bytes == 0 {
+                "fake llm reply".into()
+            } else {
+                "fake llm reply ".repeat(self.reply_bytes / 15 + 1)[..self.reply_bytes].into()
+            },
             model: req.model,
             provider: "fake".into(),
             usage: Usage::default(),

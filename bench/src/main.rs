@@ -77,9 +77,16 @@ fn looped(iters: usize) -> Arc<Workflow> {
 }
 
 fn engine(store: Arc<dyn RunStore>, latency: Duration) -> Engine {
+    engine_with(store, latency, 0)
+}
+
+fn engine_with(store: Arc<dyn RunStore>, latency: Duration, reply_bytes: usize) -> Engine {
     Engine::new(
         Services {
-            models: Arc::new(FakeModel { latency }),
+            models: Arc::new(FakeModel {
+                latency,
+                reply_bytes,
+            }),
             tools: Arc::new(NoTools),
             scripts: Arc::new(NoScripts),
             store,
@@ -287,6 +294,42 @@ async fn bench_durable(which: &[(&str, bool)]) {
     }
 }
 
+/// The durable chain with a growing state, as real agent chains have it: every node keeps its
+/// own 1 KB reply in state (under its id) instead of overwriting one key, so the whole
+/// snapshot grows by a reply per step (DESIGN §8's snapshot patches write each reply once).
+/// `synchronous=NORMAL`: the work per write, not the disk's fsync.
+async fn bench_durable_state() {
+    let (n, r) = (20, runs_or(100));
+    let nodes: Vec<Value> = (0..n)
+        .map(|i| json!({"id": format!("n{i}"), "type": "agent", "config": {"model": "fake", "user_message": format!("node {i}")}}))
+        .collect();
+    let edges: Vec<Value> = (1..n)
+        .map(|i| json!({"source": format!("n{}", i - 1), "target": format!("n{i}")}))
+        .collect();
+    let wf = load(&json!({"name": "growing", "nodes": nodes, "edges": edges}).to_string());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("bench.db");
+    let store = weir_store::Sqlite::open_with(Some(&path), false)
+        .await
+        .expect("sqlite");
+    let e = engine_with(Arc::new(store), Duration::ZERO, 1024);
+    let dt = timed(&e, &wf, r, json!({})).await;
+    emit(
+        "durable_state",
+        "per_node_overhead",
+        dt / (r * n) as f64 * 1e6,
+        "us",
+    );
+    let db = std::fs::metadata(&path).map_or(0, |m| m.len())
+        + std::fs::metadata(dir.path().join("bench.db-wal")).map_or(0, |m| m.len());
+    emit(
+        "durable_state",
+        "db_bytes_per_run",
+        db as f64 / (r + 1) as f64,
+        "bytes",
+    );
+}
+
 /// 10,000 runs parked at a human gate: what they cost in memory and on disk.
 async fn bench_paused() {
     let runs = 10_000;
@@ -356,6 +399,7 @@ fn main() {
         if want("concurrency_durable") { bench_concurrency_durable().await; }
         if want("durable") { bench_durable(&[("durable", true), ("durable_normal", false)]).await; }
         else if args.iter().any(|a| a == "durable_normal") { bench_durable(&[("durable_normal", false)]).await; }
+        if want("durable_state") { bench_durable_state().await; }
         if want("paused") { bench_paused().await; }
         if want("api") { server::bench_api().await; }
         if args.iter().any(|a| a == "pg") { pg::bench_pg().await; }

@@ -37,6 +37,7 @@ fn engine(store: Arc<dyn RunStore>) -> Engine {
         Services {
             models: Arc::new(FakeModel {
                 latency: Duration::ZERO,
+                reply_bytes: 0,
             }),
             tools: Arc::new(NoTools),
             scripts: Arc::new(NoScripts),

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::event::{EventKind, RunEvent};
-use crate::patch::SnapshotPatch;
+use crate::patch::Patch;
 use crate::record::{RunError, RunRecord, RunStatus, RunSummary, Snapshot, StepRecord};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -124,7 +124,7 @@ pub struct StepCommit<'a> {
     /// What changed since the drive's previous write, for a store that keeps patches
     /// ([`RunStore::keeps_patches`]): it writes this instead of the whole `snapshot`. `None`:
     /// write the whole snapshot (a compaction, DESIGN §8).
-    pub patch: Option<&'a SnapshotPatch>,
+    pub patch: Option<&'a Patch<'a>>,
     pub events: Vec<EventKind>,
 }
 
@@ -240,7 +240,7 @@ pub type WakeFn = std::sync::Arc<dyn Fn(Wake) + Send + Sync>;
 
 #[async_trait]
 pub trait RunStore: Send + Sync {
-    /// Whether a step commit may carry a [`SnapshotPatch`] instead of the whole snapshot (a
+    /// Whether a step commit may carry a [`Patch`] instead of the whole snapshot (a
     /// database, where writing less is faster); the memory store keeps whole snapshots.
     fn keeps_patches(&self) -> bool {
         false

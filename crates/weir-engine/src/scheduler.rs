@@ -95,7 +95,7 @@ impl<'e> Run<'e> {
             .services
             .store
             .keeps_patches()
-            .then(|| Tracker::new(&snapshot));
+            .then(|| Tracker::new());
         Self {
             engine,
             wf,
@@ -171,7 +171,7 @@ impl<'e> Run<'e> {
                 .await?;
             run.written(w);
             if let Some(t) = &mut run.stored {
-                *t = Tracker::new(&run.snapshot);
+                *t = Tracker::new();
             }
         }
         Ok(run)
@@ -447,6 +447,9 @@ impl<'e> Run<'e> {
         if queue.is_empty() {
             self.snapshot.reuse.remove(&node.id);
         }
+        if let Some(t) = &mut self.stored {
+            t.touch_reuse();
+        }
         let outcome = crate::nodes::recorded(node, self.wf.layout, &reused)?;
         self.events.push(EventKind::StepReused {
             step: seq,
@@ -518,6 +521,9 @@ impl<'e> Run<'e> {
                     Route::End(status) => {
                         if !outcome.output.is_null() {
                             self.snapshot.output = outcome.output.clone();
+                            if let Some(t) = &mut self.stored {
+                                t.touch_output();
+                            }
                         }
                         self.snapshot.completed.insert(node_id.to_string());
                         self.ending = Some(Ending::End(*status));
@@ -532,6 +538,9 @@ impl<'e> Run<'e> {
                         });
                     }
                     Route::All | Route::Key(_) => {
+                        if let Some(t) = &mut self.stored {
+                            t.touch_output();
+                        }
                         self.snapshot.output = match (self.wf.layout, &outcome.write) {
                             (StateLayout::Variables, Some(w))
                                 if matches!(node.kind, NodeKind::Step(_)) =>
@@ -611,6 +620,9 @@ impl<'e> Run<'e> {
             .entry(node.id.clone())
             .or_default()
             .push(weir_core::record::StepPass { pass, visible });
+        if let Some(t) = &mut self.stored {
+            t.touch_history(&node.id);
+        }
         self.snapshot.pass = pass;
         if let Route::Key(k) = &outcome.route
             && let Some(target) = k.strip_prefix("jump:")
@@ -702,7 +714,7 @@ impl<'e> Run<'e> {
                 .await?;
             self.written(w);
             if let Some(t) = &mut self.stored {
-                *t = Tracker::new(&self.snapshot);
+                *t = Tracker::new();
             }
         }
         Ok(())

@@ -227,14 +227,11 @@ ALTER TABLE steps_v7 RENAME TO steps;
         8,
         r#"
 -- The lean durable path: a step commit writes what changed in the run's snapshot as a patch,
--- keyed by the first event number of its commit (commit order); the whole snapshot in
--- `runs` is rewritten every few commits and at the end, and the patches before it deleted.
-CREATE TABLE run_patches (
-    run_id  TEXT NOT NULL,
-    seq     INTEGER NOT NULL,
-    patch   TEXT NOT NULL,
-    PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
+-- on the first event row of its commit (so in commit order, at no extra row); the whole
+-- snapshot in `runs` is written every few commits and at the end, and `snapshot_at` is the
+-- last event number it covers: the patches of later events apply on top of it.
+ALTER TABLE runs ADD COLUMN snapshot_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE run_events ADD COLUMN patch TEXT;
 "#,
     ),
 ];

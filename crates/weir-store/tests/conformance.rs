@@ -463,7 +463,7 @@ async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
     n.claim = Some(claim("alice", 60));
     let lease = s.create_run(&n).await.unwrap().lease.unwrap();
     let mut now = n.snapshot.clone();
-    let mut tracker = Tracker::new(&now);
+    let mut tracker = Tracker::new();
     let commits = COMPACT_EVERY + 5;
     for i in 1..=commits {
         let node = format!("n{i}");
@@ -475,6 +475,7 @@ async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
             json!({"i": i, "text": "x".repeat(i as usize)}),
         );
         tracker.touch(&format!("k{}", i % 4), None);
+        tracker.touch_output();
         now.completed.insert(node.clone());
         now.pending = vec![format!("n{}", i + 1)];
         *now.visits.entry(node.clone()).or_default() += 1;
@@ -506,6 +507,15 @@ async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
         )
         .await
         .unwrap();
+        if i == COMPACT_EVERY - 1 {
+            let kept = f.patches_kept("p1").await;
+            assert!(kept.is_none_or(|n| n == i64::from(i)), "{kept:?} patches kept");
+        }
+        if i == COMPACT_EVERY {
+            // The whole snapshot covers (and clears) the patches before it.
+            let kept = f.patches_kept("p1").await;
+            assert!(kept.is_none_or(|n| n == 0), "{kept:?} patches kept");
+        }
         if i % 3 == 0 || i == commits {
             assert_eq!(s.load_run("p1").await.unwrap().snapshot, now, "commit {i}");
             let r = s.get_record("p1").await.unwrap();
@@ -563,6 +573,8 @@ async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
     .await
     .unwrap();
     assert_eq!(s2.load_run("p1").await.unwrap().snapshot, end);
+    let kept = f.patches_kept("p1").await;
+    assert!(kept.is_none_or(|n| n == 0), "{kept:?} patches kept after the end");
     let r = s2.get_record("p1").await.unwrap();
     assert_eq!(r.state["done"], json!(true));
     assert_eq!(r.state["k1"], now.state["k1"]);

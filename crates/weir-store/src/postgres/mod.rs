@@ -44,12 +44,14 @@ mod write;
 
 use write::{Fence, StepArrays, bodies, insert_events, upsert_sql};
 
-/// The patches written after a run's whole snapshot (`r`), as one JSON array in commit
-/// order: a column of the statement that reads the snapshot, so both come from one read.
+/// The patches written after a run's whole snapshot (`r`; on the events after its
+/// `snapshot_at`), as one JSON array in commit order: a column of the statement that reads
+/// the snapshot, so both come from one read.
 macro_rules! patches {
     () => {
-        "(SELECT COALESCE(json_agg(p.patch::json ORDER BY p.seq), '[]')::text
-      FROM run_patches p WHERE p.run_id = r.id) AS patches"
+        "(SELECT COALESCE(json_agg(e.patch::json ORDER BY e.seq), '[]')::text
+          FROM run_events e
+          WHERE e.run_id = r.id AND e.seq > r.snapshot_at AND e.patch IS NOT NULL) AS patches"
     };
 }
 
@@ -457,7 +459,7 @@ impl RunStore for Postgres {
             .await
             .map_err(backend)?;
             if row.is_some() {
-                delete_patches(&mut *tx, &d.run_id).await?;
+                snapshot_written(&mut *tx, &d.run_id).await?;
             }
             let Some(row) = row else {
                 let cur = sqlx::query("SELECT status, epoch FROM runs WHERE id = $1")
@@ -595,7 +597,11 @@ impl RunStore for Postgres {
                     true,
                 ),
                 ("DELETE FROM queue WHERE run_id = $1", false),
-                ("DELETE FROM run_patches WHERE run_id = $1", false),
+                (CLEAR_PATCHES, false),
+                (
+                    "UPDATE runs SET snapshot_at = event_seq WHERE id = $1",
+                    false,
+                ),
             ] {
                 let mut q = sqlx::query(sql).bind(run_id);
                 if bind {
@@ -744,7 +750,6 @@ impl RunStore for Postgres {
             "DELETE FROM attempts WHERE run_id = ANY($1)",
             "DELETE FROM steps WHERE run_id = ANY($1)",
             "DELETE FROM run_events WHERE run_id = ANY($1)",
-            "DELETE FROM run_patches WHERE run_id = ANY($1)",
         ] {
             sqlx::query(sql)
                 .bind(&ids)
@@ -774,12 +779,22 @@ pub fn is_postgres_url(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
-/// A whole snapshot was written: the patches before it are obsolete.
-async fn delete_patches(tx: &mut PgConnection, run_id: &str) -> Result<(), StoreError> {
-    sqlx::query("DELETE FROM run_patches WHERE run_id = $1")
-        .bind(run_id)
-        .execute(&mut *tx)
-        .await
-        .map_err(backend)?;
+/// A whole snapshot was written: it covers every event so far, so no earlier patch applies
+/// (and the ones it covers are cleared).
+async fn snapshot_written(tx: &mut PgConnection, run_id: &str) -> Result<(), StoreError> {
+    for sql in [
+        CLEAR_PATCHES,
+        "UPDATE runs SET snapshot_at = event_seq WHERE id = $1",
+    ] {
+        sqlx::query(sql)
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+    }
     Ok(())
 }
+
+/// Clears the patches a whole snapshot covers (`$1` the run; before `snapshot_at` moves).
+const CLEAR_PATCHES: &str = "UPDATE run_events SET patch = NULL
+    WHERE run_id = $1 AND patch IS NOT NULL AND seq > (SELECT snapshot_at FROM runs WHERE id = $1)";

@@ -3,7 +3,7 @@
 
 use sqlx::{PgConnection, Row};
 use weir_core::event::EventKind;
-use weir_core::patch::SnapshotPatch;
+use weir_core::patch::Patch;
 use weir_core::record::{RunError, RunStatus, Snapshot, StepRecord};
 use weir_core::store::{Lease, StoreError, Written, now_ms, now_rfc3339};
 
@@ -148,7 +148,7 @@ pub(super) struct Fence<'a> {
     pub(super) snapshot: Option<&'a Snapshot>,
     /// Written instead of the whole `snapshot` when present (and the write has events, whose
     /// first number keys it).
-    pub(super) patch: Option<&'a SnapshotPatch>,
+    pub(super) patch: Option<&'a Patch<'a>>,
     pub(super) steps: Vec<&'a StepRecord>,
     pub(super) events: Vec<EventKind>,
     pub(super) status: Option<RunStatus>,
@@ -161,18 +161,20 @@ pub(super) struct Fence<'a> {
 /// drive when asked), then everything else only where the fence matched. One statement per
 /// shape of write (with or without steps, events, an end), each prepared once per
 /// connection: a part with nothing to do still costs the server its planning and execution.
-/// `snap`: 0 no snapshot, 1 the whole snapshot (the run's patches are deleted), 2 a patch.
-fn fenced_sql(steps: bool, events: bool, end: i32, snap: u8) -> &'static str {
+/// `whole`: the write carries the whole snapshot, which covers (and clears) the run's patches.
+fn fenced_sql(steps: bool, events: bool, whole: bool, end: i32) -> &'static str {
     static SQL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
     let all = SQL.get_or_init(|| {
         let mut all = Vec::new();
-        for shape in 0..36 {
-            let (steps, events) = (shape & 1 != 0, shape & 2 != 0);
-            let (end, snap) = ((shape >> 2) % 3, (shape >> 2) / 3);
+        for shape in 0..24 {
+            let (steps, events, whole) = (shape & 1 != 0, shape & 2 != 0, shape & 4 != 0);
+            let end = shape >> 3;
             let mut parts = vec![
                 "fence AS (
                 UPDATE runs SET event_seq = event_seq + $3,
                     snapshot = COALESCE($4, snapshot), cost_usd = COALESCE($5, cost_usd),
+                    snapshot_at = CASE WHEN $4::text IS NULL THEN snapshot_at
+                                       ELSE event_seq + $3 END,
                     status = COALESCE($6, status),
                     error = CASE WHEN $6::text IS NULL THEN error ELSE $7 END,
                     finished_at = CASE WHEN $6::text IS NULL THEN finished_at ELSE $8 END
@@ -187,26 +189,23 @@ fn fenced_sql(steps: bool, events: bool, end: i32, snap: u8) -> &'static str {
             if events {
                 parts.push(
                     "ev AS (
-                        INSERT INTO run_events (run_id, seq, body)
-                        SELECT $1, fence.event_seq - $3 + x.k, x.body
+                        INSERT INTO run_events (run_id, seq, body, patch)
+                        SELECT $1, fence.event_seq - $3 + x.k, x.body,
+                               CASE WHEN x.k = 1 THEN $30::text END
                         FROM fence, unnest($28::text[]) WITH ORDINALITY AS x(body, k)
                     )"
                     .into(),
                 );
             }
-            match snap {
-                1 => parts.push(
-                    "pd AS (DELETE FROM run_patches
-                            WHERE run_id = $1 AND EXISTS (SELECT 1 FROM fence))"
+            if whole {
+                // Sees the run row as it was before the fence moved `snapshot_at`.
+                parts.push(
+                    "clr AS (UPDATE run_events SET patch = NULL
+                             WHERE run_id = $1 AND patch IS NOT NULL
+                               AND seq > (SELECT snapshot_at FROM runs WHERE id = $1)
+                               AND EXISTS (SELECT 1 FROM fence))"
                         .into(),
-                ),
-                2 => parts.push(
-                    // Keyed by the commit's first event number: patches apply in commit order.
-                    "pa AS (INSERT INTO run_patches (run_id, seq, patch)
-                            SELECT $1, fence.event_seq - $3 + 1, $30 FROM fence)"
-                        .into(),
-                ),
-                _ => {}
+                );
             }
             match end {
                 1 => parts.push(
@@ -227,7 +226,10 @@ fn fenced_sql(steps: bool, events: bool, end: i32, snap: u8) -> &'static str {
         }
         all
     });
-    &all[usize::from(steps) | usize::from(events) << 1 | (end as usize + 3 * snap as usize) << 2]
+    &all[usize::from(steps)
+        | usize::from(events) << 1
+        | usize::from(whole) << 2
+        | (end as usize) << 3]
 }
 
 /// Step rows and attempts on their own (a decision's transaction): `$1` the run, then the
@@ -251,13 +253,9 @@ impl Postgres {
             Some(p) if n > 0 => Some(json(p)?),
             _ => None,
         };
+        // The patch rides on the first event (commit order); the whole snapshot otherwise.
         let whole = if patch.is_some() { None } else { w.snapshot };
-        let snap = if patch.is_some() {
-            2
-        } else {
-            u8::from(whole.is_some())
-        };
-        let sql = fenced_sql(!w.steps.is_empty(), n > 0, w.end, snap);
+        let sql = fenced_sql(!w.steps.is_empty(), n > 0, whole.is_some(), w.end);
         let q = sqlx::query(sql)
             .bind(w.lease.run_id.as_str())
             .bind(w.lease.epoch as i64)

@@ -34,12 +34,14 @@ use crate::{backend, event_of, event_value, json};
 use rows::{End, Fenced, insert_events, insert_steps};
 use writer::Writer;
 
-/// The patches written after a run's whole snapshot, as one JSON array in commit order: a
-/// column of the same statement that reads the snapshot, so both come from one read.
+/// The patches written after a run's whole snapshot (on the events after `snapshot_at`), as
+/// one JSON array in commit order: a column of the statement that reads the snapshot, so both
+/// come from one read.
 macro_rules! patches {
     () => {
-        "(SELECT json_group_array(json(p.patch) ORDER BY p.seq) FROM run_patches p
-      WHERE p.run_id = runs.id) AS patches"
+        "(SELECT json_group_array(json(e.patch) ORDER BY e.seq) FROM run_events e
+          WHERE e.run_id = runs.id AND e.seq > runs.snapshot_at AND e.patch IS NOT NULL)
+         AS patches"
     };
 }
 
@@ -340,7 +342,7 @@ impl RunStore for Sqlite {
         .await
         .map_err(backend)?;
         if row.is_some() {
-            delete_patches(&mut tx, &d.run_id).await?;
+            snapshot_written(&mut tx, &d.run_id).await?;
         }
         let Some(row) = row else {
             let cur = sqlx::query("SELECT status, epoch FROM runs WHERE id = ?")
@@ -445,7 +447,7 @@ impl RunStore for Sqlite {
         .fetch_one(&mut *tx)
         .await
         .map_err(backend)?;
-        delete_patches(&mut tx, run_id).await?;
+        snapshot_written(&mut tx, run_id).await?;
         sqlx::query(
             "UPDATE steps SET status = 'cancelled', error = ?, finished_at = ?
              WHERE run_id = ? AND status IN ('running', 'waiting')",
@@ -573,7 +575,6 @@ impl RunStore for Sqlite {
                 "DELETE FROM attempts WHERE run_id = ?",
                 "DELETE FROM steps WHERE run_id = ?",
                 "DELETE FROM run_events WHERE run_id = ?",
-                "DELETE FROM run_patches WHERE run_id = ?",
                 "DELETE FROM runs WHERE id = ?",
             ] {
                 sqlx::query(sql)
@@ -628,12 +629,19 @@ impl RunStore for Sqlite {
     }
 }
 
-/// A whole snapshot was written: the patches before it are obsolete.
-async fn delete_patches(tx: &mut sqlx::SqliteConnection, run_id: &str) -> Result<(), StoreError> {
-    sqlx::query("DELETE FROM run_patches WHERE run_id = ?")
-        .bind(run_id)
-        .execute(&mut *tx)
-        .await
-        .map_err(backend)?;
+/// A whole snapshot was written: it covers every event so far, so no earlier patch applies
+/// (and the ones it covers are cleared).
+async fn snapshot_written(tx: &mut sqlx::SqliteConnection, run_id: &str) -> Result<(), StoreError> {
+    for sql in [
+        "UPDATE run_events SET patch = NULL WHERE run_id = ?1 AND patch IS NOT NULL
+           AND seq > (SELECT snapshot_at FROM runs WHERE id = ?1)",
+        "UPDATE runs SET snapshot_at = event_seq WHERE id = ?1",
+    ] {
+        sqlx::query(sql)
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+    }
     Ok(())
 }

@@ -3,7 +3,7 @@
 
 use sqlx::{QueryBuilder, Sqlite as Db, SqliteConnection};
 use weir_core::event::{EventKind, RunEvent};
-use weir_core::patch::SnapshotPatch;
+use weir_core::patch::Patch;
 use weir_core::record::{Snapshot, StepRecord};
 use weir_core::store::{Lease, RunUpdate, StoreError, Written, now_rfc3339};
 
@@ -106,7 +106,7 @@ pub(super) struct Fenced<'a> {
     pub(super) snapshot: Option<&'a Snapshot>,
     /// Written instead of the whole `snapshot` when present (and the write has events, whose
     /// first number keys it).
-    pub(super) patch: Option<&'a SnapshotPatch>,
+    pub(super) patch: Option<&'a Patch<'a>>,
     pub(super) steps: Vec<&'a StepRecord>,
     pub(super) events: Vec<EventKind>,
     pub(super) end: Option<End<'a>>,

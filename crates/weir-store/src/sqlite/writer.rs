@@ -280,8 +280,8 @@ pub struct FencedWrite {
     pub write: &'static str,
     /// Write on the unsynced connection (progress only).
     pub visible: bool,
-    /// The whole snapshot (the run's patches are deleted), or a patch of it, and the run's
-    /// cost with either.
+    /// The whole snapshot (`snapshot_at` moves to this write's last event), or a patch of
+    /// it (on this write's first event), and the run's cost with either.
     pub snapshot: Option<String>,
     pub patch: Option<String>,
     pub cost_usd: Option<f64>,
@@ -316,10 +316,26 @@ pub fn fenced(
 fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
     let n = w.events.len() as i64;
     let (snapshot, cost) = (w.snapshot.as_deref(), w.cost_usd);
+    if snapshot.is_some() {
+        // A whole snapshot covers the patches written since the last one: they are cleared
+        // (a range of the run's event rows), so a run's patches take no space once covered.
+        // The same condition as the fence below: a refused write clears nothing.
+        tx.prepare_cached(
+            "UPDATE run_events SET patch = NULL
+             WHERE run_id = ?1 AND patch IS NOT NULL AND seq > (
+                 SELECT snapshot_at FROM runs
+                 WHERE id = ?1 AND epoch = ?2 AND lease_expires_at IS NOT NULL)",
+        )
+        .map_err(backend)?
+        .execute(params![w.run_id, w.epoch])
+        .map_err(backend)?;
+    }
     let fence: Option<(i64, i64)> = tx
         .prepare_cached(
             "UPDATE runs SET event_seq = event_seq + ?1,
-                             snapshot = COALESCE(?2, snapshot), cost_usd = COALESCE(?3, cost_usd)
+                             snapshot = COALESCE(?2, snapshot), cost_usd = COALESCE(?3, cost_usd),
+                             snapshot_at = CASE WHEN ?2 IS NULL THEN snapshot_at
+                                                ELSE event_seq + ?1 END
              WHERE id = ?4 AND epoch = ?5 AND lease_expires_at IS NOT NULL
              RETURNING event_seq, cancel_requested",
         )
@@ -383,25 +399,16 @@ fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError>
         }
     }
     let first = last - n + 1;
-    if w.snapshot.is_some() {
-        tx.prepare_cached("DELETE FROM run_patches WHERE run_id = ?1")
-            .map_err(backend)?
-            .execute(params![w.run_id])
-            .map_err(backend)?;
-    }
-    if let Some(patch) = &w.patch {
-        // Keyed by the commit's first event number: patches apply in commit order.
-        tx.prepare_cached("INSERT INTO run_patches (run_id, seq, patch) VALUES (?1, ?2, ?3)")
-            .map_err(backend)?
-            .execute(params![w.run_id, first, patch])
-            .map_err(backend)?;
-    }
     if n > 0 {
         let mut ev = tx
-            .prepare_cached("INSERT INTO run_events (run_id, seq, body) VALUES (?1, ?2, ?3)")
+            .prepare_cached(
+                "INSERT INTO run_events (run_id, seq, body, patch) VALUES (?1, ?2, ?3, ?4)",
+            )
             .map_err(backend)?;
         for (k, body) in w.events.iter().enumerate() {
-            ev.execute(params![w.run_id, first + k as i64, body])
+            // The patch rides on the commit's first event: patches apply in commit order.
+            let patch = if k == 0 { w.patch.as_deref() } else { None };
+            ev.execute(params![w.run_id, first + k as i64, body, patch])
                 .map_err(backend)?;
         }
     }

@@ -62,6 +62,39 @@ pub async fn postgres() -> Option<Fixture> {
 }
 
 impl Fixture {
+    /// How many snapshot patches a SQL store keeps for a run (`None` for the memory store,
+    /// which keeps whole snapshots).
+    pub async fn patches_kept(&self, run_id: &str) -> Option<i64> {
+        match (&self.reopen, &self._db) {
+            (Some(p), _) => {
+                let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", p.display()))
+                    .await
+                    .unwrap();
+                let n = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM run_events WHERE run_id = ?1 AND patch IS NOT NULL",
+                )
+                .bind(run_id)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                Some(n)
+            }
+            (None, Some(db)) => {
+                let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+                let n = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM run_events WHERE run_id = $1 AND patch IS NOT NULL",
+                )
+                .bind(run_id)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                pool.close().await;
+                Some(n)
+            }
+            (None, None) => None,
+        }
+    }
+
     /// The same data as a process that starts after a crash sees it.
     pub async fn after_crash(&self) -> Arc<dyn RunStore> {
         match (&self.reopen, &self._db) {
