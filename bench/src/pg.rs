@@ -338,6 +338,7 @@ async fn raw_commits(store: Arc<Postgres>) {
                     started: &[],
                     snapshot: &snap,
                     patch: None,
+                    covers_patches: false,
                     events: vec![],
                 },
             )

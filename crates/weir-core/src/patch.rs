@@ -147,6 +147,8 @@ pub struct Tracker {
     reuse: bool,
     /// Commits since the last whole snapshot.
     since_whole: u32,
+    /// A patch was written since the last whole snapshot.
+    patched: bool,
 }
 
 impl Tracker {
@@ -183,15 +185,52 @@ impl Tracker {
         self.reuse = true;
     }
 
+    /// Whether a patch would leave anything of `now` out: a state key (or variable) not
+    /// written since the last write, an output, history or recorded outputs not changed. When
+    /// everything changed, the whole snapshot is no larger than the patch, and cheaper to
+    /// write and to read.
+    fn leaves_out(&self, now: &Snapshot) -> bool {
+        let mut tops = 0;
+        for (i, (key, sub)) in self.state.iter().enumerate() {
+            if self.state[..i].iter().any(|(k, _)| k == key) {
+                continue;
+            }
+            tops += 1;
+            let whole = sub.is_none() || self.state.iter().any(|(k, s)| k == key && s.is_none());
+            if !whole {
+                let subs = self.state.iter().filter(|(k, _)| k == key).count();
+                if now
+                    .state
+                    .get(key)
+                    .and_then(Value::as_object)
+                    .map_or(0, Map::len)
+                    > subs
+                {
+                    return true;
+                }
+            }
+        }
+        now.state.len() > tops
+            || (!self.output && !now.output.is_null())
+            || now.history.len() > self.history.len()
+            || (!self.reuse && !now.reuse.is_empty())
+    }
+
+    /// The driver writes the whole snapshot: the marks start again. True when it covers
+    /// patches written since the last whole one (the store clears them).
+    pub fn whole(&mut self) -> bool {
+        std::mem::take(self).patched
+    }
+
     /// The next commit's write: a patch from the stored snapshot to `now`, or `None` when
-    /// this commit writes the whole snapshot (every [`COMPACT_EVERY`] commits). Either way
-    /// the marks start again from `now`.
+    /// this commit writes the whole snapshot (every [`COMPACT_EVERY`] commits, or when a
+    /// patch would leave nothing out; then call [`whole`](Self::whole)).
     pub fn next<'a>(&mut self, now: &'a Snapshot) -> Option<Patch<'a>> {
         self.since_whole += 1;
-        if self.since_whole >= COMPACT_EVERY {
-            *self = Self::new();
+        if self.since_whole >= COMPACT_EVERY || !self.leaves_out(now) {
             return None;
         }
+        self.patched = true;
         let mut state = Vec::with_capacity(self.state.len());
         for (key, sub) in self.state.drain(..) {
             let value = match (&sub, now.state.get(&key)) {
@@ -318,12 +357,28 @@ mod tests {
         // The COMPACT_EVERY-th commit writes the whole snapshot; the next is a patch again,
         // of what changed since.
         assert!(t.next(&now).is_none());
+        assert!(t.whole(), "the whole snapshot covers the patches");
         let whole = now.clone();
         Arc::make_mut(&mut now.state).insert("late".into(), json!(1));
         t.touch("late", None);
         let p = serde_json::to_string(&t.next(&now).unwrap()).unwrap();
         assert!(!p.contains("\"k1\""), "only the state written since: {p}");
         assert_eq!(replay(&whole, &[p]), now);
+    }
+
+    #[test]
+    fn a_commit_that_changed_everything_writes_the_whole_snapshot() {
+        let mut now = Snapshot::default();
+        let mut t = Tracker::new();
+        Arc::make_mut(&mut now.state).insert("last".into(), json!("reply"));
+        t.touch("last", None);
+        now.output = json!("reply");
+        t.touch_output();
+        assert!(t.next(&now).is_none(), "nothing to leave out");
+        assert!(!t.whole(), "no patch to cover");
+        now.output = json!("next");
+        t.touch_output();
+        assert!(t.next(&now).is_some(), "`last` is left out");
     }
 
     #[test]

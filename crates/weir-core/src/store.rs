@@ -125,6 +125,10 @@ pub struct StepCommit<'a> {
     /// ([`RunStore::keeps_patches`]): it writes this instead of the whole `snapshot`. `None`:
     /// write the whole snapshot (a compaction, DESIGN §8).
     pub patch: Option<&'a Patch<'a>>,
+    /// With the whole snapshot (`patch` is `None`): this drive wrote patches since the run's
+    /// last whole snapshot (or may have: a run just taken over), which this one covers; the
+    /// store clears them.
+    pub covers_patches: bool,
     pub events: Vec<EventKind>,
 }
 

@@ -165,13 +165,15 @@ impl<'e> Run<'e> {
                         started: &rest.iter().collect::<Vec<_>>(),
                         snapshot: &run.snapshot,
                         patch: None,
+                        // The driver before may have written patches.
+                        covers_patches: true,
                         events,
                     },
                 )
                 .await?;
             run.written(w);
             if let Some(t) = &mut run.stored {
-                *t = Tracker::new();
+                t.whole();
             }
         }
         Ok(run)
@@ -278,7 +280,13 @@ impl<'e> Run<'e> {
         }
         let w = match self.unsaved.take() {
             Some(step) => {
-                let patch = self.stored.as_mut().and_then(|t| t.next(&self.snapshot));
+                let (patch, covers_patches) = match self.stored.as_mut() {
+                    Some(t) => match t.next(&self.snapshot) {
+                        Some(p) => (Some(p), false),
+                        None => (None, t.whole()),
+                    },
+                    None => (None, false),
+                };
                 store
                     .commit_step(
                         &self.lease,
@@ -287,6 +295,7 @@ impl<'e> Run<'e> {
                             started: &started,
                             snapshot: &self.snapshot,
                             patch: patch.as_ref(),
+                            covers_patches,
                             events,
                         },
                     )
@@ -708,14 +717,12 @@ impl<'e> Run<'e> {
                         started: &rest.iter().collect::<Vec<_>>(),
                         snapshot: &self.snapshot,
                         patch: None,
+                        covers_patches: self.stored.as_mut().is_some_and(Tracker::whole),
                         events,
                     },
                 )
                 .await?;
             self.written(w);
-            if let Some(t) = &mut self.stored {
-                *t = Tracker::new();
-            }
         }
         Ok(())
     }

@@ -227,11 +227,13 @@ ALTER TABLE steps_v7 RENAME TO steps;
         8,
         r#"
 -- The lean durable path: a step commit writes what changed in the run's snapshot as a patch,
--- on the first event row of its commit (so in commit order, at no extra row); the whole
--- snapshot in `runs` is written every few commits and at the end, and `snapshot_at` is the
--- last event number it covers: the patches of later events apply on top of it.
+-- on the row of the step it commits (no extra row), numbered by the commit's first event
+-- (`patch_seq`: commit order); the whole snapshot in `runs` is written every few commits and
+-- at the end, `snapshot_at` is the last event number it covers, and the patches it covers
+-- are cleared.
 ALTER TABLE runs ADD COLUMN snapshot_at INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE run_events ADD COLUMN patch TEXT;
+ALTER TABLE steps ADD COLUMN patch TEXT;
+ALTER TABLE steps ADD COLUMN patch_seq INTEGER;
 "#,
     ),
 ];

@@ -173,6 +173,7 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
                 started: &[&b],
                 snapshot: &snap(&["a"], vec![]),
                 patch: None,
+                covers_patches: false,
                 events: vec![EventKind::StepFinished {
                     step: 1,
                     node_id: "a".into(),
@@ -403,6 +404,7 @@ async fn a_crash_between_writes_leaves_a_run_that_continues(f: Fixture) {
                             started: &[&step(2, "b", StepStatus::Running)],
                             snapshot: &snap(&["a"], vec![]),
                             patch: None,
+                            covers_patches: false,
                             events: vec![],
                         },
                     )
@@ -422,6 +424,7 @@ async fn a_crash_between_writes_leaves_a_run_that_continues(f: Fixture) {
                             started: &[],
                             snapshot: &snap(&["a", "b"], vec![]),
                             patch: None,
+                            covers_patches: false,
                             events: vec![],
                         },
                     )
@@ -461,6 +464,8 @@ async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
     let s = f.store.clone();
     let mut n = new_run("p1");
     n.claim = Some(claim("alice", 60));
+    // An input no commit writes again: every patch leaves it out.
+    Arc::make_mut(&mut n.snapshot.state).insert("input".into(), json!({"doc": "x".repeat(500)}));
     let lease = s.create_run(&n).await.unwrap().lease.unwrap();
     let mut now = n.snapshot.clone();
     let mut tracker = Tracker::new();
@@ -484,6 +489,7 @@ async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
         now.cost_usd = 0.5 * f64::from(i);
         now.output = json!({"last": i});
         let patch = tracker.next(&now);
+        let covers_patches = patch.is_none() && tracker.whole();
         assert_eq!(patch.is_none(), i == COMPACT_EVERY, "commit {i}");
         s.commit_step(
             &lease,
@@ -492,6 +498,7 @@ async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
                 started: &[],
                 snapshot: &now,
                 patch: patch.as_ref(),
+                covers_patches,
                 events: vec![EventKind::StepFinished {
                     step: i,
                     node_id: node.clone(),
@@ -509,7 +516,10 @@ async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
         .unwrap();
         if i == COMPACT_EVERY - 1 {
             let kept = f.patches_kept("p1").await;
-            assert!(kept.is_none_or(|n| n == i64::from(i)), "{kept:?} patches kept");
+            assert!(
+                kept.is_none_or(|n| n == i64::from(i)),
+                "{kept:?} patches kept"
+            );
         }
         if i == COMPACT_EVERY {
             // The whole snapshot covers (and clears) the patches before it.
@@ -546,6 +556,7 @@ async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
                 started: &[],
                 snapshot: &now,
                 patch: stale.as_ref(),
+                covers_patches: false,
                 events: vec![EventKind::RunReleased {
                     owner: "alice".into(),
                     reason: "late".into(),
@@ -574,7 +585,10 @@ async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
     .unwrap();
     assert_eq!(s2.load_run("p1").await.unwrap().snapshot, end);
     let kept = f.patches_kept("p1").await;
-    assert!(kept.is_none_or(|n| n == 0), "{kept:?} patches kept after the end");
+    assert!(
+        kept.is_none_or(|n| n == 0),
+        "{kept:?} patches kept after the end"
+    );
     let r = s2.get_record("p1").await.unwrap();
     assert_eq!(r.state["done"], json!(true));
     assert_eq!(r.state["k1"], now.state["k1"]);

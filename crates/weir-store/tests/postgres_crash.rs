@@ -66,6 +66,7 @@ async fn postgres_crash_between_statements_leaves_every_run_continuable() {
         started: &[],
         snapshot: &after_a,
         patch: None,
+        covers_patches: false,
         events: vec![],
     };
     pg.faults.arm("commit", 0);

@@ -149,6 +149,8 @@ pub(super) struct Fence<'a> {
     /// Written instead of the whole `snapshot` when present (and the write has events, whose
     /// first number keys it).
     pub(super) patch: Option<&'a Patch<'a>>,
+    /// Clear the patches the whole snapshot covers.
+    pub(super) clear: bool,
     pub(super) steps: Vec<&'a StepRecord>,
     pub(super) events: Vec<EventKind>,
     pub(super) status: Option<RunStatus>,
@@ -255,7 +257,12 @@ impl Postgres {
         };
         // The patch rides on the first event (commit order); the whole snapshot otherwise.
         let whole = if patch.is_some() { None } else { w.snapshot };
-        let sql = fenced_sql(!w.steps.is_empty(), n > 0, whole.is_some(), w.end);
+        let sql = fenced_sql(
+            !w.steps.is_empty(),
+            n > 0,
+            whole.is_some() && w.clear,
+            w.end,
+        );
         let q = sqlx::query(sql)
             .bind(w.lease.run_id.as_str())
             .bind(w.lease.epoch as i64)

@@ -34,14 +34,13 @@ use crate::{backend, event_of, event_value, json};
 use rows::{End, Fenced, insert_events, insert_steps};
 use writer::Writer;
 
-/// The patches written after a run's whole snapshot (on the events after `snapshot_at`), as
-/// one JSON array in commit order: a column of the statement that reads the snapshot, so both
+/// The patches written after a run's whole snapshot (on its step rows, numbered after
+/// `snapshot_at`), as one JSON array in commit order: a column of the statement that reads the snapshot, so both
 /// come from one read.
 macro_rules! patches {
     () => {
-        "(SELECT json_group_array(json(e.patch) ORDER BY e.seq) FROM run_events e
-          WHERE e.run_id = runs.id AND e.seq > runs.snapshot_at AND e.patch IS NOT NULL)
-         AS patches"
+        "(SELECT json_group_array(json(s.patch) ORDER BY s.patch_seq) FROM steps s
+          WHERE s.run_id = runs.id AND s.patch_seq > runs.snapshot_at) AS patches"
     };
 }
 
@@ -243,6 +242,7 @@ impl RunStore for Sqlite {
             visible: true,
             snapshot: None,
             patch: None,
+            clear: false,
             steps: steps.to_vec(),
             events,
             end: None,
@@ -259,6 +259,7 @@ impl RunStore for Sqlite {
             visible: false,
             snapshot: Some(c.snapshot),
             patch: c.patch,
+            clear: c.patch.is_none() && c.covers_patches,
             steps,
             events: c.events,
             end: None,
@@ -277,6 +278,7 @@ impl RunStore for Sqlite {
             visible: true,
             snapshot: None,
             patch: None,
+            clear: false,
             steps: Vec::new(),
             events,
             end: None,
@@ -296,6 +298,7 @@ impl RunStore for Sqlite {
             visible: false,
             snapshot: Some(&u.snapshot),
             patch: None,
+            clear: true,
             steps: Vec::new(),
             events,
             end: Some(End::Finish(u)),
@@ -315,6 +318,7 @@ impl RunStore for Sqlite {
             visible: false,
             snapshot: Some(snapshot),
             patch: None,
+            clear: true,
             steps: Vec::new(),
             events,
             end: Some(End::Release),
@@ -633,8 +637,8 @@ impl RunStore for Sqlite {
 /// (and the ones it covers are cleared).
 async fn snapshot_written(tx: &mut sqlx::SqliteConnection, run_id: &str) -> Result<(), StoreError> {
     for sql in [
-        "UPDATE run_events SET patch = NULL WHERE run_id = ?1 AND patch IS NOT NULL
-           AND seq > (SELECT snapshot_at FROM runs WHERE id = ?1)",
+        "UPDATE steps SET patch = NULL, patch_seq = NULL
+         WHERE run_id = ?1 AND patch_seq > (SELECT snapshot_at FROM runs WHERE id = ?1)",
         "UPDATE runs SET snapshot_at = event_seq WHERE id = ?1",
     ] {
         sqlx::query(sql)

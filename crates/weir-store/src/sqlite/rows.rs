@@ -107,6 +107,8 @@ pub(super) struct Fenced<'a> {
     /// Written instead of the whole `snapshot` when present (and the write has events, whose
     /// first number keys it).
     pub(super) patch: Option<&'a Patch<'a>>,
+    /// Clear the patches the whole snapshot covers.
+    pub(super) clear: bool,
     pub(super) steps: Vec<&'a StepRecord>,
     pub(super) events: Vec<EventKind>,
     pub(super) end: Option<End<'a>>,
@@ -148,14 +150,15 @@ impl Sqlite {
             write: w.write,
             visible: w.visible,
             snapshot: match w.patch {
-                Some(_) if !w.events.is_empty() => None,
+                Some(_) if !w.events.is_empty() && !w.steps.is_empty() => None,
                 _ => w.snapshot.map(json).transpose()?,
             },
             patch: match w.patch {
-                Some(p) if !w.events.is_empty() => Some(json(p)?),
+                Some(p) if !w.events.is_empty() && !w.steps.is_empty() => Some(json(p)?),
                 _ => None,
             },
             cost_usd: w.snapshot.map(|s| s.cost_usd),
+            clear: w.clear,
             steps: w
                 .steps
                 .iter()

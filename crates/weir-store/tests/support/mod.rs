@@ -71,7 +71,7 @@ impl Fixture {
                     .await
                     .unwrap();
                 let n = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM run_events WHERE run_id = ?1 AND patch IS NOT NULL",
+                    "SELECT COUNT(*) FROM steps WHERE run_id = ?1 AND patch IS NOT NULL",
                 )
                 .bind(run_id)
                 .fetch_one(&pool)
@@ -185,6 +185,7 @@ pub async fn paused_run(store: &dyn RunStore, id: &str) -> u64 {
                 started: &[],
                 snapshot: &snap(&[], gates.clone()),
                 patch: None,
+                covers_patches: false,
                 events: vec![],
             },
         )
@@ -253,6 +254,7 @@ pub async fn commit_first(
                 started: &[],
                 snapshot: &snap(&[node], vec![]),
                 patch: None,
+                covers_patches: false,
                 events: vec![],
             },
         )
