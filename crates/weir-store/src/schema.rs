@@ -226,14 +226,19 @@ ALTER TABLE steps_v7 RENAME TO steps;
     (
         8,
         r#"
--- The lean durable path: a step commit writes what changed in the run's snapshot as a patch,
--- on the row of the step it commits (no extra row), numbered by the commit's first event
--- (`patch_seq`: commit order); the whole snapshot in `runs` is written every few commits and
--- at the end, `snapshot_at` is the last event number it covers, and the patches it covers
--- are cleared.
-ALTER TABLE runs ADD COLUMN snapshot_at INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE steps ADD COLUMN patch TEXT;
-ALTER TABLE steps ADD COLUMN patch_seq INTEGER;
+-- The lean durable path: a step commit may write what changed in the run's snapshot as a
+-- patch instead of the whole snapshot, which is written every few commits and at the end.
+-- A run's patches are those written since its whole snapshot (`seq`: the commit's first
+-- event number, commit order); a whole snapshot deletes them in its own transaction. A rowid
+-- table: patches are appended, and the pages they leave are freed once every run's patches
+-- on them are covered.
+CREATE TABLE run_patches (
+    id      INTEGER PRIMARY KEY,
+    run_id  TEXT NOT NULL,
+    seq     INTEGER NOT NULL,
+    patch   TEXT NOT NULL
+);
+CREATE INDEX run_patches_run ON run_patches (run_id, seq);
 "#,
     ),
 ];

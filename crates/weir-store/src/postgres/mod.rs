@@ -44,14 +44,12 @@ mod write;
 
 use write::{Fence, StepArrays, bodies, insert_events, upsert_sql};
 
-/// The patches written after a run's whole snapshot (`r`; on the events after its
-/// `snapshot_at`), as one JSON array in commit order: a column of the statement that reads
-/// the snapshot, so both come from one read.
+/// The patches written after a run's whole snapshot (`r`), as one JSON array in commit
+/// order: a column of the statement that reads the snapshot, so both come from one read.
 macro_rules! patches {
     () => {
-        "(SELECT COALESCE(json_agg(e.patch::json ORDER BY e.seq), '[]')::text
-          FROM run_events e
-          WHERE e.run_id = r.id AND e.seq > r.snapshot_at AND e.patch IS NOT NULL) AS patches"
+        "(SELECT COALESCE(json_agg(p.patch::json ORDER BY p.seq), '[]')::text
+          FROM run_patches p WHERE p.run_id = r.id) AS patches"
     };
 }
 
@@ -602,11 +600,7 @@ impl RunStore for Postgres {
                     true,
                 ),
                 ("DELETE FROM queue WHERE run_id = $1", false),
-                (CLEAR_PATCHES, false),
-                (
-                    "UPDATE runs SET snapshot_at = event_seq WHERE id = $1",
-                    false,
-                ),
+                ("DELETE FROM run_patches WHERE run_id = $1", false),
             ] {
                 let mut q = sqlx::query(sql).bind(run_id);
                 if bind {
@@ -755,6 +749,7 @@ impl RunStore for Postgres {
             "DELETE FROM attempts WHERE run_id = ANY($1)",
             "DELETE FROM steps WHERE run_id = ANY($1)",
             "DELETE FROM run_events WHERE run_id = ANY($1)",
+            "DELETE FROM run_patches WHERE run_id = ANY($1)",
         ] {
             sqlx::query(sql)
                 .bind(&ids)
@@ -784,22 +779,12 @@ pub fn is_postgres_url(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
-/// A whole snapshot was written: it covers every event so far, so no earlier patch applies
-/// (and the ones it covers are cleared).
+/// A whole snapshot was written: it covers every patch written before it.
 async fn snapshot_written(tx: &mut PgConnection, run_id: &str) -> Result<(), StoreError> {
-    for sql in [
-        CLEAR_PATCHES,
-        "UPDATE runs SET snapshot_at = event_seq WHERE id = $1",
-    ] {
-        sqlx::query(sql)
-            .bind(run_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
-    }
+    sqlx::query("DELETE FROM run_patches WHERE run_id = $1")
+        .bind(run_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
     Ok(())
 }
-
-/// Clears the patches a whole snapshot covers (`$1` the run; before `snapshot_at` moves).
-const CLEAR_PATCHES: &str = "UPDATE run_events SET patch = NULL
-    WHERE run_id = $1 AND patch IS NOT NULL AND seq > (SELECT snapshot_at FROM runs WHERE id = $1)";

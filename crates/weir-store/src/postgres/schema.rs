@@ -111,12 +111,16 @@ CREATE TABLE tools (
     (
         2,
         r#"
--- The lean durable path: a step commit writes what changed in the run's snapshot as a patch,
--- on the first event row of its commit (so in commit order, at no extra row); the whole
--- snapshot in `runs` is written every few commits and at the end, and `snapshot_at` is the
--- last event number it covers: the patches of later events apply on top of it.
-ALTER TABLE runs ADD COLUMN snapshot_at BIGINT NOT NULL DEFAULT 0;
-ALTER TABLE run_events ADD COLUMN patch TEXT;
+-- The lean durable path: a step commit may write what changed in the run's snapshot as a
+-- patch instead of the whole snapshot, which is written every few commits and at the end.
+-- A run's patches are those written since its whole snapshot (`seq`: the commit's first
+-- event number, commit order); a whole snapshot deletes them in its own statement.
+CREATE TABLE run_patches (
+    run_id  TEXT NOT NULL,
+    seq     BIGINT NOT NULL,
+    patch   TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
 "#,
     ),
 ];

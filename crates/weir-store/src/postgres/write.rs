@@ -149,7 +149,7 @@ pub(super) struct Fence<'a> {
     /// Written instead of the whole `snapshot` when present (and the write has events, whose
     /// first number keys it).
     pub(super) patch: Option<&'a Patch<'a>>,
-    /// Clear the patches the whole snapshot covers.
+    /// Delete the patches the whole snapshot covers.
     pub(super) clear: bool,
     pub(super) steps: Vec<&'a StepRecord>,
     pub(super) events: Vec<EventKind>,
@@ -163,20 +163,19 @@ pub(super) struct Fence<'a> {
 /// drive when asked), then everything else only where the fence matched. One statement per
 /// shape of write (with or without steps, events, an end), each prepared once per
 /// connection: a part with nothing to do still costs the server its planning and execution.
-/// `whole`: the write carries the whole snapshot, which covers (and clears) the run's patches.
-fn fenced_sql(steps: bool, events: bool, whole: bool, end: i32) -> &'static str {
+/// `snap`: 0 nothing of the run's patches, 1 a whole snapshot that covers (deletes) them, 2 a
+/// patch (inserted).
+fn fenced_sql(steps: bool, events: bool, snap: usize, end: i32) -> &'static str {
     static SQL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
     let all = SQL.get_or_init(|| {
         let mut all = Vec::new();
-        for shape in 0..24 {
-            let (steps, events, whole) = (shape & 1 != 0, shape & 2 != 0, shape & 4 != 0);
-            let end = shape >> 3;
+        for shape in 0..36 {
+            let (steps, events) = (shape & 1 != 0, shape & 2 != 0);
+            let (snap, end) = ((shape >> 2) % 3, (shape >> 2) / 3);
             let mut parts = vec![
                 "fence AS (
                 UPDATE runs SET event_seq = event_seq + $3,
                     snapshot = COALESCE($4, snapshot), cost_usd = COALESCE($5, cost_usd),
-                    snapshot_at = CASE WHEN $4::text IS NULL THEN snapshot_at
-                                       ELSE event_seq + $3 END,
                     status = COALESCE($6, status),
                     error = CASE WHEN $6::text IS NULL THEN error ELSE $7 END,
                     finished_at = CASE WHEN $6::text IS NULL THEN finished_at ELSE $8 END
@@ -191,23 +190,27 @@ fn fenced_sql(steps: bool, events: bool, whole: bool, end: i32) -> &'static str 
             if events {
                 parts.push(
                     "ev AS (
-                        INSERT INTO run_events (run_id, seq, body, patch)
-                        SELECT $1, fence.event_seq - $3 + x.k, x.body,
-                               CASE WHEN x.k = 1 THEN $30::text END
+                        INSERT INTO run_events (run_id, seq, body)
+                        SELECT $1, fence.event_seq - $3 + x.k, x.body
                         FROM fence, unnest($28::text[]) WITH ORDINALITY AS x(body, k)
                     )"
                     .into(),
                 );
             }
-            if whole {
-                // Sees the run row as it was before the fence moved `snapshot_at`.
-                parts.push(
-                    "clr AS (UPDATE run_events SET patch = NULL
-                             WHERE run_id = $1 AND patch IS NOT NULL
-                               AND seq > (SELECT snapshot_at FROM runs WHERE id = $1)
-                               AND EXISTS (SELECT 1 FROM fence))"
+            match snap {
+                1 => parts.push(
+                    // The whole snapshot covers every patch written before it.
+                    "pd AS (DELETE FROM run_patches
+                            WHERE run_id = $1 AND EXISTS (SELECT 1 FROM fence))"
                         .into(),
-                );
+                ),
+                2 => parts.push(
+                    // Numbered by the write's first event: patches apply in commit order.
+                    "pa AS (INSERT INTO run_patches (run_id, seq, patch)
+                            SELECT $1, fence.event_seq - $3 + 1, $30 FROM fence)"
+                        .into(),
+                ),
+                _ => {}
             }
             match end {
                 1 => parts.push(
@@ -228,10 +231,7 @@ fn fenced_sql(steps: bool, events: bool, whole: bool, end: i32) -> &'static str 
         }
         all
     });
-    &all[usize::from(steps)
-        | usize::from(events) << 1
-        | usize::from(whole) << 2
-        | (end as usize) << 3]
+    &all[usize::from(steps) | usize::from(events) << 1 | (snap + 3 * end as usize) << 2]
 }
 
 /// Step rows and attempts on their own (a decision's transaction): `$1` the run, then the
@@ -255,14 +255,13 @@ impl Postgres {
             Some(p) if n > 0 => Some(json(p)?),
             _ => None,
         };
-        // The patch rides on the first event (commit order); the whole snapshot otherwise.
         let whole = if patch.is_some() { None } else { w.snapshot };
-        let sql = fenced_sql(
-            !w.steps.is_empty(),
-            n > 0,
-            whole.is_some() && w.clear,
-            w.end,
-        );
+        let snap = match (&patch, whole.is_some() && w.clear) {
+            (Some(_), _) => 2,
+            (None, true) => 1,
+            (None, false) => 0,
+        };
+        let sql = fenced_sql(!w.steps.is_empty(), n > 0, snap, w.end);
         let q = sqlx::query(sql)
             .bind(w.lease.run_id.as_str())
             .bind(w.lease.epoch as i64)

@@ -34,13 +34,12 @@ use crate::{backend, event_of, event_value, json};
 use rows::{End, Fenced, insert_events, insert_steps};
 use writer::Writer;
 
-/// The patches written after a run's whole snapshot (on its step rows, numbered after
-/// `snapshot_at`), as one JSON array in commit order: a column of the statement that reads the snapshot, so both
+/// The patches written after a run's whole snapshot, as one JSON array in commit order: a column of the statement that reads the snapshot, so both
 /// come from one read.
 macro_rules! patches {
     () => {
-        "(SELECT json_group_array(json(s.patch) ORDER BY s.patch_seq) FROM steps s
-          WHERE s.run_id = runs.id AND s.patch_seq > runs.snapshot_at) AS patches"
+        "(SELECT json_group_array(json(p.patch) ORDER BY p.seq) FROM run_patches p
+          WHERE p.run_id = runs.id) AS patches"
     };
 }
 
@@ -579,6 +578,7 @@ impl RunStore for Sqlite {
                 "DELETE FROM attempts WHERE run_id = ?",
                 "DELETE FROM steps WHERE run_id = ?",
                 "DELETE FROM run_events WHERE run_id = ?",
+                "DELETE FROM run_patches WHERE run_id = ?",
                 "DELETE FROM runs WHERE id = ?",
             ] {
                 sqlx::query(sql)
@@ -633,19 +633,12 @@ impl RunStore for Sqlite {
     }
 }
 
-/// A whole snapshot was written: it covers every event so far, so no earlier patch applies
-/// (and the ones it covers are cleared).
+/// A whole snapshot was written: it covers every patch written before it.
 async fn snapshot_written(tx: &mut sqlx::SqliteConnection, run_id: &str) -> Result<(), StoreError> {
-    for sql in [
-        "UPDATE steps SET patch = NULL, patch_seq = NULL
-         WHERE run_id = ?1 AND patch_seq > (SELECT snapshot_at FROM runs WHERE id = ?1)",
-        "UPDATE runs SET snapshot_at = event_seq WHERE id = ?1",
-    ] {
-        sqlx::query(sql)
-            .bind(run_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
-    }
+    sqlx::query("DELETE FROM run_patches WHERE run_id = ?")
+        .bind(run_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
     Ok(())
 }

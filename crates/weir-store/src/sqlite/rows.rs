@@ -158,7 +158,7 @@ impl Sqlite {
                 _ => None,
             },
             cost_usd: w.snapshot.map(|s| s.cost_usd),
-            clear: w.clear,
+            clear: w.clear && w.snapshot.is_some(),
             steps: w
                 .steps
                 .iter()

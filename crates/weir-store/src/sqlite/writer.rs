@@ -280,14 +280,11 @@ pub struct FencedWrite {
     pub write: &'static str,
     /// Write on the unsynced connection (progress only).
     pub visible: bool,
-    /// The whole snapshot (`snapshot_at` moves to this write's last event), or a patch of
-    /// it (on the row of the last of `steps`, the committed one), and the run's cost with
-    /// either.
+    /// The whole snapshot, or a patch of it, and the run's cost with either.
     pub snapshot: Option<String>,
     pub patch: Option<String>,
     pub cost_usd: Option<f64>,
-    /// Clear the patches the whole snapshot covers (only when some were written: it reads
-    /// the run's step rows).
+    /// Delete the patches the whole snapshot covers (only when some may have been written).
     pub clear: bool,
     pub steps: Vec<StepRow>,
     /// Event bodies (`{"at", "type", …}`), numbered from the reserved range.
@@ -320,24 +317,9 @@ pub fn fenced(
 fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
     let n = w.events.len() as i64;
     let (snapshot, cost) = (w.snapshot.as_deref(), w.cost_usd);
-    if snapshot.is_some() && w.clear {
-        // A whole snapshot covers the patches written since the last one: they are cleared
-        // (on the run's step rows), so a run's patches take no space once covered.
-        // The same condition as the fence below: a refused write clears nothing.
-        tx.prepare_cached(
-            "UPDATE steps SET patch = NULL, patch_seq = NULL
-             WHERE run_id = ?1 AND patch_seq > (
-                 SELECT snapshot_at FROM runs
-                 WHERE id = ?1 AND epoch = ?2 AND lease_expires_at IS NOT NULL)",
-        )
-        .map_err(backend)?
-        .execute(params![w.run_id, w.epoch])
-        .map_err(backend)?;
-    }
     // One statement per shape, so none evaluates what it does not change.
     let fence = if snapshot.is_some() {
-        "UPDATE runs SET event_seq = event_seq + ?1, snapshot = ?2, cost_usd = ?3,
-                         snapshot_at = event_seq + ?1
+        "UPDATE runs SET event_seq = event_seq + ?1, snapshot = ?2, cost_usd = ?3
          WHERE id = ?4 AND epoch = ?5 AND lease_expires_at IS NOT NULL
          RETURNING event_seq, cancel_requested"
     } else if cost.is_some() {
@@ -364,8 +346,7 @@ fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError>
     let first = last - n + 1;
     if !w.steps.is_empty() {
         // An upsert: a finished step updates its `running` row in place (`OR REPLACE`
-        // deleted and re-inserted it, index entry included). The committed step's row
-        // carries the patch, when there is one.
+        // deleted and re-inserted it, index entry included).
         const UPSERT: &str = "INSERT INTO steps (run_id, seq, node_id, node_type, visit, status,
                      route, input, output, error, cost_usd, tokens_in, tokens_out, started_at,
                      finished_at, duration_ms)
@@ -377,28 +358,14 @@ fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError>
                      cost_usd = excluded.cost_usd, tokens_in = excluded.tokens_in,
                      tokens_out = excluded.tokens_out, started_at = excluded.started_at,
                      finished_at = excluded.finished_at, duration_ms = excluded.duration_ms";
-        const UPSERT_PATCHED: &str = "INSERT INTO steps (run_id, seq, node_id, node_type, visit,
-                     status, route, input, output, error, cost_usd, tokens_in, tokens_out,
-                     started_at, finished_at, duration_ms, patch, patch_seq)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                         ?17, ?18)
-                 ON CONFLICT (run_id, seq) DO UPDATE SET
-                     node_id = excluded.node_id, node_type = excluded.node_type,
-                     visit = excluded.visit, status = excluded.status, route = excluded.route,
-                     input = excluded.input, output = excluded.output, error = excluded.error,
-                     cost_usd = excluded.cost_usd, tokens_in = excluded.tokens_in,
-                     tokens_out = excluded.tokens_out, started_at = excluded.started_at,
-                     finished_at = excluded.finished_at, duration_ms = excluded.duration_ms,
-                     patch = excluded.patch, patch_seq = excluded.patch_seq";
         let mut attempt = tx
             .prepare_cached(
                 "INSERT OR REPLACE INTO attempts (run_id, seq, n, body) VALUES (?1, ?2, ?3, ?4)",
             )
             .map_err(backend)?;
         let mut step = tx.prepare_cached(UPSERT).map_err(backend)?;
-        let committed = w.steps.len() - 1;
-        for (i, s) in w.steps.iter().enumerate() {
-            let row = params![
+        for s in &w.steps {
+            step.execute(params![
                 w.run_id,
                 s.seq,
                 s.node_id,
@@ -415,20 +382,7 @@ fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError>
                 s.started_at,
                 s.finished_at,
                 s.duration_ms,
-            ];
-            match &w.patch {
-                // The patch rides on the committed step's row (the write's last), numbered by
-                // the write's first event: patches apply in commit order.
-                Some(patch) if i == committed => {
-                    let mut patched = row.to_vec();
-                    patched.push(patch);
-                    patched.push(&first);
-                    tx.prepare_cached(UPSERT_PATCHED)
-                        .map_err(backend)?
-                        .execute(patched.as_slice())
-                }
-                _ => step.execute(row),
-            }
+            ])
             .map_err(backend)?;
             for (an, body) in &s.attempts {
                 attempt
@@ -436,6 +390,20 @@ fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError>
                     .map_err(backend)?;
             }
         }
+    }
+    if w.clear {
+        // The whole snapshot covers every patch written before it.
+        tx.prepare_cached("DELETE FROM run_patches WHERE run_id = ?1")
+            .map_err(backend)?
+            .execute(params![w.run_id])
+            .map_err(backend)?;
+    }
+    if let Some(patch) = &w.patch {
+        // Numbered by the write's first event: patches apply in commit order.
+        tx.prepare_cached("INSERT INTO run_patches (run_id, seq, patch) VALUES (?1, ?2, ?3)")
+            .map_err(backend)?
+            .execute(params![w.run_id, first, patch])
+            .map_err(backend)?;
     }
     if n > 0 {
         let mut ev = tx

@@ -70,24 +70,20 @@ impl Fixture {
                 let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", p.display()))
                     .await
                     .unwrap();
-                let n = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM steps WHERE run_id = ?1 AND patch IS NOT NULL",
-                )
-                .bind(run_id)
-                .fetch_one(&pool)
-                .await
-                .unwrap();
+                let n = sqlx::query_scalar("SELECT COUNT(*) FROM run_patches WHERE run_id = ?1")
+                    .bind(run_id)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
                 Some(n)
             }
             (None, Some(db)) => {
                 let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
-                let n = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM run_events WHERE run_id = $1 AND patch IS NOT NULL",
-                )
-                .bind(run_id)
-                .fetch_one(&pool)
-                .await
-                .unwrap();
+                let n = sqlx::query_scalar("SELECT COUNT(*) FROM run_patches WHERE run_id = $1")
+                    .bind(run_id)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
                 pool.close().await;
                 Some(n)
             }
