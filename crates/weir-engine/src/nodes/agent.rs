@@ -26,7 +26,15 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
             schema.source()
         ));
     }
-    let request = json!({"model": spec.model, "system": system, "user": user});
+    // Built from owned values (`json!` serialises each string again).
+    let mut fields = serde_json::Map::with_capacity(3);
+    fields.insert("model".into(), Value::String(spec.model.clone()));
+    fields.insert(
+        "system".into(),
+        system.as_ref().map_or(Value::Null, |s| Value::String(s.clone())),
+    );
+    fields.insert("user".into(), Value::String(user.clone()));
+    let request = Value::Object(fields);
     let req = ModelRequest {
         model: spec.model.clone(),
         system,
@@ -63,7 +71,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
         }
     };
     // Built from owned values (`json!` would serialise a copy of each string).
-    let mut fields = serde_json::Map::new();
+    let mut fields = serde_json::Map::with_capacity(6);
     fields.insert("text".into(), Value::String(response.text.clone()));
     fields.insert("model".into(), Value::String(response.model));
     fields.insert("provider".into(), Value::String(response.provider));
