@@ -91,11 +91,7 @@ async fn interrupted(n: &Option<Arc<tokio::sync::Notify>>) {
 impl<'e> Run<'e> {
     pub fn new(engine: &'e Engine, wf: Arc<Workflow>, lease: Lease, snapshot: Snapshot) -> Self {
         let (progress, progress_rx) = mpsc::unbounded_channel();
-        let stored = engine
-            .services
-            .store
-            .keeps_patches()
-            .then(|| Tracker::new());
+        let stored = engine.services.store.keeps_patches().then(Tracker::new);
         Self {
             engine,
             wf,

@@ -31,7 +31,9 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
     fields.insert("model".into(), Value::String(spec.model.clone()));
     fields.insert(
         "system".into(),
-        system.as_ref().map_or(Value::Null, |s| Value::String(s.clone())),
+        system
+            .as_ref()
+            .map_or(Value::Null, |s| Value::String(s.clone())),
     );
     fields.insert("user".into(), Value::String(user.clone()));
     let request = Value::Object(fields);
