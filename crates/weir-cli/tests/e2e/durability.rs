@@ -24,7 +24,9 @@ fn resume_after_kill_reruns_only_the_step_in_flight() {
         {{"id": "second", "type": "tool", "config": {{"tool_name": "http_request", "params": {{"url": "{u}/second"}}}}}},
         {{"id": "third", "type": "tool", "config": {{"tool_name": "http_request", "params": {{"url": "{u}/third?got={{second.body}}"}}}}}}],
       "edges": [{{"source": "first", "target": "second"}}, {{"source": "second", "target": "third"}}]}}"#, u = fake.url));
-    let mut child = w.spawn(&["run", &f, "--json"]);
+    // The input stays in state untouched: each step commit writes a snapshot patch (what
+    // the step changed), not the whole snapshot (DESIGN §8).
+    let mut child = w.spawn(&["run", &f, "--input", r#"{"ticket": "T-1"}"#, "--json"]);
     wait_until("the second step to start", || {
         fake.seen("/second").len() == 1
     });
@@ -37,6 +39,19 @@ fn resume_after_kill_reruns_only_the_step_in_flight() {
     let before = w.show(&id);
     assert_eq!(steps(&before, "first")[0]["status"], "succeeded");
     assert_eq!(steps(&before, "second")[0]["status"], "running");
+    // The killed driver's last commit is a patch on the run's whole snapshot; a reader sees
+    // both together.
+    let db = rusqlite::Connection::open(w.path("weir.db")).expect("open the database");
+    let patches: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM run_patches WHERE run_id = ?1",
+            [&id],
+            |r| r.get(0),
+        )
+        .expect("count patches");
+    assert_eq!(patches, 1, "the first step's commit is a patch");
+    assert_eq!(before["state"]["ticket"], "T-1");
+    assert_eq!(before["state"]["first"]["body"], "one");
 
     // The killed driver's lease is still alive: resume refuses, saying who holds it and
     // when it expires (exit 5, a conflict). Once it expired, resume takes the run over.
@@ -64,6 +79,15 @@ fn resume_after_kill_reruns_only_the_step_in_flight() {
     assert!(second[0]["error"].as_str().unwrap().contains("interrupted"));
     assert_eq!(second[1]["status"], "succeeded");
     assert_eq!(r["state"]["second"]["body"], "two");
+    assert_eq!(r["state"]["ticket"], "T-1");
+    assert_eq!(r["state"]["first"]["body"], "one");
+    let left: i64 = db
+        .query_row("SELECT COUNT(*) FROM run_patches", [], |r| r.get(0))
+        .expect("count patches");
+    assert_eq!(
+        left, 0,
+        "the run's end wrote its whole snapshot and deleted the patches"
+    );
     // The re-run carried the same idempotency key as the interrupted request.
     let keys: Vec<_> = fake
         .seen("/second")
