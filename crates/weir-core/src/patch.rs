@@ -152,9 +152,14 @@ pub struct Tracker {
 }
 
 impl Tracker {
-    /// After a whole snapshot was written (or read): the next commit may write a patch.
+    /// A driver's tracker when it starts: the run it drives may carry patches of an earlier
+    /// driver (one that died after writing them), so its first whole snapshot deletes them
+    /// too. The next commit may write a patch.
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            patched: true,
+            ..Self::default()
+        }
     }
 
     /// A write into the public state at `key` (or `key.sub`).
@@ -217,7 +222,8 @@ impl Tracker {
     }
 
     /// The driver writes the whole snapshot: the marks start again. True when it covers
-    /// patches written since the last whole one (the store clears them).
+    /// patches written since the last whole one, or may (the first whole snapshot of a
+    /// drive): the store deletes them.
     pub fn whole(&mut self) -> bool {
         std::mem::take(self).patched
     }
@@ -375,7 +381,16 @@ mod tests {
         now.output = json!("reply");
         t.touch_output();
         assert!(t.next(&now).is_none(), "nothing to leave out");
-        assert!(!t.whole(), "no patch to cover");
+        assert!(
+            t.whole(),
+            "a drive's first whole snapshot covers an earlier driver's patches"
+        );
+        now.output = json!("again");
+        t.touch_output();
+        Arc::make_mut(&mut now.state).insert("last".into(), json!("again"));
+        t.touch("last", None);
+        assert!(t.next(&now).is_none(), "nothing to leave out");
+        assert!(!t.whole(), "no patch since the last whole snapshot");
         now.output = json!("next");
         t.touch_output();
         assert!(t.next(&now).is_some(), "`last` is left out");

@@ -567,6 +567,31 @@ async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
     assert!(matches!(refused, Err(StoreError::LeaseLost { .. })));
     now.hops -= 100;
     assert_eq!(s2.load_run("p1").await.unwrap().snapshot, now);
+    // The new driver's first whole snapshot covers the patches the dead one left.
+    let kept = f.patches_kept("p1").await;
+    assert!(
+        kept.is_none_or(|n| n > 0),
+        "{kept:?} patches before the takeover's whole write"
+    );
+    let mut bobs = Tracker::new();
+    now.hops += 1;
+    let st = step(commits + 1, "bob", StepStatus::Succeeded);
+    s2.commit_step(
+        &bob,
+        StepCommit {
+            step: &st,
+            started: &[],
+            snapshot: &now,
+            patch: None,
+            covers_patches: bobs.whole(),
+            events: vec![],
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(s2.load_run("p1").await.unwrap().snapshot, now);
+    let kept = f.patches_kept("p1").await;
+    assert!(kept.is_none_or(|n| n == 0), "{kept:?} patches after it");
     // The end writes the whole snapshot: what a reader sees is the final one.
     let mut end = now.clone();
     end.pending.clear();
