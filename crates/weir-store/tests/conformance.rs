@@ -592,6 +592,42 @@ async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
     assert_eq!(s2.load_run("p1").await.unwrap().snapshot, now);
     let kept = f.patches_kept("p1").await;
     assert!(kept.is_none_or(|n| n == 0), "{kept:?} patches after it");
+    // A patch is numbered by its write's first event: a write without events stores the
+    // whole snapshot instead, which covers the patches before it.
+    for (i, with_event) in [(0u32, true), (1, false)] {
+        Arc::make_mut(&mut now.state).insert("k1".into(), json!({"late": i}));
+        bobs.touch("k1", None);
+        now.hops += 1;
+        let patch = bobs.next(&now);
+        assert!(patch.is_some());
+        let st = step(commits + 2 + i, "late", StepStatus::Succeeded);
+        s2.commit_step(
+            &bob,
+            StepCommit {
+                step: &st,
+                started: &[],
+                snapshot: &now,
+                patch: patch.as_ref(),
+                covers_patches: false,
+                events: if with_event {
+                    vec![EventKind::CancelRequested {
+                        by: "nobody".into(),
+                    }]
+                } else {
+                    vec![]
+                },
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(s2.load_run("p1").await.unwrap().snapshot, now);
+        let kept = f.patches_kept("p1").await;
+        let want = i64::from(with_event);
+        assert!(
+            kept.is_none_or(|n| n == want),
+            "{kept:?} patches, want {want}"
+        );
+    }
     // The end writes the whole snapshot: what a reader sees is the final one.
     let mut end = now.clone();
     end.pending.clear();

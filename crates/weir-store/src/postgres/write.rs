@@ -256,7 +256,10 @@ impl Postgres {
             _ => None,
         };
         let whole = if patch.is_some() { None } else { w.snapshot };
-        let snap = match (&patch, whole.is_some() && w.clear) {
+        // A patch is keyed by the write's first event; without one the whole snapshot goes,
+        // and it covers whatever patches came before.
+        let clear = w.clear || (w.patch.is_some() && patch.is_none());
+        let snap = match (&patch, whole.is_some() && clear) {
             (Some(_), _) => 2,
             (None, true) => 1,
             (None, false) => 0,

@@ -143,22 +143,25 @@ impl Sqlite {
     /// Serializes one write of a drive and runs it on the writer thread.
     pub(super) async fn fenced(&self, w: Fenced<'_>) -> Result<Written, StoreError> {
         let at = now_rfc3339();
+        // A patch is keyed by the write's first event; without one the whole snapshot goes,
+        // and it covers whatever patches came before.
+        let patch = w
+            .patch
+            .filter(|_| !w.events.is_empty() && w.snapshot.is_some());
+        let clear = w.snapshot.is_some() && (w.clear || (w.patch.is_some() && patch.is_none()));
         let write = FencedWrite {
             run_id: w.lease.run_id.clone(),
             epoch: w.lease.epoch as i64,
             owner: w.lease.owner.clone(),
             write: w.write,
             visible: w.visible,
-            snapshot: match w.patch {
-                Some(_) if !w.events.is_empty() && !w.steps.is_empty() => None,
-                _ => w.snapshot.map(json).transpose()?,
+            snapshot: match patch {
+                Some(_) => None,
+                None => w.snapshot.map(json).transpose()?,
             },
-            patch: match w.patch {
-                Some(p) if !w.events.is_empty() && !w.steps.is_empty() => Some(json(p)?),
-                _ => None,
-            },
+            patch: patch.map(json).transpose()?,
             cost_usd: w.snapshot.map(|s| s.cost_usd),
-            clear: w.clear && w.snapshot.is_some(),
+            clear,
             steps: w
                 .steps
                 .iter()
