@@ -76,8 +76,9 @@ pub struct Run<'e> {
     /// Attempt events from node futures (a retry shows when it happens).
     progress: mpsc::UnboundedSender<EventKind>,
     progress_rx: Option<mpsc::UnboundedReceiver<EventKind>>,
-    /// The snapshot as the store holds it, for stores that take patches: a step commit
-    /// writes what changed, and the whole snapshot every few commits.
+    /// For stores that keep snapshot patches: what changed since the last write (marked as
+    /// the scheduler writes it), so a step commit writes a patch of the snapshot, and the
+    /// whole snapshot every few commits (`weir_core::patch`).
     stored: Option<Tracker>,
 }
 
