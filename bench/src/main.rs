@@ -18,6 +18,10 @@ use weir_core::{RunStatus, RunStore, Workflow};
 use weir_engine::{Engine, Quiet, Services, Source};
 
 use fakes::{FakeModel, NoScripts, NoTools};
+
+/// The allocator the `weir` binary ships with (`crates/weir-cli/src/main.rs`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use weir_store::Memory;
 
 fn emit(bench: &str, metric: &str, value: f64, unit: &str) {
