@@ -20,13 +20,45 @@ pub struct Conns {
     pub visible: Connection,
 }
 
-/// A grouped write's statements, run in a savepoint of the group's transaction: it says
-/// whether to keep them, and returns what answers its waiter once the group committed (or
-/// failed to).
-/// Called with `None` when the group's transaction could not begin: `f` is not run, and the
-/// answer carries the error.
-type GroupedJob = Box<dyn FnOnce(Option<&Connection>) -> (bool, Answer) + Send>;
-type Answer = Box<dyn FnOnce(Option<&StoreError>) + Send>;
+/// A grouped write: its statements, which may run twice (a group whose every write
+/// succeeds commits without savepoints; when one fails, the group is rolled back and each
+/// write runs again in a savepoint of its own), and the answer to its waiter, given once
+/// the group committed (or failed to).
+trait Grouped: Send {
+    /// Runs the statements; whether to keep them.
+    fn run(&mut self, conn: &Connection) -> bool;
+    /// Answers the waiter: with the write's own result, or `failed` when the group failed.
+    fn answer(self: Box<Self>, failed: Option<&StoreError>);
+}
+
+type GroupedJob = Box<dyn Grouped>;
+
+struct Pending<T, F> {
+    f: F,
+    result: Option<Result<T, StoreError>>,
+    tx: tokio::sync::oneshot::Sender<Result<T, StoreError>>,
+}
+
+impl<T, F> Grouped for Pending<T, F>
+where
+    T: Send,
+    F: FnMut(&Connection) -> Result<T, StoreError> + Send,
+{
+    fn run(&mut self, conn: &Connection) -> bool {
+        let result = (self.f)(conn);
+        let keep = result.is_ok();
+        self.result = Some(result);
+        keep
+    }
+
+    fn answer(self: Box<Self>, failed: Option<&StoreError>) {
+        let _ = self.tx.send(match (failed, self.result) {
+            (Some(e), _) => Err(e.clone()),
+            (None, Some(result)) => result,
+            (None, None) => Err(StoreError::Backend("not run".into())),
+        });
+    }
+}
 
 enum Job {
     /// Runs alone, with both connections (reads, claims, migrations of state).
@@ -137,22 +169,13 @@ impl Writer {
     pub async fn grouped<T: Send + 'static>(
         &self,
         synced: bool,
-        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+        f: impl FnMut(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let job: GroupedJob = Box::new(move |conn| {
-            let result = match conn {
-                Some(conn) => f(conn),
-                None => Err(StoreError::Backend("not run".into())),
-            };
-            let keep = result.is_ok();
-            let answer: Answer = Box::new(move |failed| {
-                let _ = tx.send(match failed {
-                    None => result,
-                    Some(e) => Err(e.clone()),
-                });
-            });
-            (keep, answer)
+        let job: GroupedJob = Box::new(Pending {
+            f,
+            result: None,
+            tx,
         });
         self.jobs
             .send(Job::Grouped { synced, job })
@@ -171,44 +194,75 @@ fn control(conn: &Connection, sql: &str) -> Result<(), StoreError> {
         .map_err(backend)
 }
 
-/// One group commit: a `BEGIN IMMEDIATE` transaction, a savepoint per write when there are
-/// several (a write that fails rolls back alone), one commit, then every answer.
-fn commit_group(conn: &mut Connection, group: Vec<GroupedJob>) {
+/// One group commit: a `BEGIN IMMEDIATE` transaction of every write, one commit, then every
+/// answer. Savepoints cost each write two statements and a copy of every page it changes, so
+/// the group first runs without them; only when a write fails is the group rolled back and
+/// run again with a savepoint per write, so that the failed one rolls back alone.
+fn commit_group(conn: &mut Connection, mut group: Vec<GroupedJob>) {
     if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
         for job in group {
-            let (_, answer) = job(None);
-            answer(Some(&e));
+            job.answer(Some(&e));
         }
         return;
     }
-    let alone = group.len() == 1;
-    let mut answers = Vec::with_capacity(group.len());
     let mut failed = false;
-    for job in group {
-        if alone {
-            let (keep, answer) = job(Some(conn));
-            failed = !keep;
-            answers.push((answer, None));
-            continue;
+    for job in &mut group {
+        // An I/O error or a full disk can make SQLite roll the transaction back itself.
+        if !job.run(conn) || conn.is_autocommit() {
+            failed = true;
+            break;
         }
+    }
+    if !failed {
+        let committed = match control(conn, "COMMIT") {
+            Ok(()) => None,
+            Err(e) => {
+                let _ = control(conn, "ROLLBACK");
+                Some(e)
+            }
+        };
+        for job in group {
+            job.answer(committed.as_ref());
+        }
+        return;
+    }
+    if !conn.is_autocommit() {
+        let _ = control(conn, "ROLLBACK");
+    }
+    if group.len() == 1 {
+        // The only write failed and was rolled back: its answer carries its own error.
+        for job in group {
+            job.answer(None);
+        }
+        return;
+    }
+    commit_each(conn, group);
+}
+
+/// A group one of whose writes failed, again: a savepoint per write, so each stands or falls
+/// alone.
+fn commit_each(conn: &mut Connection, mut group: Vec<GroupedJob>) {
+    if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
+        for job in group {
+            job.answer(Some(&e));
+        }
+        return;
+    }
+    let mut own = Vec::with_capacity(group.len());
+    for job in &mut group {
         // An I/O error or a full disk can make SQLite roll the whole transaction back: the
         // rest of the group then does not run (it would commit on its own, unreported).
         if conn.is_autocommit() {
-            let (_, answer) = job(None);
-            answers.push((
-                answer,
-                Some(StoreError::Backend(
-                    "the group's transaction was rolled back".into(),
-                )),
-            ));
+            own.push(Some(StoreError::Backend(
+                "the group's transaction was rolled back".into(),
+            )));
             continue;
         }
         if let Err(e) = control(conn, "SAVEPOINT w") {
-            let (_, answer) = job(None);
-            answers.push((answer, Some(e)));
+            own.push(Some(e));
             continue;
         }
-        let (keep, answer) = job(Some(conn));
+        let keep = job.run(conn);
         let undo = |conn: &Connection| {
             control(conn, "ROLLBACK TO w").and_then(|_| control(conn, "RELEASE w"))
         };
@@ -220,23 +274,17 @@ fn commit_group(conn: &mut Connection, group: Vec<GroupedJob>) {
         } else {
             undo(conn)
         };
-        answers.push((answer, kept.err()));
+        own.push(kept.err());
     }
-    let committed = if failed {
-        // The only write failed: nothing to keep (its answer carries its own error).
-        let _ = control(conn, "ROLLBACK");
-        None
-    } else {
-        match control(conn, "COMMIT") {
-            Ok(()) => None,
-            Err(e) => {
-                let _ = control(conn, "ROLLBACK");
-                Some(e)
-            }
+    let committed = match control(conn, "COMMIT") {
+        Ok(()) => None,
+        Err(e) => {
+            let _ = control(conn, "ROLLBACK");
+            Some(e)
         }
     };
-    for (answer, own) in answers {
-        answer(committed.as_ref().or(own.as_ref()));
+    for (job, own) in group.into_iter().zip(own) {
+        job.answer(committed.as_ref().or(own.as_ref()));
     }
 }
 
