@@ -1,0 +1,185 @@
+//! Reading many runs: listing with filters and pages, retention.
+
+use super::*;
+
+pub(super) async fn retention_deletes_only_ended_runs(f: Fixture) {
+    let s = f.store;
+    s.create_run(&new_run("queued")).await.unwrap();
+    paused_run(s.as_ref(), "paused").await;
+    s.create_run(&new_run("cancelled")).await.unwrap();
+    s.request_cancel("cancelled", "me").await.unwrap();
+    let mut n = new_run("done");
+    n.claim = Some(claim("driver", 30_000));
+    let lease = s.create_run(&n).await.unwrap().lease.unwrap();
+    let mut running = new_run("running");
+    running.claim = Some(claim("driver", 30_000));
+    s.create_run(&running).await.unwrap();
+    s.finish_run(
+        &lease,
+        &RunUpdate {
+            status: RunStatus::Succeeded,
+            error: None,
+            finished_at: Some(weir_core::store::now_rfc3339()),
+            snapshot: snap(&["a"], vec![]),
+        },
+        vec![EventKind::RunFinished {
+            status: RunStatus::Succeeded,
+            error: None,
+        }],
+    )
+    .await
+    .unwrap();
+    let future = "9999-01-01T00:00:00.000Z";
+    assert!(
+        s.prune("2000-01-01T00:00:00.000Z", &[])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        s.prune(future, &[RunStatus::Succeeded]).await.unwrap(),
+        ["done"]
+    );
+    assert!(matches!(
+        s.load_run("done").await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        s.get_record("done").await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert_eq!(s.prune(future, &[]).await.unwrap(), ["cancelled"]);
+    for kept in ["queued", "paused", "running"] {
+        assert!(s.load_run(kept).await.is_ok(), "{kept} is never pruned");
+    }
+    assert!(s.prune(future, &[]).await.unwrap().is_empty());
+    let listed = s
+        .list_runs(&RunFilter {
+            limit: 10,
+            ..RunFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 3);
+}
+
+pub(super) async fn run_listing_filters_and_pages(f: Fixture) {
+    let s = f.store;
+    for i in 0..7 {
+        let mut n = new_run(&format!("run-{i}"));
+        n.created_at = format!("2026-01-01T00:00:0{i}.000Z");
+        if i % 2 == 0 {
+            n.workflow = "even".into();
+            n.pin = Some(weir_core::store::Pin {
+                workflow_id: "evens".into(),
+                version: 1,
+            });
+        }
+        s.create_run(&n).await.unwrap();
+    }
+    s.request_cancel("run-3", "me").await.unwrap();
+    let counts = s.count_by_status().await.unwrap();
+    assert_eq!(counts, [(RunStatus::Cancelled, 1), (RunStatus::Queued, 6)]);
+    let ids = |v: Vec<weir_core::record::RunSummary>| -> Vec<String> {
+        v.into_iter().map(|r| r.run_id).collect()
+    };
+    let all = s
+        .list_runs(&RunFilter {
+            limit: 100,
+            ..RunFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(all),
+        [
+            "run-6", "run-5", "run-4", "run-3", "run-2", "run-1", "run-0"
+        ]
+    );
+    let mut pages = Vec::new();
+    let mut after = None;
+    loop {
+        let page = s
+            .list_runs(&RunFilter {
+                limit: 3,
+                after: after.clone(),
+                ..RunFilter::default()
+            })
+            .await
+            .unwrap();
+        let Some(last) = page.last() else { break };
+        after = Some(weir_core::store::Cursor {
+            started_at: last.started_at.clone(),
+            run_id: last.run_id.clone(),
+        });
+        pages.push(ids(page));
+    }
+    assert_eq!(pages.concat().len(), 7, "{pages:?}");
+    assert_eq!(pages[0], ["run-6", "run-5", "run-4"]);
+    let by = |f: RunFilter| {
+        let s = s.clone();
+        async move { ids(s.list_runs(&RunFilter { limit: 100, ..f }).await.unwrap()) }
+    };
+    assert_eq!(
+        by(RunFilter {
+            workflow: Some("even".into()),
+            ..RunFilter::default()
+        })
+        .await
+        .len(),
+        4
+    );
+    assert_eq!(
+        by(RunFilter {
+            workflow: Some("evens".into()),
+            ..RunFilter::default()
+        })
+        .await
+        .len(),
+        4
+    );
+    assert_eq!(
+        by(RunFilter {
+            status: Some(RunStatus::Cancelled),
+            ..RunFilter::default()
+        })
+        .await,
+        ["run-3"]
+    );
+    assert_eq!(
+        by(RunFilter {
+            since: Some("2026-01-01T00:00:05.000Z".into()),
+            ..RunFilter::default()
+        })
+        .await,
+        ["run-6", "run-5"]
+    );
+    assert_eq!(
+        by(RunFilter {
+            text: Some("N-1".into()),
+            ..RunFilter::default()
+        })
+        .await,
+        ["run-1"]
+    );
+    assert_eq!(
+        by(RunFilter {
+            text: Some("EVE".into()),
+            ..RunFilter::default()
+        })
+        .await
+        .len(),
+        4
+    );
+    assert!(
+        by(RunFilter {
+            text: Some("%".into()),
+            ..RunFilter::default()
+        })
+        .await
+        .is_empty()
+    );
+    let pinned = s.load_run("run-2").await.unwrap();
+    assert_eq!(pinned.pin.unwrap().workflow_id, "evens");
+    assert_eq!(pinned.input, json!({"x": 1}));
+}
