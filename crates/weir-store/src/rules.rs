@@ -2,6 +2,7 @@
 //! reports, and the messages a refused change carries.
 
 use weir_core::event::EventKind;
+use weir_core::patch::Patch;
 use weir_core::record::RunStatus;
 use weir_core::store::{StoreError, describe_expiry};
 
@@ -170,5 +171,23 @@ pub fn next_version(
         ))),
         Some((latest, _)) => Ok(latest + 1),
         None => Ok(1),
+    }
+}
+
+/// How a drive's write stores the run's snapshot (both SQL stores): its patch, when it has one
+/// and an event to number it (patches apply in the order of their first events); else the
+/// whole snapshot, if it carries one, which deletes the patches before it when the driver
+/// says it covers some, or when it stands in for a patch. Returns the patch to write and
+/// whether to delete the run's patches.
+pub fn snapshot_write<'a>(
+    whole: bool,
+    patch: Option<&'a Patch<'a>>,
+    covers_patches: bool,
+    has_events: bool,
+) -> (Option<&'a Patch<'a>>, bool) {
+    match patch {
+        Some(p) if whole && has_events => (Some(p), false),
+        Some(_) => (None, whole),
+        None => (None, whole && covers_patches),
     }
 }

@@ -362,7 +362,7 @@ impl RunStore for Postgres {
             visible: false,
             snapshot: Some(c.snapshot),
             patch: c.patch,
-            clear: c.patch.is_none() && c.covers_patches,
+            clear: c.covers_patches,
             steps,
             events: c.events,
             status: None,
@@ -600,7 +600,6 @@ impl RunStore for Postgres {
                     true,
                 ),
                 ("DELETE FROM queue WHERE run_id = $1", false),
-                ("DELETE FROM run_patches WHERE run_id = $1", false),
             ] {
                 let mut q = sqlx::query(sql).bind(run_id);
                 if bind {
@@ -615,6 +614,7 @@ impl RunStore for Postgres {
                     error: Some(error),
                 },
             ];
+            snapshot_written(&mut *tx, run_id).await?;
             insert_events(&mut *tx, run_id, last - 1, &at, &kinds).await?;
             Ok((
                 CancelOutcome::Cancelled,
@@ -630,12 +630,14 @@ impl RunStore for Postgres {
     }
 
     async fn load_run(&self, run_id: &str) -> Result<StoredRun, StoreError> {
-        let row = sqlx::query(
-            concat!("SELECT r.workflow, r.status, r.source_path, r.source_text, r.snapshot, ", patches!(), ",
-                        r.epoch, r.owner, CASE WHEN q.leased THEN q.visible_at END AS lease_expires_at,
+        let row = sqlx::query(concat!(
+            "SELECT r.workflow, r.status, r.source_path, r.source_text, r.snapshot, ",
+            patches!(),
+            ", r.epoch, r.owner,
+                        CASE WHEN q.leased THEN q.visible_at END AS lease_expires_at,
                         r.cancel_requested, r.workflow_id, r.workflow_version, r.input
-                 FROM runs r LEFT JOIN queue q ON q.run_id = r.id WHERE r.id = $1"),
-        )
+                 FROM runs r LEFT JOIN queue q ON q.run_id = r.id WHERE r.id = $1"
+        ))
         .bind(run_id)
         .fetch_optional(&self.pool)
         .await

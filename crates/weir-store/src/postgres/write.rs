@@ -146,10 +146,9 @@ pub(super) struct Fence<'a> {
     pub(super) write: &'static str,
     pub(super) visible: bool,
     pub(super) snapshot: Option<&'a Snapshot>,
-    /// Written instead of the whole `snapshot` when present (and the write has events, whose
-    /// first number keys it).
+    /// Written instead of the whole `snapshot` (`rules::snapshot_write`).
     pub(super) patch: Option<&'a Patch<'a>>,
-    /// Delete the patches the whole snapshot covers.
+    /// The whole snapshot covers patches written before it (`StepCommit::covers_patches`).
     pub(super) clear: bool,
     pub(super) steps: Vec<&'a StepRecord>,
     pub(super) events: Vec<EventKind>,
@@ -251,15 +250,10 @@ impl Postgres {
         self.faults.hit("commit", 0)?;
         let at = now_rfc3339();
         let n = w.events.len() as i64;
-        let patch = match w.patch {
-            Some(p) if n > 0 => Some(json(p)?),
-            _ => None,
-        };
+        let (patch, clear) = rules::snapshot_write(w.snapshot.is_some(), w.patch, w.clear, n > 0);
+        let patch = patch.map(json).transpose()?;
         let whole = if patch.is_some() { None } else { w.snapshot };
-        // A patch is keyed by the write's first event; without one the whole snapshot goes,
-        // and it covers whatever patches came before.
-        let clear = w.clear || (w.patch.is_some() && patch.is_none());
-        let snap = match (&patch, whole.is_some() && clear) {
+        let snap = match (&patch, clear) {
             (Some(_), _) => 2,
             (None, true) => 1,
             (None, false) => 0,

@@ -34,8 +34,8 @@ use crate::{backend, event_of, event_value, json};
 use rows::{End, Fenced, insert_events, insert_steps};
 use writer::Writer;
 
-/// The patches written after a run's whole snapshot, as one JSON array in commit order: a column of the statement that reads the snapshot, so both
-/// come from one read.
+/// The patches written after a run's whole snapshot, as one JSON array in commit order: a
+/// column of the statement that reads the snapshot, so both come from one read.
 macro_rules! patches {
     () => {
         "(SELECT json_group_array(json(p.patch) ORDER BY p.seq) FROM run_patches p
@@ -258,7 +258,7 @@ impl RunStore for Sqlite {
             visible: false,
             snapshot: Some(c.snapshot),
             patch: c.patch,
-            clear: c.patch.is_none() && c.covers_patches,
+            clear: c.covers_patches,
             steps,
             events: c.events,
             end: None,

@@ -104,10 +104,9 @@ pub(super) struct Fenced<'a> {
     pub(super) write: &'static str,
     pub(super) visible: bool,
     pub(super) snapshot: Option<&'a Snapshot>,
-    /// Written instead of the whole `snapshot` when present (and the write has events, whose
-    /// first number keys it).
+    /// Written instead of the whole `snapshot` (`rules::snapshot_write`).
     pub(super) patch: Option<&'a Patch<'a>>,
-    /// Clear the patches the whole snapshot covers.
+    /// The whole snapshot covers patches written before it (`StepCommit::covers_patches`).
     pub(super) clear: bool,
     pub(super) steps: Vec<&'a StepRecord>,
     pub(super) events: Vec<EventKind>,
@@ -143,12 +142,12 @@ impl Sqlite {
     /// Serializes one write of a drive and runs it on the writer thread.
     pub(super) async fn fenced(&self, w: Fenced<'_>) -> Result<Written, StoreError> {
         let at = now_rfc3339();
-        // A patch is keyed by the write's first event; without one the whole snapshot goes,
-        // and it covers whatever patches came before.
-        let patch = w
-            .patch
-            .filter(|_| !w.events.is_empty() && w.snapshot.is_some());
-        let clear = w.snapshot.is_some() && (w.clear || (w.patch.is_some() && patch.is_none()));
+        let (patch, clear) = crate::rules::snapshot_write(
+            w.snapshot.is_some(),
+            w.patch,
+            w.clear,
+            !w.events.is_empty(),
+        );
         let write = FencedWrite {
             run_id: w.lease.run_id.clone(),
             epoch: w.lease.epoch as i64,
