@@ -31,10 +31,18 @@ fn emit(bench: &str, metric: &str, value: f64, unit: &str) {
     );
 }
 
+/// Each loaded workflow's source text, by name: a run stores its workflow's source, as
+/// `weir run` stores the file it was given.
+static SOURCES: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
 fn load(text: &str) -> Arc<Workflow> {
     let l = weir_dialects::load("bench.json", text);
     assert!(!l.has_errors(), "{:?}", l.diagnostics);
-    Arc::new(l.valid().expect("valid workflow"))
+    let wf = l.valid().expect("valid workflow");
+    let mut sources = SOURCES.lock().expect("sources");
+    sources.retain(|(name, _)| *name != wf.name);
+    sources.push((wf.name.clone(), text.to_string()));
+    Arc::new(wf)
 }
 
 fn agent(id: &str, msg: &str) -> Value {
@@ -100,16 +108,21 @@ fn engine_with(store: Arc<dyn RunStore>, latency: Duration, reply_bytes: usize) 
     )
 }
 
-fn source() -> Source {
+fn source(wf: &Workflow) -> Source {
+    let sources = SOURCES.lock().expect("sources");
     Source {
         path: "bench.json".into(),
-        text: String::new(),
+        text: sources
+            .iter()
+            .find(|(name, _)| *name == wf.name)
+            .map(|(_, text)| text.clone())
+            .unwrap_or_default(),
         pin: None,
     }
 }
 
 async fn run(e: &Engine, wf: &Arc<Workflow>, input: Value) -> weir_engine::RunOutcome {
-    let r = e.start(wf.clone(), source(), input).await.expect("run");
+    let r = e.start(wf.clone(), source(wf), input).await.expect("run");
     assert!(
         matches!(r.status, RunStatus::Succeeded | RunStatus::Paused),
         "{:?}",

@@ -490,7 +490,7 @@ impl RunStore for Sqlite {
             patches!(),
             ", epoch, owner,
                     lease_expires_at, cancel_requested, workflow_id, workflow_version, input
-             FROM runs WHERE id = ?"
+             FROM runs JOIN run_sources ON run_sources.run_id = runs.id WHERE id = ?"
         ))
         .bind(run_id)
         .fetch_optional(&self.pool)
@@ -512,7 +512,7 @@ impl RunStore for Sqlite {
             "SELECT workflow, dialect, status, input, snapshot, ",
             patches!(),
             ", error, started_at, finished_at
-             FROM runs WHERE id = ?"
+             FROM runs JOIN run_sources ON run_sources.run_id = runs.id WHERE id = ?"
         ))
         .bind(run_id)
         .fetch_optional(&self.pool)
@@ -579,6 +579,7 @@ impl RunStore for Sqlite {
                 "DELETE FROM steps WHERE run_id = ?",
                 "DELETE FROM run_events WHERE run_id = ?",
                 "DELETE FROM run_patches WHERE run_id = ?",
+                "DELETE FROM run_sources WHERE run_id = ?",
                 "DELETE FROM runs WHERE id = ?",
             ] {
                 sqlx::query(sql)

@@ -25,7 +25,7 @@ async fn a_schema_3_database_migrates() {
         }
         sqlx::raw_sql(
             r#"INSERT INTO runs (id, workflow, dialect, status, source_path, source_text, input, snapshot, started_at)
-               VALUES ('old', 'wf', 'graph', 'running', 'wf.json', '{}', '{}', '{"state": {}, "loops": {}, "pending": ["a"], "completed": [], "arrivals": {}, "hops": 0, "visits": {}, "next_seq": 1, "cost_usd": 0.0, "output": null, "gates": [], "owner": "host:1"}', '2026-01-01T00:00:00.000Z');
+               VALUES ('old', 'wf', 'graph', 'running', 'wf.json', '{"name": "wf"}', '{"topic": "rivers"}', '{"state": {}, "loops": {}, "pending": ["a"], "completed": [], "arrivals": {}, "hops": 0, "visits": {}, "next_seq": 1, "cost_usd": 0.0, "output": null, "gates": [], "owner": "host:1"}', '2026-01-01T00:00:00.000Z');
                INSERT INTO events (run_id, body) VALUES ('old', '{"type": "run_resumed", "at": "2026-01-01T00:00:01.000Z"}');
                INSERT INTO events (run_id, body) VALUES ('old', '{"type": "gate_approved", "node_id": "g"}');
                INSERT INTO steps (run_id, seq, node_id, node_type, visit, status, route, input, output, error, cost_usd, tokens_in, tokens_out, started_at, finished_at, duration_ms)
@@ -36,6 +36,16 @@ async fn a_schema_3_database_migrates() {
         .unwrap();
     }
     let store = Sqlite::open(Some(&path)).await.unwrap();
+    // The source and input moved out of the runs row (migration 9).
+    let stored = store.load_run("old").await.unwrap();
+    assert_eq!(
+        (stored.source_text.as_str(), stored.input.clone()),
+        (r#"{"name": "wf"}"#, serde_json::json!({"topic": "rivers"}))
+    );
+    assert_eq!(
+        store.get_record("old").await.unwrap().input,
+        serde_json::json!({"topic": "rivers"})
+    );
     // The steps table was rebuilt (migration 7): its rows come through unchanged.
     let step = store.get_step("old", 1).await.unwrap();
     assert_eq!(
@@ -66,4 +76,40 @@ async fn a_schema_3_database_migrates() {
     assert_eq!(lease.epoch, 1);
     assert_eq!(w.events[0].seq, 3);
     assert!(matches!(w.events[0].kind, EventKind::RunResumed { .. }));
+}
+
+/// A run's source and input live in `run_sources` (migration 9): written with the run, read
+/// back with it, and pruned with it.
+#[tokio::test]
+async fn a_runs_source_is_kept_beside_it_and_pruned_with_it() {
+    let store = Sqlite::open(None).await.unwrap();
+    let run = weir_core::store::NewRun {
+        run_id: "r1".into(),
+        workflow: "wf".into(),
+        dialect: "graph".into(),
+        source_path: "wf.json".into(),
+        source_text: r#"{"name": "wf", "nodes": []}"#.into(),
+        input: serde_json::json!({"topic": "rivers"}),
+        created_at: weir_core::store::now_rfc3339(),
+        snapshot: Default::default(),
+        idempotency_key: None,
+        claim: None,
+        pin: None,
+    };
+    store.create_run(&run).await.unwrap();
+    let stored = store.load_run("r1").await.unwrap();
+    assert_eq!(stored.source_text, run.source_text);
+    assert_eq!(stored.input, run.input);
+    // A queued run is cancelled at once, which ends it.
+    store.request_cancel("r1", "test").await.unwrap();
+    assert_eq!(
+        store.prune("9999-01-01T00:00:00.000Z", &[]).await.unwrap(),
+        ["r1"]
+    );
+    let left: i64 = sqlx::query("SELECT COUNT(*) FROM run_sources")
+        .fetch_one(&store.pool)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "the pruned run's source is deleted with it");
 }

@@ -721,10 +721,9 @@ pub fn create_run(
         }
     }
     tx.prepare_cached(
-        "INSERT INTO runs (id, workflow, dialect, status, source_path, source_text, input,
-                           snapshot, cost_usd, started_at, idempotency_key, event_seq,
-                           workflow_id, workflow_version)
-         VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, 0, ?8, ?9, 1, ?10, ?11)",
+        "INSERT INTO runs (id, workflow, dialect, status, source_path, snapshot, cost_usd,
+                           started_at, idempotency_key, event_seq, workflow_id, workflow_version)
+         VALUES (?1, ?2, ?3, 'queued', ?4, ?5, 0, ?6, ?7, 1, ?8, ?9)",
     )
     .map_err(backend)?
     .execute(params![
@@ -732,8 +731,6 @@ pub fn create_run(
         run.workflow,
         run.dialect,
         run.source_path,
-        run.source_text,
-        input,
         snapshot,
         run.created_at,
         run.idempotency_key,
@@ -748,6 +745,11 @@ pub fn create_run(
         }
         other => backend(other),
     })?;
+    // Written once, beside the row every step commit updates (migration 9).
+    tx.prepare_cached("INSERT INTO run_sources (run_id, source_text, input) VALUES (?1, ?2, ?3)")
+        .map_err(backend)?
+        .execute(params![run.run_id, run.source_text, input])
+        .map_err(backend)?;
     let at = weir_core::store::now_rfc3339();
     let mut events = vec![insert_event(
         tx,
