@@ -63,7 +63,15 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
         },
         Some(schema) => {
             let check = SchemaCheck::new(schema.clone());
-            match structured::ask(models, req, &check, spec.repair_attempts, &mut spent).await {
+            match Box::pin(structured::ask(
+                models,
+                req,
+                &check,
+                spec.repair_attempts,
+                &mut spent,
+            ))
+            .await
+            {
                 Ok(s) => (s.response, Some(s.parsed), s.repairs),
                 Err(StructuredError::Model(e)) => return Err(model_failure(e, request, spent)),
                 Err(StructuredError::Invalid { errors, repairs }) => {

@@ -219,19 +219,24 @@ impl Failure {
 }
 
 /// Runs one attempt of a node.
+///
+/// A future is as large as the largest of its states, and every layer that awaits it
+/// (timeout, panic guard, the run's task list) moves it: the executors whose futures are
+/// large (several model calls, tool and script calls) are boxed, so the common agent step
+/// does not copy their size around at every launch.
 pub async fn execute(ctx: &NodeCtx) -> Result<Outcome, Failure> {
     match &ctx.node().kind {
         NodeKind::Agent(spec) => agent::execute(ctx, spec).await,
-        NodeKind::Tool(spec) => tool::execute(ctx, spec).await,
+        NodeKind::Tool(spec) => Box::pin(tool::execute(ctx, spec)).await,
         NodeKind::Condition(spec) => condition::execute(ctx, spec),
         NodeKind::Loop(spec) => loop_node::execute(ctx, spec),
         NodeKind::HumanGate(spec) => human_gate::execute(ctx, spec),
         NodeKind::Merge => merge::execute(),
         NodeKind::End(spec) => end::execute(ctx, spec),
-        NodeKind::Judge(spec) => judge::execute(ctx, spec).await,
-        NodeKind::Consensus(spec) => consensus::execute(ctx, spec).await,
-        NodeKind::Script(spec) => script::execute(ctx, spec).await,
-        NodeKind::Step(spec) => step::execute(ctx, spec).await,
+        NodeKind::Judge(spec) => Box::pin(judge::execute(ctx, spec)).await,
+        NodeKind::Consensus(spec) => Box::pin(consensus::execute(ctx, spec)).await,
+        NodeKind::Script(spec) => Box::pin(script::execute(ctx, spec)).await,
+        NodeKind::Step(spec) => Box::pin(step::execute(ctx, spec)).await,
     }
 }
 
