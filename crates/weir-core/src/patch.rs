@@ -87,7 +87,7 @@ impl SnapshotPatch {
             }
         }
         if let Some(o) = self.output {
-            to.output = o;
+            to.output = Arc::new(o);
         }
         for (id, h) in self.history {
             match h {
@@ -325,7 +325,7 @@ mod tests {
             now.next_seq += 2;
             now.cost_usd += 0.25;
             if i % 2 == 0 {
-                now.output = json!({"last": i});
+                now.output = Arc::new(json!({"last": i}));
                 t.touch_output();
             }
             if i == 5 {
@@ -378,20 +378,20 @@ mod tests {
         let mut t = Tracker::new();
         Arc::make_mut(&mut now.state).insert("last".into(), json!("reply"));
         t.touch("last", None);
-        now.output = json!("reply");
+        now.output = Arc::new(json!("reply"));
         t.touch_output();
         assert!(t.next(&now).is_none(), "nothing to leave out");
         assert!(
             t.whole(),
             "a drive's first whole snapshot covers an earlier driver's patches"
         );
-        now.output = json!("again");
+        now.output = Arc::new(json!("again"));
         t.touch_output();
         Arc::make_mut(&mut now.state).insert("last".into(), json!("again"));
         t.touch("last", None);
         assert!(t.next(&now).is_none(), "nothing to leave out");
         assert!(!t.whole(), "no patch since the last whole snapshot");
-        now.output = json!("next");
+        now.output = Arc::new(json!("next"));
         t.touch_output();
         assert!(t.next(&now).is_some(), "`last` is left out");
     }

@@ -181,6 +181,13 @@ pub struct Attempt {
     pub cost_usd: f64,
 }
 
+/// A shared `null`, the output of a step that has not finished (no allocation per step).
+pub fn no_output() -> std::sync::Arc<Value> {
+    static NULL: std::sync::LazyLock<std::sync::Arc<Value>> =
+        std::sync::LazyLock::new(|| std::sync::Arc::new(Value::Null));
+    NULL.clone()
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
     pub seq: u32,
@@ -193,7 +200,8 @@ pub struct StepRecord {
     pub status: StepStatus,
     pub route: Option<String>,
     pub input: Value,
-    pub output: Value,
+    /// Shared with the run's snapshot while this is its last step (no copy per step).
+    pub output: std::sync::Arc<Value>,
     pub error: Option<String>,
     pub cost_usd: f64,
     pub tokens: Tokens,
@@ -279,8 +287,8 @@ pub struct Snapshot {
     pub visits: BTreeMap<String, u32>,
     pub next_seq: u32,
     pub cost_usd: f64,
-    /// Output of the last node that ran.
-    pub output: Value,
+    /// Output of the last node that ran (shared with its step record).
+    pub output: std::sync::Arc<Value>,
     /// Human gates waiting for a decision, oldest first.
     pub gates: Vec<PendingGate>,
     /// Pipeline: the current pass (1 + backward jumps so far).

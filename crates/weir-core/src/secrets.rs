@@ -92,13 +92,31 @@ impl Redactor {
         }
     }
 
+    /// Whether any string in `v`, object keys included, holds a secret value.
+    pub fn holds(&self, v: &Value) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        match v {
+            Value::String(s) => self.redacted(s).is_some(),
+            Value::Array(a) => a.iter().any(|x| self.holds(x)),
+            Value::Object(m) => m
+                .iter()
+                .any(|(k, x)| self.redacted(k).is_some() || self.holds(x)),
+            _ => false,
+        }
+    }
+
     /// Everything a step record carries: output, error, input and each attempt's error,
     /// request, reply and calls.
     pub fn step(&self, s: &mut crate::record::StepRecord) {
         if self.is_empty() {
             return;
         }
-        self.value(&mut s.output);
+        // The output is shared with the run's snapshot: copied only when it holds a secret.
+        if self.holds(&s.output) {
+            self.value(std::sync::Arc::make_mut(&mut s.output));
+        }
         self.value(&mut s.input);
         if let Some(e) = &mut s.error {
             self.string(e);

@@ -338,7 +338,7 @@ impl Engine {
                     .push(weir_core::record::Reused {
                         from_run: reuse.from_run.clone(),
                         seq: step.seq,
-                        output: step.output,
+                        output: Arc::unwrap_or_clone(step.output),
                         route: step.route,
                     });
             }
@@ -473,7 +473,6 @@ fn initial_snapshot(wf: &Workflow, input: &Value) -> Snapshot {
         state: Arc::new(state),
         pending: wf.entries().iter().map(|n| n.id.clone()).collect(),
         next_seq: 1,
-        output: Value::Null,
         ..Snapshot::default()
     }
 }

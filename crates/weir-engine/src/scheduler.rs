@@ -380,7 +380,7 @@ impl<'e> Run<'e> {
                 } else {
                     Value::Object(public.as_ref().clone())
                 },
-                output: Value::Null,
+                output: weir_core::record::no_output(),
                 error: None,
                 cost_usd: 0.0,
                 tokens: Tokens::default(),
@@ -523,10 +523,12 @@ impl<'e> Run<'e> {
                 if let NodeKind::Step(_) = node.kind {
                     self.record_pass(node, &outcome);
                 }
+                // One value for the record and the snapshot's last output.
+                let output = Arc::new(std::mem::take(&mut outcome.output));
                 match &outcome.route {
                     Route::End(status) => {
-                        if !outcome.output.is_null() {
-                            self.snapshot.output = outcome.output.clone();
+                        if !output.is_null() {
+                            self.snapshot.output = output.clone();
                             if let Some(t) = &mut self.stored {
                                 t.touch_output();
                             }
@@ -551,9 +553,9 @@ impl<'e> Run<'e> {
                             (StateLayout::Variables, Some(w))
                                 if matches!(node.kind, NodeKind::Step(_)) =>
                             {
-                                w.clone()
+                                Arc::new(w.clone())
                             }
-                            _ => outcome.output.clone(),
+                            _ => output.clone(),
                         };
                         if let NodeKind::Loop(_) = node.kind {
                             self.route_loop(node_id, &outcome.route);
@@ -569,8 +571,7 @@ impl<'e> Run<'e> {
                         );
                     }
                 }
-                // The record takes the output itself (the snapshot kept its own copy).
-                step.output = outcome.output;
+                step.output = output;
             }
         }
         self.engine.redactor.step(&mut step);
@@ -743,7 +744,7 @@ impl<'e> Run<'e> {
                     run_id: self.lease.run_id.clone(),
                     status: RunStatus::Queued,
                     error: None,
-                    output: self.snapshot.output.clone(),
+                    output: self.snapshot.output.as_ref().clone(),
                     cost_usd: self.snapshot.cost_usd,
                 });
             }
@@ -800,7 +801,7 @@ impl<'e> Run<'e> {
             run_id: self.lease.run_id.clone(),
             status,
             error: error.clone(),
-            output: self.snapshot.output.clone(),
+            output: self.snapshot.output.as_ref().clone(),
             cost_usd: self.snapshot.cost_usd,
         };
         let w = store

@@ -102,7 +102,7 @@ pub(crate) fn record(p: RecordParts<'_>) -> RunRecord {
         status: p.status,
         input: p.input,
         state: Value::Object(p.snapshot.state.as_ref().clone()),
-        output: p.snapshot.output.clone(),
+        output: p.snapshot.output.as_ref().clone(),
         error: p.error,
         pending_gate: if p.status == RunStatus::Paused {
             p.snapshot.gates.first().cloned()

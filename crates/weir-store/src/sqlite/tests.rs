@@ -53,7 +53,7 @@ async fn a_schema_3_database_migrates() {
     assert_eq!(
         (
             step.node_id.as_str(),
-            step.output.clone(),
+            step.output.as_ref().clone(),
             step.cost_usd,
             step.tokens.output,
             step.duration_ms
