@@ -5,7 +5,8 @@
 //! statement's result back on its own (see BENCHMARKS.md).
 
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
@@ -68,11 +69,25 @@ enum Job {
     Grouped { synced: bool, job: GroupedJob },
 }
 
+/// How long the thread's writes wait for another connection's write lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The most writes one group commit takes.
 const GROUP_MAX: usize = 256;
 
 pub struct Writer {
     jobs: mpsc::Sender<Job>,
+    /// The connections: held by the thread while it runs a job or a group, or by a caller
+    /// that runs its write in place (`grouped`).
+    conns: Arc<Mutex<Conns>>,
+    /// Jobs sent to the thread and not yet taken by it.
+    queued: Arc<AtomicUsize>,
+}
+
+/// The connections, whether or not a job panicked while holding them (the transaction it
+/// left open is rolled back by the next `BEGIN`'s failure path).
+fn lock(conns: &Mutex<Conns>) -> MutexGuard<'_, Conns> {
+    conns.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
@@ -85,7 +100,7 @@ fn connect(path: &Path, synchronous: &str) -> Result<Connection, StoreError> {
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(backend)?;
-    c.busy_timeout(Duration::from_secs(30)).map_err(backend)?;
+    c.busy_timeout(BUSY_TIMEOUT).map_err(backend)?;
     c.execute_batch(&format!(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"
     ))
@@ -98,11 +113,13 @@ impl Writer {
     /// Opens the connections (the database exists: sqlx created and migrated it) and starts
     /// the thread; it ends when the store is dropped.
     pub fn open(path: &Path, full_sync: bool) -> Result<Self, StoreError> {
-        let mut conns = Conns {
+        let conns = Arc::new(Mutex::new(Conns {
             synced: connect(path, if full_sync { "FULL" } else { "NORMAL" })?,
             visible: connect(path, "OFF")?,
-        };
+        }));
+        let queued = Arc::new(AtomicUsize::new(0));
         let (jobs, rx) = mpsc::channel::<Job>();
+        let (thread_conns, thread_queued) = (conns.clone(), queued.clone());
         std::thread::Builder::new()
             .name("weir-sqlite-writer".into())
             .spawn(move || {
@@ -111,10 +128,14 @@ impl Writer {
                     let job = match next.take() {
                         Some(j) => j,
                         None => match rx.recv() {
-                            Ok(j) => j,
+                            Ok(j) => {
+                                thread_queued.fetch_sub(1, Ordering::AcqRel);
+                                j
+                            }
                             Err(_) => break,
                         },
                     };
+                    let mut conns = lock(&thread_conns);
                     match job {
                         Job::Run(f) => f(&mut conns),
                         Job::Grouped { synced, job } => {
@@ -124,12 +145,17 @@ impl Writer {
                             let mut group = vec![job];
                             while group.len() < GROUP_MAX {
                                 match rx.try_recv() {
-                                    Ok(Job::Grouped { synced: s, job }) if s == synced => {
-                                        group.push(job)
-                                    }
-                                    Ok(other) => {
-                                        next = Some(other);
-                                        break;
+                                    Ok(job) => {
+                                        thread_queued.fetch_sub(1, Ordering::AcqRel);
+                                        match job {
+                                            Job::Grouped { synced: s, job } if s == synced => {
+                                                group.push(job)
+                                            }
+                                            other => {
+                                                next = Some(other);
+                                                break;
+                                            }
+                                        }
                                     }
                                     Err(_) => break,
                                 }
@@ -145,7 +171,46 @@ impl Writer {
                 }
             })
             .map_err(backend)?;
-        Ok(Self { jobs })
+        Ok(Self {
+            jobs,
+            conns,
+            queued,
+        })
+    }
+
+    /// Commits `job` here when nothing is queued and the connections are free; else hands
+    /// it back, for the thread.
+    fn in_place(&self, synced: bool, job: GroupedJob) -> Option<GroupedJob> {
+        if self.queued.load(Ordering::Acquire) != 0 {
+            return Some(job);
+        }
+        let Ok(mut conns) = self.conns.try_lock() else {
+            return Some(job);
+        };
+        let conn = if synced {
+            &mut conns.synced
+        } else {
+            &mut conns.visible
+        };
+        // Without waiting: while another connection (a pool transaction) holds the write
+        // lock, the write goes to the thread, which waits for it. Waiting here would block
+        // this runtime thread, which may be the one that drives that transaction on.
+        let _ = conn.busy_timeout(Duration::ZERO);
+        let began = control(conn, "BEGIN IMMEDIATE");
+        let _ = conn.busy_timeout(BUSY_TIMEOUT);
+        if began.is_err() {
+            return Some(job);
+        }
+        commit_begun(conn, vec![job]);
+        None
+    }
+
+    fn send(&self, job: Job) -> Result<(), StoreError> {
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        self.jobs.send(job).map_err(|_| {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            StoreError::Backend("the SQLite writer thread stopped".into())
+        })
     }
 
     /// Runs `f` on the writer thread and waits for its result.
@@ -154,18 +219,19 @@ impl Writer {
         f: impl FnOnce(&mut Conns) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.jobs
-            .send(Job::Run(Box::new(move |c| {
-                let _ = tx.send(f(c));
-            })))
-            .map_err(|_| StoreError::Backend("the SQLite writer thread stopped".into()))?;
+        self.send(Job::Run(Box::new(move |c| {
+            let _ = tx.send(f(c));
+        })))?;
         rx.await
             .map_err(|_| StoreError::Backend("the SQLite writer thread stopped".into()))?
     }
 
-    /// Runs `f` on the writer thread inside a savepoint of a group commit on the synced
-    /// (`synced`) or the unsynced connection: an `Err` rolls back `f`'s statements alone;
-    /// the answer comes once the group's transaction committed.
+    /// Runs `f` in a group commit on the synced (`synced`) or the unsynced connection: an
+    /// `Err` rolls back `f`'s statements alone; the answer comes once the group's transaction
+    /// committed. When nothing is queued and the connections are free, the write runs here,
+    /// as a group of one: no hand-off to the writer thread and back (two thread wake-ups,
+    /// the larger part of a lone durable step's cost above its fsync). Writes that arrive
+    /// meanwhile queue for the thread, which commits them together.
     pub async fn grouped<T: Send + 'static>(
         &self,
         synced: bool,
@@ -177,9 +243,9 @@ impl Writer {
             result: None,
             tx,
         });
-        self.jobs
-            .send(Job::Grouped { synced, job })
-            .map_err(|_| StoreError::Backend("the SQLite writer thread stopped".into()))?;
+        if let Some(job) = self.in_place(synced, job) {
+            self.send(Job::Grouped { synced, job })?;
+        }
         rx.await
             .map_err(|_| StoreError::Backend("the SQLite writer thread stopped".into()))?
     }
@@ -198,13 +264,18 @@ fn control(conn: &Connection, sql: &str) -> Result<(), StoreError> {
 /// answer. Savepoints cost each write two statements and a copy of every page it changes, so
 /// the group first runs without them; only when a write fails is the group rolled back and
 /// run again with a savepoint per write, so that the failed one rolls back alone.
-fn commit_group(conn: &mut Connection, mut group: Vec<GroupedJob>) {
+fn commit_group(conn: &mut Connection, group: Vec<GroupedJob>) {
     if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
         for job in group {
             job.answer(Some(&e));
         }
         return;
     }
+    commit_begun(conn, group);
+}
+
+/// [`commit_group`] once its transaction has begun.
+fn commit_begun(conn: &mut Connection, mut group: Vec<GroupedJob>) {
     let mut failed = false;
     for job in &mut group {
         // An I/O error or a full disk can make SQLite roll the transaction back itself.
