@@ -13,7 +13,7 @@
 //! - a finished step is committed, with the snapshot it produced and the `running` rows of
 //!   the nodes it launched, before any of those nodes is polled.
 
-use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -895,10 +895,11 @@ fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &FastMap<Stri
             .collect();
         for m in waiting {
             let live = live_from_frontier(wf, snapshot, in_flight, &m);
-            let arrived = snapshot.arrivals.get(&m).cloned().unwrap_or_default();
-            let blocked = wf
-                .incoming(&m)
-                .any(|e| !arrived.contains(&e.id) && live.contains(e.source.as_str()));
+            let arrived = snapshot.arrivals.get(&m);
+            let blocked = wf.incoming(&m).any(|e| {
+                !arrived.is_some_and(|a| a.contains(&e.id))
+                    && wf.position(&e.source).is_some_and(|i| live[i])
+            });
             if !blocked {
                 snapshot.arrivals.remove(&m);
                 snapshot.pending.push(m);
@@ -927,35 +928,39 @@ fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &FastMap<Stri
 
 /// Nodes that may still run: pending ones, in-flight ones, parked gates, other merges
 /// that some branch has reached (they will fire), and everything reachable from them
-/// without passing through `merge`.
+/// without passing through `merge`; by position in the workflow's nodes.
 fn live_from_frontier(
     wf: &Workflow,
     snapshot: &Snapshot,
     in_flight: &FastMap<String, InFlight>,
     merge: &str,
-) -> BTreeSet<String> {
-    let mut seen = BTreeSet::new();
-    let mut queue: VecDeque<String> = snapshot
+) -> Vec<bool> {
+    let mut live = vec![false; wf.nodes.len()];
+    let merge_at = wf.position(merge);
+    let frontier = snapshot
         .pending
         .iter()
-        .cloned()
-        .chain(in_flight.keys().cloned())
-        .chain(snapshot.gates.iter().map(|g| g.node_id.clone()))
+        .chain(in_flight.keys())
+        .chain(snapshot.gates.iter().map(|g| &g.node_id))
         .chain(
             snapshot
                 .arrivals
                 .iter()
                 .filter(|(m, a)| *m != merge && !a.is_empty())
-                .map(|(m, _)| m.clone()),
-        )
-        .collect();
-    while let Some(id) = queue.pop_front() {
-        if id == merge || !seen.insert(id.clone()) {
+                .map(|(m, _)| m),
+        );
+    let mut stack: Vec<usize> = frontier.filter_map(|id| wf.position(id)).collect();
+    while let Some(i) = stack.pop() {
+        if Some(i) == merge_at || live[i] {
             continue;
         }
-        queue.extend(wf.outgoing(&id).map(|e| e.target.clone()));
+        live[i] = true;
+        stack.extend(
+            wf.outgoing(&wf.nodes[i].id)
+                .filter_map(|e| wf.position(&e.target)),
+        );
     }
-    seen
+    live
 }
 
 /// What templates and expressions see: public state, plus in the `Variables` layout each
