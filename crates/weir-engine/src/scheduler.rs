@@ -894,12 +894,22 @@ fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &FastMap<Stri
             .map(|(m, _)| m.clone())
             .collect();
         for m in waiting {
-            let live = live_from_frontier(wf, snapshot, in_flight, &m);
             let arrived = snapshot.arrivals.get(&m);
-            let blocked = wf.incoming(&m).any(|e| {
-                !arrived.is_some_and(|a| a.contains(&e.id))
-                    && wf.position(&e.source).is_some_and(|i| live[i])
+            let open: Vec<&weir_core::ir::Edge> = wf
+                .incoming(&m)
+                .filter(|e| !arrived.is_some_and(|a| a.contains(&e.id)))
+                .collect();
+            // The common case of a fan-out: a branch still running or about to run blocks
+            // the merge without a walk of the graph.
+            let direct = open.iter().any(|e| {
+                e.source != m
+                    && (in_flight.contains_key(&e.source) || snapshot.pending.contains(&e.source))
             });
+            let blocked = direct || {
+                let live = live_from_frontier(wf, snapshot, in_flight, &m);
+                open.iter()
+                    .any(|e| wf.position(&e.source).is_some_and(|i| live[i]))
+            };
             if !blocked {
                 snapshot.arrivals.remove(&m);
                 snapshot.pending.push(m);
