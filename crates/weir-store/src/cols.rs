@@ -64,8 +64,7 @@ pub(crate) fn pin(r: &impl Cols) -> Option<Pin> {
     })
 }
 
-/// Step records from the rows of `steps` and of `attempts` (`seq`, `body`), both by `seq`
-/// (Postgres keeps a step's attempts in rows of their own).
+/// Step records from the rows of `steps` and of `attempts` (`seq`, `body`), both by `seq`.
 pub(crate) fn steps(
     rows: &[impl Cols],
     attempts: &[impl Cols],
@@ -78,41 +77,28 @@ pub(crate) fn steps(
             .filter(|a| a.int("seq") == seq)
             .map(|a| parse(&a.text("body")))
             .collect::<Result<_, _>>()?;
-        out.push(step(r, attempts)?);
+        out.push(StepRecord {
+            seq: seq as u32,
+            node_id: r.text("node_id"),
+            node_type: r.text("node_type"),
+            visit: r.int("visit") as u32,
+            status: StepStatus::parse(&r.text("status")).unwrap_or(StepStatus::Failed),
+            route: r.opt_text("route"),
+            input: parse(&r.text("input"))?,
+            output: parse(&r.text("output"))?,
+            error: r.opt_text("error"),
+            cost_usd: r.real("cost_usd"),
+            tokens: Tokens {
+                input: r.int("tokens_in") as u64,
+                output: r.int("tokens_out") as u64,
+            },
+            attempts,
+            started_at: r.text("started_at"),
+            finished_at: r.opt_text("finished_at"),
+            duration_ms: r.opt_int("duration_ms").map(|d| d as u64),
+        });
     }
     Ok(out)
-}
-
-/// Step records from rows of `steps` that carry their attempts as a JSON array in an
-/// `attempts` column (SQLite, migration 10).
-pub(crate) fn steps_with_attempts(rows: &[impl Cols]) -> Result<Vec<StepRecord>, StoreError> {
-    rows.iter()
-        .map(|r| step(r, parse(&r.text("attempts"))?))
-        .collect()
-}
-
-/// One step record from a row of `steps` and its attempts.
-fn step(r: &impl Cols, attempts: Vec<Attempt>) -> Result<StepRecord, StoreError> {
-    Ok(StepRecord {
-        seq: r.int("seq") as u32,
-        node_id: r.text("node_id"),
-        node_type: r.text("node_type"),
-        visit: r.int("visit") as u32,
-        status: StepStatus::parse(&r.text("status")).unwrap_or(StepStatus::Failed),
-        route: r.opt_text("route"),
-        input: parse(&r.text("input"))?,
-        output: parse(&r.text("output"))?,
-        error: r.opt_text("error"),
-        cost_usd: r.real("cost_usd"),
-        tokens: Tokens {
-            input: r.int("tokens_in") as u64,
-            output: r.int("tokens_out") as u64,
-        },
-        attempts,
-        started_at: r.text("started_at"),
-        finished_at: r.opt_text("finished_at"),
-        duration_ms: r.opt_int("duration_ms").map(|d| d as u64),
-    })
 }
 
 /// A run's snapshot as of its last commit, from `snapshot` (the whole snapshot written

@@ -258,18 +258,4 @@ ALTER TABLE runs DROP COLUMN source_text;
 ALTER TABLE runs DROP COLUMN input;
 "#,
     ),
-    (
-        10,
-        r#"
--- A step's attempts as a JSON array on its own row instead of a row each in `attempts`: a
--- step commit writes one row fewer (two B-trees, the table and its text-keyed index), and a
--- step is read back with one query.
-ALTER TABLE steps ADD COLUMN attempts TEXT NOT NULL DEFAULT '[]';
-UPDATE steps SET attempts = (
-    SELECT json_group_array(json(a.body) ORDER BY a.n) FROM attempts a
-    WHERE a.run_id = steps.run_id AND a.seq = steps.seq)
-WHERE EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = steps.run_id AND a.seq = steps.seq);
-DROP TABLE attempts;
-"#,
-    ),
 ];

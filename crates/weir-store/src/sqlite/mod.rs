@@ -151,7 +151,7 @@ impl Sqlite {
     ) -> Result<Vec<StepRecord>, StoreError> {
         let rows = sqlx::query(
             "SELECT seq, node_id, node_type, visit, status, route, input, output, error, cost_usd,
-                    tokens_in, tokens_out, started_at, finished_at, duration_ms, attempts
+                    tokens_in, tokens_out, started_at, finished_at, duration_ms
              FROM steps WHERE run_id = ? AND (? IS NULL OR seq = ?) ORDER BY seq",
         )
         .bind(run_id.to_string())
@@ -160,7 +160,16 @@ impl Sqlite {
         .fetch_all(&self.pool)
         .await
         .map_err(backend)?;
-        crate::cols::steps_with_attempts(&rows)
+        let attempt_rows = sqlx::query(
+            "SELECT seq, body FROM attempts WHERE run_id = ? AND (? IS NULL OR seq = ?) ORDER BY seq, n",
+        )
+        .bind(run_id.to_string())
+        .bind(only_seq.map(i64::from))
+        .bind(only_seq.map(i64::from))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        crate::cols::steps(&rows, &attempt_rows)
     }
 }
 
@@ -566,6 +575,7 @@ impl RunStore for Sqlite {
         .collect();
         for id in &ids {
             for sql in [
+                "DELETE FROM attempts WHERE run_id = ?",
                 "DELETE FROM steps WHERE run_id = ?",
                 "DELETE FROM run_events WHERE run_id = ?",
                 "DELETE FROM run_patches WHERE run_id = ?",

@@ -21,14 +21,14 @@ pub(super) async fn insert_steps(
     }
     let mut rows = Vec::with_capacity(steps.len());
     for s in steps {
-        rows.push((s, json(&s.input)?, json(&s.output)?, json(&s.attempts)?));
+        rows.push((s, json(&s.input)?, json(&s.output)?));
     }
     let mut q: QueryBuilder<Db> = QueryBuilder::new(
         "INSERT OR REPLACE INTO steps (run_id, seq, node_id, node_type, visit, status, route,
              input, output, error, cost_usd, tokens_in, tokens_out, started_at, finished_at,
-             duration_ms, attempts) ",
+             duration_ms) ",
     );
-    q.push_values(rows, |mut b, (s, input, output, attempts)| {
+    q.push_values(rows, |mut b, (s, input, output)| {
         b.push_bind(run_id)
             .push_bind(i64::from(s.seq))
             .push_bind(s.node_id.as_str())
@@ -44,10 +44,26 @@ pub(super) async fn insert_steps(
             .push_bind(s.tokens.output as i64)
             .push_bind(s.started_at.as_str())
             .push_bind(s.finished_at.as_deref())
-            .push_bind(s.duration_ms.map(|d| d as i64))
-            .push_bind(attempts);
+            .push_bind(s.duration_ms.map(|d| d as i64));
     });
     q.build().execute(&mut *conn).await.map_err(backend)?;
+    let mut attempts = Vec::new();
+    for s in steps {
+        for a in &s.attempts {
+            attempts.push((s.seq, a.n, json(a)?));
+        }
+    }
+    if !attempts.is_empty() {
+        let mut q: QueryBuilder<Db> =
+            QueryBuilder::new("INSERT OR REPLACE INTO attempts (run_id, seq, n, body) ");
+        q.push_values(attempts, |mut b, (seq, n, body)| {
+            b.push_bind(run_id)
+                .push_bind(i64::from(seq))
+                .push_bind(i64::from(n))
+                .push_bind(body);
+        });
+        q.build().execute(&mut *conn).await.map_err(backend)?;
+    }
     Ok(())
 }
 
@@ -114,7 +130,11 @@ pub(super) fn step_row(s: &StepRecord) -> Result<StepRow, StoreError> {
         started_at: s.started_at.clone(),
         finished_at: s.finished_at.clone(),
         duration_ms: s.duration_ms.map(|d| d as i64),
-        attempts: json(&s.attempts)?,
+        attempts: s
+            .attempts
+            .iter()
+            .map(|a| Ok((i64::from(a.n), json(a)?)))
+            .collect::<Result<_, StoreError>>()?,
     })
 }
 
