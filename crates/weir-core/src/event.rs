@@ -51,13 +51,13 @@ pub enum EventKind {
     StepStarted {
         step: u32,
         node_id: String,
-        node_type: String,
+        node_type: crate::record::NodeType,
         visit: u32,
     },
     StepFinished {
         step: u32,
         node_id: String,
-        node_type: String,
+        node_type: crate::record::NodeType,
         status: StepStatus,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         route: Option<String>,

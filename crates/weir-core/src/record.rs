@@ -181,6 +181,10 @@ pub struct Attempt {
     pub cost_usd: f64,
 }
 
+/// A node's type name (`agent`, `tool`, …): the workflow's own `&'static str` while a run
+/// goes, owned only when read back from a store.
+pub type NodeType = std::borrow::Cow<'static, str>;
+
 /// A shared `null`, the output of a step that has not finished (no allocation per step).
 pub fn no_output() -> std::sync::Arc<Value> {
     static NULL: std::sync::LazyLock<std::sync::Arc<Value>> =
@@ -193,7 +197,7 @@ pub struct StepRecord {
     pub seq: u32,
     pub node_id: String,
     #[serde(default)]
-    pub node_type: String,
+    pub node_type: NodeType,
     /// How many times this node had run in the run when this step started (1-based).
     #[serde(default)]
     pub visit: u32,

@@ -80,7 +80,7 @@ pub(crate) fn steps(
         out.push(StepRecord {
             seq: seq as u32,
             node_id: r.text("node_id"),
-            node_type: r.text("node_type"),
+            node_type: r.text("node_type").into(),
             visit: r.int("visit") as u32,
             status: StepStatus::parse(&r.text("status")).unwrap_or(StepStatus::Failed),
             route: r.opt_text("route"),

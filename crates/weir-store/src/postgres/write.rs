@@ -45,7 +45,7 @@ impl StepArrays {
         for s in steps {
             a.seq.push(i64::from(s.seq));
             a.node_id.push(s.node_id.clone());
-            a.node_type.push(s.node_type.clone());
+            a.node_type.push(s.node_type.to_string());
             a.visit.push(i64::from(s.visit));
             a.status.push(s.status.as_str());
             a.route.push(s.route.clone());

@@ -32,7 +32,7 @@ pub(super) async fn insert_steps(
         b.push_bind(run_id)
             .push_bind(i64::from(s.seq))
             .push_bind(s.node_id.as_str())
-            .push_bind(s.node_type.as_str())
+            .push_bind(&*s.node_type)
             .push_bind(i64::from(s.visit))
             .push_bind(s.status.as_str())
             .push_bind(s.route.as_deref())

@@ -363,7 +363,7 @@ fn commit_each(conn: &mut Connection, mut group: Vec<GroupedJob>) {
 pub struct StepRow {
     pub seq: i64,
     pub node_id: String,
-    pub node_type: String,
+    pub node_type: weir_core::record::NodeType,
     pub visit: i64,
     pub status: &'static str,
     pub route: Option<String>,
