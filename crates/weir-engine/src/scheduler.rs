@@ -68,9 +68,11 @@ pub struct Run<'e> {
     /// A finished step not committed yet: it is committed together with the `running` rows
     /// of the successors it launched, in one statement, before any of them is polled.
     unsaved: Option<StepRecord>,
-    /// Steps launched since the last commit.
-    /// Steps launched since the last write (node ids; their rows are the in-flight ones).
-    started: Vec<String>,
+    /// Steps launched since the last write (their sequence numbers; their rows are the
+    /// in-flight ones).
+    started: Vec<u32>,
+    /// The run's id, shared with every node it launches.
+    run_id: Arc<str>,
     /// Events of the changes not committed yet; they go in the same transaction.
     events: Vec<EventKind>,
     /// Attempt events from node futures (a retry shows when it happens).
@@ -93,6 +95,7 @@ impl<'e> Run<'e> {
     pub fn new(engine: &'e Engine, wf: Arc<Workflow>, lease: Lease, snapshot: Snapshot) -> Self {
         let (progress, progress_rx) = mpsc::unbounded_channel();
         let stored = engine.services.store.keeps_patches().then(Tracker::new);
+        let run_id = lease.run_id.as_str().into();
         Self {
             engine,
             wf,
@@ -102,6 +105,7 @@ impl<'e> Run<'e> {
             ending: None,
             unsaved: None,
             started: Vec::new(),
+            run_id,
             events: Vec::new(),
             progress,
             progress_rx: Some(progress_rx),
@@ -268,9 +272,9 @@ impl<'e> Run<'e> {
         let events = std::mem::take(&mut self.events);
         // A step that started and already finished is written once, finished.
         let mut started: Vec<&StepRecord> = Vec::with_capacity(self.started.len());
-        for id in &self.started {
-            if let Some(f) = self.in_flight.get(id)
-                && !started.iter().any(|s| s.seq == f.step.seq)
+        for seq in &self.started {
+            if let Some(f) = self.in_flight.values().find(|f| f.step.seq == *seq)
+                && !started.iter().any(|s| s.seq == *seq)
             {
                 started.push(&f.step);
             }
@@ -395,10 +399,10 @@ impl<'e> Run<'e> {
                 node_type: step.node_type.clone(),
                 visit,
             });
-            self.started.push(node_id.clone());
+            self.started.push(seq);
             let loop_count = self.snapshot.loops.get(&node_id).copied().unwrap_or(0) + 1;
             let ctx = NodeCtx {
-                run_id: self.lease.run_id.clone(),
+                run_id: self.run_id.clone(),
                 wf: self.wf.clone(),
                 index,
                 scope: weir_core::expr::Scope::new(state.clone()),

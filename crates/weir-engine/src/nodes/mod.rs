@@ -23,7 +23,7 @@ use crate::Services;
 
 /// What a node sees when it runs.
 pub struct NodeCtx {
-    pub run_id: String,
+    pub run_id: std::sync::Arc<str>,
     pub wf: Arc<weir_core::Workflow>,
     /// Index of this node in `wf.nodes`.
     pub index: usize,
