@@ -113,3 +113,34 @@ async fn a_runs_source_is_kept_beside_it_and_pruned_with_it() {
         .get(0);
     assert_eq!(left, 0, "the pruned run's source is deleted with it");
 }
+
+/// A drive's write that finds SQLite's write lock held by another connection (a pool
+/// transaction, as a decision or an API creation takes) is not run in place, where it would
+/// either fail at once or hold up the runtime's thread: it goes to the writer thread, which
+/// waits for the lock, and succeeds once the other transaction commits.
+#[tokio::test(flavor = "current_thread")]
+async fn a_write_behind_another_connections_write_lock_waits_on_the_writer_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Sqlite::open(Some(&dir.path().join("w.db"))).await.unwrap();
+    let run = weir_core::store::NewRun {
+        run_id: "r1".into(),
+        workflow: "wf".into(),
+        dialect: "graph".into(),
+        source_path: "wf.json".into(),
+        source_text: "{}".into(),
+        input: serde_json::json!({}),
+        created_at: weir_core::store::now_rfc3339(),
+        snapshot: Default::default(),
+        idempotency_key: None,
+        claim: None,
+        pin: None,
+    };
+    let tx = store.write_tx().await.unwrap();
+    let release = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        tx.commit().await.unwrap();
+    };
+    let (created, ()) = tokio::join!(store.create_run(&run), release);
+    created.unwrap();
+    assert_eq!(store.load_run("r1").await.unwrap().source_text, "{}");
+}
