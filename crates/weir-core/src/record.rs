@@ -157,6 +157,37 @@ pub struct Tokens {
     pub output: u64,
 }
 
+/// What an attempt sent, as its record shows it: a model call's `{"model", "system",
+/// "user"}`, or any JSON value (a tool call, a consensus round, a pipeline step's nodes).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Request {
+    /// Typed, so an agent step builds it without a JSON map (keys allocated and hashed).
+    Model(ModelAsk),
+    Other(Value),
+}
+
+/// One model call as sent: `{"model", "system" (null when none), "user"}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelAsk {
+    pub model: String,
+    pub system: Option<String>,
+    pub user: String,
+}
+
+impl From<Value> for Request {
+    fn from(v: Value) -> Self {
+        Request::Other(v)
+    }
+}
+
+impl From<ModelAsk> for Request {
+    fn from(m: ModelAsk) -> Self {
+        Request::Model(m)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Attempt {
     pub n: u32,
@@ -168,7 +199,7 @@ pub struct Attempt {
     pub duration_ms: u64,
     /// For model calls: what was sent (model, system, user).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub request: Option<Value>,
+    pub request: Option<Request>,
     /// For model calls: the reply text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response: Option<String>,
@@ -321,6 +352,36 @@ pub struct StepPass {
 #[cfg(test)]
 mod tests {
     use super::ErrorCode;
+
+    /// An attempt's request reads and writes as the JSON it always was: a model call's
+    /// `{"model", "system", "user"}` in that order (`system` null when none); anything else,
+    /// a model-like object with more keys included, stays the value it was.
+    #[test]
+    fn an_attempts_request_keeps_its_json() {
+        use super::{ModelAsk, Request};
+        use serde_json::json;
+        let ask = Request::Model(ModelAsk {
+            model: "claude-sonnet-4-5".into(),
+            system: None,
+            user: "hi".into(),
+        });
+        assert_eq!(
+            serde_json::to_string(&ask).unwrap(),
+            r#"{"model":"claude-sonnet-4-5","system":null,"user":"hi"}"#
+        );
+        let read: Request =
+            serde_json::from_str(r#"{"model":"m","system":"be brief","user":"u"}"#).unwrap();
+        assert!(matches!(&read, Request::Model(m) if m.system.as_deref() == Some("be brief")));
+        for other in [
+            json!({"tool": "http_request", "idempotency_key": "k"}),
+            json!({"model": "m", "system": null, "user": "u", "agents": 3}),
+            json!({"model": "m", "system": null, "nodes": [{"node": 1, "user": "u"}]}),
+        ] {
+            let read: Request = serde_json::from_value(other.clone()).unwrap();
+            assert!(matches!(read, Request::Other(_)), "{other}");
+            assert_eq!(serde_json::to_value(&read).unwrap(), other);
+        }
+    }
 
     #[test]
     fn every_run_error_code_has_a_docs_page() {

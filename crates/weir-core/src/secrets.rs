@@ -125,8 +125,16 @@ impl Redactor {
             if let Some(e) = &mut a.error {
                 self.string(e);
             }
-            if let Some(r) = &mut a.request {
-                self.value(r);
+            match &mut a.request {
+                Some(crate::record::Request::Model(m)) => {
+                    self.string(&mut m.model);
+                    if let Some(s) = &mut m.system {
+                        self.string(s);
+                    }
+                    self.string(&mut m.user);
+                }
+                Some(crate::record::Request::Other(v)) => self.value(v),
+                None => {}
             }
             if let Some(r) = &mut a.response {
                 self.string(r);

@@ -168,7 +168,7 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
         error: None,
         error_class: None,
         duration_ms: 3,
-        request: Some(json!({"user": "hi"})),
+        request: Some(json!({"user": "hi"}).into()),
         response: Some("hello".into()),
         calls: vec![],
         cost_usd: 0.5,

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use weir_core::ModelRequest;
 use weir_core::ir::{AgentSpec, StateLayout};
 use weir_core::model::Message;
+use weir_core::record::{ModelAsk, Request};
 
 use super::{Failure, NodeCtx, Outcome, Route, Spent, model_failure};
 use crate::structured::{self, SchemaCheck, StructuredError};
@@ -26,17 +27,11 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
             schema.source()
         ));
     }
-    // Built from owned values (`json!` serialises each string again).
-    let mut fields = serde_json::Map::with_capacity(3);
-    fields.insert("model".into(), Value::String(spec.model.clone()));
-    fields.insert(
-        "system".into(),
-        system
-            .as_ref()
-            .map_or(Value::Null, |s| Value::String(s.clone())),
-    );
-    fields.insert("user".into(), Value::String(user.clone()));
-    let request = Value::Object(fields);
+    let request = Request::Model(ModelAsk {
+        model: spec.model.clone(),
+        system: system.clone(),
+        user: user.clone(),
+    });
     let req = ModelRequest {
         model: spec.model.clone(),
         system,

@@ -199,7 +199,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &ConsensusSpec) -> Result<Outcome, Fai
     Ok(Outcome {
         write: None,
         route: Route::Key(decision.to_string()),
-        request: Some(request),
+        request: Some(request.into()),
         response: None,
         output,
         spent,

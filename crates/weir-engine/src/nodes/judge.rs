@@ -21,7 +21,11 @@ pub async fn execute(ctx: &NodeCtx, spec: &JudgeSpec) -> Result<Outcome, Failure
         .map(|t| render(ctx, t, "system"))
         .transpose()?;
     let user = envelope.prompt(&prompt);
-    let request = json!({"model": spec.model, "system": system, "user": user});
+    let request = weir_core::record::Request::Model(weir_core::record::ModelAsk {
+        model: spec.model.clone(),
+        system: system.clone(),
+        user: user.clone(),
+    });
     let req = ModelRequest {
         model: spec.model.clone(),
         system,

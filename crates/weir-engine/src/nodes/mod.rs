@@ -17,7 +17,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use weir_core::ir::{EndStatus, Node, NodeKind, StateLayout};
 use weir_core::model::ModelCall;
-use weir_core::record::Tokens;
+use weir_core::record::{Request, Tokens};
 
 use crate::Services;
 
@@ -161,7 +161,7 @@ pub struct Outcome {
     /// What to write to state under the output key (agent and tool nodes).
     pub write: Option<Value>,
     pub route: Route,
-    pub request: Option<Value>,
+    pub request: Option<Request>,
     pub response: Option<String>,
     pub spent: Spent,
 }
@@ -188,7 +188,7 @@ pub struct Failure {
     pub retryable: bool,
     pub retry_after: Option<std::time::Duration>,
     /// Boxed: failures travel through `Result`s and should stay small.
-    pub request: Option<Box<Value>>,
+    pub request: Option<Box<Request>>,
     /// Model calls made before the failure (they are charged too).
     pub spent: Option<Box<Spent>>,
 }
@@ -196,12 +196,12 @@ pub struct Failure {
 impl Failure {
     /// A bug in weir (a call that panicked), failing the node instead of passing on a
     /// missing value; the request and what was spent stay on the record.
-    pub fn internal(message: impl Into<String>, request: Value, spent: Spent) -> Self {
+    pub fn internal(message: impl Into<String>, request: impl Into<Request>, spent: Spent) -> Self {
         let mut f = Self::fatal(
             "internal",
             format!("{}; this is a bug in weir", message.into()),
         );
-        f.request = Some(Box::new(request));
+        f.request = Some(Box::new(request.into()));
         f.spent = Some(Box::new(spent));
         f
     }
@@ -273,13 +273,17 @@ pub fn render(
 }
 
 /// A model that could not be reached, with what was spent reaching for it.
-pub fn model_failure(e: weir_core::ModelError, request: Value, spent: Spent) -> Failure {
+pub fn model_failure(
+    e: weir_core::ModelError,
+    request: impl Into<Request>,
+    spent: Spent,
+) -> Failure {
     Failure {
         message: e.message.clone(),
         class: e.class.as_str().into(),
         retryable: e.retryable,
         retry_after: e.retry_after,
-        request: Some(Box::new(request)),
+        request: Some(Box::new(request.into())),
         spent: Some(Box::new(spent)),
     }
 }
@@ -291,7 +295,7 @@ pub fn invalid_reply(
     errors: Vec<String>,
     repairs: u32,
     schema: bool,
-    request: Value,
+    request: impl Into<Request>,
     spent: Spent,
 ) -> Failure {
     let list: String = errors.iter().map(|e| format!("\n  - {e}")).collect();
@@ -311,7 +315,7 @@ pub fn invalid_reply(
         )
     };
     let mut f = Failure::fatal("schema", format!("{what} after {repairs} {noun}:{list}"));
-    f.request = Some(Box::new(request));
+    f.request = Some(Box::new(request.into()));
     f.spent = Some(Box::new(spent));
     f
 }

@@ -39,7 +39,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &ScriptSpec) -> Result<Outcome, Failur
                 format!("script failed (exit code {exit_code}): {message}"),
             );
             f.retryable = true;
-            f.request = Some(Box::new(json!({"stdout": stdout, "stderr": stderr})));
+            f.request = Some(Box::new(json!({"stdout": stdout, "stderr": stderr}).into()));
             return Err(f);
         }
         Err(ScriptError::Runtime(m)) => return Err(Failure::fatal("script", m)),

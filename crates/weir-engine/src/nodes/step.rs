@@ -240,7 +240,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &StepSpec) -> Result<Outcome, Failure>
     Ok(Outcome {
         write: Some(Value::Array(visible)),
         route,
-        request: Some(request),
+        request: Some(request.into()),
         response: None,
         output,
         spent,

@@ -48,7 +48,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &ToolSpec) -> Result<Outcome, Failure>
         Ok(result) => {
             let mut o = Outcome::new(result.clone(), Route::All);
             o.write = Some(result);
-            o.request = Some(request);
+            o.request = Some(request.into());
             Ok(o)
         }
         Err(e) => Err(Failure {
@@ -56,7 +56,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &ToolSpec) -> Result<Outcome, Failure>
             class: "tool".into(),
             retryable: e.retryable,
             retry_after: None,
-            request: Some(Box::new(request)),
+            request: Some(Box::new(request.into())),
             spent: None,
         }),
     }
