@@ -144,3 +144,47 @@ async fn a_write_behind_another_connections_write_lock_waits_on_the_writer_threa
     created.unwrap();
     assert_eq!(store.load_run("r1").await.unwrap().source_text, "{}");
 }
+
+/// A write that panics while it runs in place (on the caller's thread, the transaction
+/// begun) leaves the writer usable: the next write rolls the open transaction back and
+/// commits, and the panicking write left nothing behind.
+#[tokio::test(flavor = "current_thread")]
+async fn a_write_that_panicked_in_place_leaves_the_writer_usable() {
+    use futures_util::FutureExt;
+    let store = Sqlite::open(None).await.unwrap();
+    let panicked = std::panic::AssertUnwindSafe(store.writer.grouped(true, |c| {
+        c.execute(
+            "INSERT INTO tools (name, definition, created_at) VALUES ('half', '{}', 'now')",
+            [],
+        )
+        .unwrap();
+        if true {
+            panic!("a bug in a write");
+        }
+        Ok(())
+    }))
+    .catch_unwind()
+    .await;
+    assert!(panicked.is_err());
+    let run = weir_core::store::NewRun {
+        run_id: "r1".into(),
+        workflow: "wf".into(),
+        dialect: "graph".into(),
+        source_path: "wf.json".into(),
+        source_text: "{}".into(),
+        input: serde_json::json!({}),
+        created_at: weir_core::store::now_rfc3339(),
+        snapshot: Default::default(),
+        idempotency_key: None,
+        claim: None,
+        pin: None,
+    };
+    store.create_run(&run).await.unwrap();
+    assert_eq!(store.load_run("r1").await.unwrap().source_text, "{}");
+    let half: i64 = sqlx::query("SELECT COUNT(*) FROM tools WHERE name = 'half'")
+        .fetch_one(&store.pool)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(half, 0, "the panicked write's statements were rolled back");
+}

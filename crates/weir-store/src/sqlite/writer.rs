@@ -1,8 +1,10 @@
-//! The SQLite store's writer thread: it owns two rusqlite connections (one synced, one with
-//! `synchronous=OFF` for writes that only make progress visible) and runs each write of a
-//! drive as one job: a `BEGIN IMMEDIATE` transaction of cached prepared statements. A
-//! write costs one hand-off to the thread and one back, where sqlx's worker hands every
-//! statement's result back on its own (see BENCHMARKS.md).
+//! The SQLite store's writer: two rusqlite connections (one synced, one with
+//! `synchronous=OFF` for writes that only make progress visible) and a thread. Each write of
+//! a drive is one job: a `BEGIN IMMEDIATE` transaction of cached prepared statements. When
+//! the writer is idle a write runs in place, on the caller's thread; otherwise it goes to
+//! the thread, which commits the writes queued together in one transaction (group commit).
+//! Either way a write costs at most one hand-off to the thread and one back, where sqlx's
+//! worker hands every statement's result back on its own (see BENCHMARKS.md).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -84,10 +86,19 @@ pub struct Writer {
     queued: Arc<AtomicUsize>,
 }
 
-/// The connections, whether or not a job panicked while holding them (the transaction it
-/// left open is rolled back by the next `BEGIN`'s failure path).
+/// The connections, for the thread. A job that panicked while holding them may have left
+/// a transaction open: it is rolled back, so the next write starts clean.
 fn lock(conns: &Mutex<Conns>) -> MutexGuard<'_, Conns> {
-    conns.lock().unwrap_or_else(|e| e.into_inner())
+    conns.lock().unwrap_or_else(|poisoned| {
+        let guard = poisoned.into_inner();
+        for conn in [&guard.synced, &guard.visible] {
+            if !conn.is_autocommit() {
+                let _ = control(conn, "ROLLBACK");
+            }
+        }
+        conns.clear_poison();
+        guard
+    })
 }
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
