@@ -83,19 +83,10 @@ async fn a_schema_3_database_migrates() {
 #[tokio::test]
 async fn a_runs_source_is_kept_beside_it_and_pruned_with_it() {
     let store = Sqlite::open(None).await.unwrap();
-    let run = weir_core::store::NewRun {
-        run_id: "r1".into(),
-        workflow: "wf".into(),
-        dialect: "graph".into(),
-        source_path: "wf.json".into(),
-        source_text: r#"{"name": "wf", "nodes": []}"#.into(),
-        input: serde_json::json!({"topic": "rivers"}),
-        created_at: weir_core::store::now_rfc3339(),
-        snapshot: Default::default(),
-        idempotency_key: None,
-        claim: None,
-        pin: None,
-    };
+    let run = new_run(
+        r#"{"name": "wf", "nodes": []}"#,
+        serde_json::json!({"topic": "rivers"}),
+    );
     store.create_run(&run).await.unwrap();
     let stored = store.load_run("r1").await.unwrap();
     assert_eq!(stored.source_text, run.source_text);
@@ -122,19 +113,7 @@ async fn a_runs_source_is_kept_beside_it_and_pruned_with_it() {
 async fn a_write_behind_another_connections_write_lock_waits_on_the_writer_thread() {
     let dir = tempfile::tempdir().unwrap();
     let store = Sqlite::open(Some(&dir.path().join("w.db"))).await.unwrap();
-    let run = weir_core::store::NewRun {
-        run_id: "r1".into(),
-        workflow: "wf".into(),
-        dialect: "graph".into(),
-        source_path: "wf.json".into(),
-        source_text: "{}".into(),
-        input: serde_json::json!({}),
-        created_at: weir_core::store::now_rfc3339(),
-        snapshot: Default::default(),
-        idempotency_key: None,
-        claim: None,
-        pin: None,
-    };
+    let run = new_run("{}", serde_json::json!({}));
     let tx = store.write_tx().await.unwrap();
     let release = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -166,19 +145,7 @@ async fn a_write_that_panicked_in_place_leaves_the_writer_usable() {
     .catch_unwind()
     .await;
     assert!(panicked.is_err());
-    let run = weir_core::store::NewRun {
-        run_id: "r1".into(),
-        workflow: "wf".into(),
-        dialect: "graph".into(),
-        source_path: "wf.json".into(),
-        source_text: "{}".into(),
-        input: serde_json::json!({}),
-        created_at: weir_core::store::now_rfc3339(),
-        snapshot: Default::default(),
-        idempotency_key: None,
-        claim: None,
-        pin: None,
-    };
+    let run = new_run("{}", serde_json::json!({}));
     store.create_run(&run).await.unwrap();
     assert_eq!(store.load_run("r1").await.unwrap().source_text, "{}");
     let half: i64 = sqlx::query("SELECT COUNT(*) FROM tools WHERE name = 'half'")
@@ -187,4 +154,21 @@ async fn a_write_that_panicked_in_place_leaves_the_writer_usable() {
         .unwrap()
         .get(0);
     assert_eq!(half, 0, "the panicked write's statements were rolled back");
+}
+
+/// A queued run `r1` of a graph workflow with this source and input.
+fn new_run(source_text: &str, input: serde_json::Value) -> weir_core::store::NewRun {
+    weir_core::store::NewRun {
+        run_id: "r1".into(),
+        workflow: "wf".into(),
+        dialect: "graph".into(),
+        source_path: "wf.json".into(),
+        source_text: source_text.into(),
+        input,
+        created_at: weir_core::store::now_rfc3339(),
+        snapshot: Default::default(),
+        idempotency_key: None,
+        claim: None,
+        pin: None,
+    }
 }
