@@ -10,7 +10,7 @@ use weir_core::event::EventKind;
 use weir_core::record::{ErrorCode, PendingGate, RunError, RunStatus, StepStatus};
 use weir_core::store::{GateDecision, StoreError};
 
-use crate::{Engine, Error, now, scheduler};
+use crate::{Engine, Error, now, routing};
 
 /// A reviewer's decision at a human gate.
 pub struct Decision {
@@ -116,7 +116,7 @@ impl Engine {
             step.status = StepStatus::Succeeded;
             step.route = Some("approved".into());
             step.output = Arc::new(record);
-            scheduler::complete_gate(&wf, &mut snapshot, &pending.node_id);
+            routing::complete_gate(&wf, &mut snapshot, &pending.node_id);
             let status = if snapshot.gates.is_empty() {
                 RunStatus::Queued
             } else {

@@ -18,6 +18,7 @@ mod attempt;
 mod decide;
 mod heartbeat;
 pub mod nodes;
+mod routing;
 mod scheduler;
 pub mod structured;
 pub mod validators;

@@ -1,0 +1,150 @@
+//! Routing: which nodes become ready when a node finishes (DESIGN §2). An edge that fires
+//! makes its target pending unless it already completed (a loop re-arms its body) or is
+//! pending already; in the machine and pipeline layouts every transition runs its target
+//! again. A merge becomes ready once every incoming edge has fired or can no longer fire:
+//! an edge can still fire when its source is pending or running, or reachable from one that
+//! is.
+
+use weir_core::Workflow;
+use weir_core::ir::{FastMap, NodeKind, StateLayout};
+use weir_core::record::Snapshot;
+
+use crate::nodes::Route;
+use crate::scheduler::InFlight;
+
+/// Marks a human gate approved and fires its outgoing edges (a decision, with no driver).
+pub fn complete_gate(wf: &Workflow, snapshot: &mut Snapshot, gate_id: &str) {
+    snapshot.completed.insert(gate_id.to_string());
+    fire(wf, snapshot, &FastMap::default(), gate_id, &Route::All);
+}
+
+pub(crate) fn fire(
+    wf: &Workflow,
+    snapshot: &mut Snapshot,
+    in_flight: &FastMap<String, InFlight>,
+    node_id: &str,
+    route: &Route,
+) {
+    // In the state-machine layouts every transition runs its target again.
+    let revisit = wf.layout == StateLayout::Variables;
+    for e in wf.outgoing(node_id) {
+        let fires = match route {
+            Route::All => true,
+            Route::Key(k) => e.matches(k),
+            Route::Park { .. } | Route::End(_) => false,
+        };
+        if !fires {
+            continue;
+        }
+        let Some(target) = wf.node(&e.target) else {
+            continue;
+        };
+        if matches!(target.kind, NodeKind::Merge) {
+            snapshot
+                .arrivals
+                .entry(target.id.clone())
+                .or_default()
+                .insert(e.id.clone());
+        } else if (revisit || !snapshot.completed.contains(&target.id))
+            && !snapshot.pending.contains(&target.id)
+        {
+            snapshot.pending.push(target.id.clone());
+        }
+    }
+    ready_merges(wf, snapshot, in_flight);
+}
+
+/// Makes ready every merge whose un-arrived incoming edges can no longer fire.
+fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &FastMap<String, InFlight>) {
+    if snapshot.arrivals.is_empty() {
+        return;
+    }
+    loop {
+        let mut changed = false;
+        let waiting: Vec<String> = snapshot
+            .arrivals
+            .iter()
+            .filter(|(m, a)| {
+                !a.is_empty() && !snapshot.pending.contains(m) && !snapshot.completed.contains(*m)
+            })
+            .map(|(m, _)| m.clone())
+            .collect();
+        for m in waiting {
+            let arrived = snapshot.arrivals.get(&m);
+            let open: Vec<&weir_core::ir::Edge> = wf
+                .incoming(&m)
+                .filter(|e| !arrived.is_some_and(|a| a.contains(&e.id)))
+                .collect();
+            // The common case of a fan-out: a branch still running or about to run blocks
+            // the merge without a walk of the graph.
+            let direct = open.iter().any(|e| {
+                e.source != m
+                    && (in_flight.contains_key(&e.source) || snapshot.pending.contains(&e.source))
+            });
+            let blocked = direct || {
+                let live = live_from_frontier(wf, snapshot, in_flight, &m);
+                open.iter()
+                    .any(|e| wf.position(&e.source).is_some_and(|i| live[i]))
+            };
+            if !blocked {
+                snapshot.arrivals.remove(&m);
+                snapshot.pending.push(m);
+                changed = true;
+            }
+        }
+        if !changed {
+            // Merges that wait on each other (possible only through cycles) must not
+            // stall the run: once nothing else can make progress, release the first.
+            let stalled =
+                snapshot.pending.is_empty() && in_flight.is_empty() && snapshot.gates.is_empty();
+            let first = wf.nodes.iter().find(|n| {
+                snapshot.arrivals.get(&n.id).is_some_and(|a| !a.is_empty())
+                    && !snapshot.completed.contains(&n.id)
+            });
+            match first {
+                Some(m) if stalled => {
+                    snapshot.arrivals.remove(&m.id);
+                    snapshot.pending.push(m.id.clone());
+                }
+                _ => break,
+            }
+        }
+    }
+}
+
+/// Nodes that may still run: pending ones, in-flight ones, parked gates, other merges
+/// that some branch has reached (they will fire), and everything reachable from them
+/// without passing through `merge`; by position in the workflow's nodes.
+fn live_from_frontier(
+    wf: &Workflow,
+    snapshot: &Snapshot,
+    in_flight: &FastMap<String, InFlight>,
+    merge: &str,
+) -> Vec<bool> {
+    let mut live = vec![false; wf.nodes.len()];
+    let merge_at = wf.position(merge);
+    let frontier = snapshot
+        .pending
+        .iter()
+        .chain(in_flight.keys())
+        .chain(snapshot.gates.iter().map(|g| &g.node_id))
+        .chain(
+            snapshot
+                .arrivals
+                .iter()
+                .filter(|(m, a)| *m != merge && !a.is_empty())
+                .map(|(m, _)| m),
+        );
+    let mut stack: Vec<usize> = frontier.filter_map(|id| wf.position(id)).collect();
+    while let Some(i) = stack.pop() {
+        if Some(i) == merge_at || live[i] {
+            continue;
+        }
+        live[i] = true;
+        stack.extend(
+            wf.outgoing(&wf.nodes[i].id)
+                .filter_map(|e| wf.position(&e.target)),
+        );
+    }
+    live
+}
