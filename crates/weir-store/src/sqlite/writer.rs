@@ -149,17 +149,21 @@ impl Writer {
                     let mut conns = lock(&thread_conns);
                     match job {
                         Job::Run(f) => f(&mut conns),
-                        Job::Grouped { synced, job } => {
-                            // Every write of the same kind already waiting joins this one's
-                            // transaction; each waiter hears back only once the group is
-                            // committed, so a step is still durable before its driver goes on.
+                        Job::Grouped { mut synced, job } => {
+                            // Every grouped write already waiting joins this one's
+                            // transaction, in the order they came; each waiter hears back
+                            // only once the group is committed, so a step is still durable
+                            // before its driver goes on. A group with one synced write in it
+                            // commits on the synced connection: the unsynced writes share its
+                            // fsync instead of breaking the group in two.
                             let mut group = vec![job];
                             while group.len() < GROUP_MAX {
                                 match rx.try_recv() {
                                     Ok(job) => {
                                         thread_queued.fetch_sub(1, Ordering::AcqRel);
                                         match job {
-                                            Job::Grouped { synced: s, job } if s == synced => {
+                                            Job::Grouped { synced: s, job } => {
+                                                synced |= s;
                                                 group.push(job)
                                             }
                                             other => {
@@ -450,26 +454,21 @@ fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError>
     // One statement per shape, so none evaluates what it does not change.
     let fence = if snapshot.is_some() {
         "UPDATE runs SET event_seq = event_seq + ?1, snapshot = ?2, cost_usd = ?3
-         WHERE id = ?4 AND epoch = ?5 AND lease_expires_at IS NOT NULL
-         RETURNING event_seq, cancel_requested"
+         WHERE id = ?4 AND epoch = ?5 AND lease_expires_at IS NOT NULL"
     } else if cost.is_some() {
         "UPDATE runs SET event_seq = event_seq + ?1, cost_usd = ?3
-         WHERE id = ?4 AND epoch = ?5 AND lease_expires_at IS NOT NULL AND ?2 IS NULL
-         RETURNING event_seq, cancel_requested"
+         WHERE id = ?4 AND epoch = ?5 AND lease_expires_at IS NOT NULL AND ?2 IS NULL"
     } else {
         "UPDATE runs SET event_seq = event_seq + ?1
          WHERE id = ?4 AND epoch = ?5 AND lease_expires_at IS NOT NULL
-           AND ?2 IS NULL AND ?3 IS NULL
-         RETURNING event_seq, cancel_requested"
+           AND ?2 IS NULL AND ?3 IS NULL"
     };
-    let fence: Option<(i64, i64)> = tx
-        .prepare_cached(fence)
-        .map_err(backend)?
-        .query_row(params![n, snapshot, cost, w.run_id, w.epoch], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .optional()
-        .map_err(backend)?;
+    let fence = update_then_read(
+        tx,
+        fence,
+        params![n, snapshot, cost, w.run_id, w.epoch],
+        &w.run_id,
+    )?;
     let Some((last, cancel)) = fence else {
         return Ok(None);
     };
@@ -574,6 +573,31 @@ fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError>
     }))
 }
 
+/// Runs `update`, a single-row `UPDATE runs … WHERE id = …`, and when it changed the row
+/// reads back its `(event_seq, cancel_requested)`. Not `RETURNING`: SQLite gathers a
+/// `RETURNING` statement's rows in an ephemeral table, a B-tree opened, zeroed and closed per
+/// statement, which cost more than the whole second lookup by primary key.
+fn update_then_read(
+    tx: &Connection,
+    update: &str,
+    params: &[&dyn rusqlite::ToSql],
+    run_id: &str,
+) -> Result<Option<(i64, i64)>, StoreError> {
+    let changed = tx
+        .prepare_cached(update)
+        .map_err(backend)?
+        .execute(params)
+        .map_err(backend)?;
+    if changed == 0 {
+        return Ok(None);
+    }
+    tx.prepare_cached("SELECT event_seq, cancel_requested FROM runs WHERE id = ?1")
+        .map_err(backend)?
+        .query_row(params![run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .map(Some)
+        .map_err(backend)
+}
+
 /// Refuses a stale write: leaves a `stale_write_refused` event on the run's timeline (in the
 /// write's own transaction, which changed nothing else) and returns the `LeaseLost`.
 fn refuse(tx: &Connection, run_id: &str, epoch: i64, owner: &str, write: &str) -> StoreError {
@@ -585,14 +609,17 @@ fn refuse(tx: &Connection, run_id: &str, epoch: i64, owner: &str, write: &str) -
         .as_ref()
         .and_then(|cur| rules::stale_write(owner, epoch as u64, cur, write))
     {
-        let noted = tx
-            .prepare_cached(
-                "UPDATE runs SET event_seq = event_seq + 1 WHERE id = ?1 RETURNING event_seq",
-            )
-            .and_then(|mut st| st.query_row(params![run_id], |r| r.get::<_, i64>(0)))
-            .map_err(backend)
-            .and_then(|seq| insert_event(tx, run_id, seq, &weir_core::store::now_rfc3339(), kind))
-            .map(|_| ());
+        let noted = update_then_read(
+            tx,
+            "UPDATE runs SET event_seq = event_seq + 1 WHERE id = ?1",
+            params![run_id],
+            run_id,
+        )
+        .and_then(|row| {
+            let (seq, _) = row.ok_or_else(|| StoreError::NotFound(format!("no run {run_id}")))?;
+            insert_event(tx, run_id, seq, &weir_core::store::now_rfc3339(), kind)
+        })
+        .map(|_| ());
         if let Err(e) = noted {
             return e;
         }
@@ -630,19 +657,15 @@ pub fn renew(
     owner: &str,
     expires: i64,
 ) -> Result<bool, StoreError> {
-    let row: Option<i64> = conns
-        .visible
-        .prepare_cached(
-            "UPDATE runs SET lease_expires_at = ?1
-             WHERE id = ?2 AND epoch = ?3 AND lease_expires_at IS NOT NULL
-             RETURNING cancel_requested",
-        )
-        .map_err(backend)?
-        .query_row(params![expires, run_id, epoch], |r| r.get(0))
-        .optional()
-        .map_err(backend)?;
+    let row = update_then_read(
+        &conns.visible,
+        "UPDATE runs SET lease_expires_at = ?1
+         WHERE id = ?2 AND epoch = ?3 AND lease_expires_at IS NOT NULL",
+        params![expires, run_id, epoch],
+        run_id,
+    )?;
     match row {
-        Some(c) => Ok(c != 0),
+        Some((_, c)) => Ok(c != 0),
         None => {
             let tx = conns
                 .visible
@@ -721,25 +744,20 @@ fn claim_one(
     let epoch = row.epoch + 1;
     let kind = rules::claim_event(&row.view(), &claim.owner, epoch);
     let expires_at = weir_core::store::now_ms() + claim.ttl.as_millis() as i64;
-    let claimed: Option<(i64, i64)> = tx
-        .prepare_cached(
-            "UPDATE runs SET status = 'running', epoch = ?1, owner = ?2, lease_expires_at = ?3,
-                             event_seq = event_seq + 1
-             WHERE id = ?4 AND epoch = ?5 RETURNING event_seq, cancel_requested",
-        )
-        .map_err(backend)?
-        .query_row(
-            params![
-                epoch as i64,
-                claim.owner,
-                expires_at,
-                row.id,
-                row.epoch as i64
-            ],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()
-        .map_err(backend)?;
+    let claimed = update_then_read(
+        tx,
+        "UPDATE runs SET status = 'running', epoch = ?1, owner = ?2, lease_expires_at = ?3,
+                         event_seq = event_seq + 1
+         WHERE id = ?4 AND epoch = ?5",
+        params![
+            epoch as i64,
+            claim.owner,
+            expires_at,
+            row.id,
+            row.epoch as i64
+        ],
+        &row.id,
+    )?;
     let Some((seq, cancel)) = claimed else {
         return Ok(None);
     };
