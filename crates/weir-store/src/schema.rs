@@ -258,4 +258,115 @@ ALTER TABLE runs DROP COLUMN source_text;
 ALTER TABLE runs DROP COLUMN input;
 "#,
     ),
+    (
+        10,
+        r#"
+-- Integer run keys: the rows of a run's steps, attempts, events and patches are keyed by the
+-- run's `key` (an INTEGER PRIMARY KEY, stable across VACUUM) instead of its 36-character id.
+-- Every step commit inserts into those tables; a text key made each insert compare strings
+-- down the B-tree, and random (v4) ids scattered the inserts of concurrent runs over the
+-- whole index. Integer keys compare in one instruction, take a fifth of the space, and a new
+-- run's keys are the largest, so its rows go to the right edge of each index. The id stays
+-- the run's public name, unique. Also gone: `runs_started` (`runs_list` covers it) and
+-- `runs_runnable` (the claim reads `runs_queued` and `runs_leased`), two index updates
+-- fewer at every claim and finish.
+CREATE TABLE runs_v10 (
+    key               INTEGER PRIMARY KEY,
+    id                TEXT NOT NULL UNIQUE,
+    workflow          TEXT NOT NULL,
+    dialect           TEXT NOT NULL,
+    status            TEXT NOT NULL,
+    source_path       TEXT NOT NULL,
+    snapshot          TEXT NOT NULL,
+    error             TEXT,
+    cost_usd          REAL NOT NULL DEFAULT 0,
+    started_at        TEXT NOT NULL,
+    finished_at       TEXT,
+    epoch             INTEGER NOT NULL DEFAULT 0,
+    owner             TEXT,
+    lease_expires_at  INTEGER,
+    cancel_requested  INTEGER NOT NULL DEFAULT 0,
+    idempotency_key   TEXT,
+    event_seq         INTEGER NOT NULL DEFAULT 0,
+    workflow_id       TEXT,
+    workflow_version  INTEGER
+);
+INSERT INTO runs_v10 (key, id, workflow, dialect, status, source_path, snapshot, error,
+                      cost_usd, started_at, finished_at, epoch, owner, lease_expires_at,
+                      cancel_requested, idempotency_key, event_seq, workflow_id,
+                      workflow_version)
+    SELECT rowid, id, workflow, dialect, status, source_path, snapshot, error, cost_usd,
+           started_at, finished_at, epoch, owner, lease_expires_at, cancel_requested,
+           idempotency_key, event_seq, workflow_id, workflow_version
+    FROM runs ORDER BY rowid;
+CREATE TABLE steps_v10 (
+    run_key      INTEGER NOT NULL,
+    seq          INTEGER NOT NULL,
+    node_id      TEXT NOT NULL,
+    node_type    TEXT NOT NULL,
+    visit        INTEGER NOT NULL,
+    status       TEXT NOT NULL,
+    route        TEXT,
+    input        TEXT NOT NULL,
+    output       TEXT NOT NULL,
+    error        TEXT,
+    cost_usd     REAL NOT NULL DEFAULT 0,
+    tokens_in    INTEGER NOT NULL DEFAULT 0,
+    tokens_out   INTEGER NOT NULL DEFAULT 0,
+    started_at   TEXT NOT NULL,
+    finished_at  TEXT,
+    duration_ms  INTEGER,
+    PRIMARY KEY (run_key, seq)
+);
+INSERT INTO steps_v10 (run_key, seq, node_id, node_type, visit, status, route, input, output,
+                       error, cost_usd, tokens_in, tokens_out, started_at, finished_at,
+                       duration_ms)
+    SELECT r.key, s.seq, s.node_id, s.node_type, s.visit, s.status, s.route, s.input,
+           s.output, s.error, s.cost_usd, s.tokens_in, s.tokens_out, s.started_at,
+           s.finished_at, s.duration_ms
+    FROM steps s JOIN runs_v10 r ON r.id = s.run_id ORDER BY r.key, s.seq;
+CREATE TABLE attempts_v10 (
+    run_key      INTEGER NOT NULL,
+    seq          INTEGER NOT NULL,
+    n            INTEGER NOT NULL,
+    body         TEXT NOT NULL,
+    PRIMARY KEY (run_key, seq, n)
+);
+INSERT INTO attempts_v10 (run_key, seq, n, body)
+    SELECT r.key, a.seq, a.n, a.body
+    FROM attempts a JOIN runs_v10 r ON r.id = a.run_id ORDER BY r.key, a.seq, a.n;
+CREATE TABLE run_events_v10 (
+    run_key  INTEGER NOT NULL,
+    seq      INTEGER NOT NULL,
+    body     TEXT NOT NULL,
+    PRIMARY KEY (run_key, seq)
+) WITHOUT ROWID;
+INSERT INTO run_events_v10 (run_key, seq, body)
+    SELECT r.key, e.seq, e.body FROM run_events e JOIN runs_v10 r ON r.id = e.run_id;
+CREATE TABLE run_patches_v10 (
+    id       INTEGER PRIMARY KEY,
+    run_key  INTEGER NOT NULL,
+    seq      INTEGER NOT NULL,
+    patch    TEXT NOT NULL
+);
+INSERT INTO run_patches_v10 (run_key, seq, patch)
+    SELECT r.key, p.seq, p.patch
+    FROM run_patches p JOIN runs_v10 r ON r.id = p.run_id ORDER BY p.id;
+DROP TABLE run_patches;
+DROP TABLE run_events;
+DROP TABLE attempts;
+DROP TABLE steps;
+DROP TABLE runs;
+ALTER TABLE runs_v10 RENAME TO runs;
+ALTER TABLE steps_v10 RENAME TO steps;
+ALTER TABLE attempts_v10 RENAME TO attempts;
+ALTER TABLE run_events_v10 RENAME TO run_events;
+ALTER TABLE run_patches_v10 RENAME TO run_patches;
+CREATE INDEX run_patches_run ON run_patches (run_key, seq);
+CREATE UNIQUE INDEX runs_idempotency ON runs (idempotency_key) WHERE idempotency_key IS NOT NULL;
+CREATE INDEX runs_list ON runs (started_at DESC, id DESC);
+CREATE INDEX runs_queued ON runs (started_at) WHERE status = 'queued';
+CREATE INDEX runs_leased ON runs (lease_expires_at) WHERE status = 'running';
+"#,
+    ),
 ];

@@ -44,7 +44,7 @@ fn resume_after_kill_reruns_only_the_step_in_flight() {
     let db = rusqlite::Connection::open(w.path("weir.db")).expect("open the database");
     let patches: i64 = db
         .query_row(
-            "SELECT COUNT(*) FROM run_patches WHERE run_id = ?1",
+            "SELECT COUNT(*) FROM run_patches WHERE run_key = (SELECT key FROM runs WHERE id = ?1)",
             [&id],
             |r| r.get(0),
         )

@@ -39,7 +39,7 @@ use writer::Writer;
 macro_rules! patches {
     () => {
         "(SELECT json_group_array(json(p.patch) ORDER BY p.seq) FROM run_patches p
-          WHERE p.run_id = runs.id) AS patches"
+          WHERE p.run_key = runs.key) AS patches"
     };
 }
 
@@ -152,7 +152,8 @@ impl Sqlite {
         let rows = sqlx::query(
             "SELECT seq, node_id, node_type, visit, status, route, input, output, error, cost_usd,
                     tokens_in, tokens_out, started_at, finished_at, duration_ms
-             FROM steps WHERE run_id = ? AND (? IS NULL OR seq = ?) ORDER BY seq",
+             FROM steps WHERE run_key = (SELECT key FROM runs WHERE id = ?) AND (? IS NULL OR seq = ?)
+             ORDER BY seq",
         )
         .bind(run_id.to_string())
         .bind(only_seq.map(i64::from))
@@ -161,7 +162,8 @@ impl Sqlite {
         .await
         .map_err(backend)?;
         let attempt_rows = sqlx::query(
-            "SELECT seq, body FROM attempts WHERE run_id = ? AND (? IS NULL OR seq = ?) ORDER BY seq, n",
+            "SELECT seq, body FROM attempts WHERE run_key = (SELECT key FROM runs WHERE id = ?)
+               AND (? IS NULL OR seq = ?) ORDER BY seq, n",
         )
         .bind(run_id.to_string())
         .bind(only_seq.map(i64::from))
@@ -453,7 +455,8 @@ impl RunStore for Sqlite {
         snapshot_written(&mut tx, run_id).await?;
         sqlx::query(
             "UPDATE steps SET status = 'cancelled', error = ?, finished_at = ?
-             WHERE run_id = ? AND status IN ('running', 'waiting')",
+             WHERE run_key = (SELECT key FROM runs WHERE id = ?)
+               AND status IN ('running', 'waiting')",
         )
         .bind(format!("cancelled by {by}"))
         .bind(at.as_str())
@@ -519,14 +522,17 @@ impl RunStore for Sqlite {
         .await
         .map_err(backend)?
         .ok_or_else(|| not_found(run_id))?;
-        let events = sqlx::query("SELECT seq, body FROM run_events WHERE run_id = ? ORDER BY seq")
-            .bind(run_id)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(backend)?
-            .iter()
-            .map(|r| event_value(r.get(0), r.get::<&str, _>(1)))
-            .collect::<Result<Vec<_>, _>>()?;
+        let events = sqlx::query(
+            "SELECT seq, body FROM run_events
+             WHERE run_key = (SELECT key FROM runs WHERE id = ?) ORDER BY seq",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(|r| event_value(r.get(0), r.get::<&str, _>(1)))
+        .collect::<Result<Vec<_>, _>>()?;
         let steps = self.steps(run_id, None).await?;
         crate::cols::record(run_id, &row, events, steps)
     }
@@ -575,10 +581,10 @@ impl RunStore for Sqlite {
         .collect();
         for id in &ids {
             for sql in [
-                "DELETE FROM attempts WHERE run_id = ?",
-                "DELETE FROM steps WHERE run_id = ?",
-                "DELETE FROM run_events WHERE run_id = ?",
-                "DELETE FROM run_patches WHERE run_id = ?",
+                "DELETE FROM attempts WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
+                "DELETE FROM steps WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
+                "DELETE FROM run_events WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
+                "DELETE FROM run_patches WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
                 "DELETE FROM run_sources WHERE run_id = ?",
                 "DELETE FROM runs WHERE id = ?",
             ] {
@@ -594,11 +600,14 @@ impl RunStore for Sqlite {
     }
 
     async fn open_steps(&self, run_id: &str) -> Result<(u32, Vec<StepRecord>), StoreError> {
-        let rows = sqlx::query("SELECT seq, status FROM steps WHERE run_id = ? ORDER BY seq DESC")
-            .bind(run_id)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(backend)?;
+        let rows = sqlx::query(
+            "SELECT seq, status FROM steps
+             WHERE run_key = (SELECT key FROM runs WHERE id = ?) ORDER BY seq DESC",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
         let last = rows.first().map_or(0, |r| r.get::<i64, _>(0) as u32);
         let mut running = Vec::new();
         for r in rows.iter().rev() {
@@ -622,21 +631,24 @@ impl RunStore for Sqlite {
     }
 
     async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError> {
-        sqlx::query("SELECT seq, body FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq")
-            .bind(run_id)
-            .bind(after as i64)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(backend)?
-            .iter()
-            .map(|r| event_of(r.get(0), r.get::<&str, _>(1)))
-            .collect()
+        sqlx::query(
+            "SELECT seq, body FROM run_events
+             WHERE run_key = (SELECT key FROM runs WHERE id = ?) AND seq > ? ORDER BY seq",
+        )
+        .bind(run_id)
+        .bind(after as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(|r| event_of(r.get(0), r.get::<&str, _>(1)))
+        .collect()
     }
 }
 
 /// A whole snapshot was written: it covers every patch written before it.
 async fn snapshot_written(tx: &mut sqlx::SqliteConnection, run_id: &str) -> Result<(), StoreError> {
-    sqlx::query("DELETE FROM run_patches WHERE run_id = ?")
+    sqlx::query("DELETE FROM run_patches WHERE run_key = (SELECT key FROM runs WHERE id = ?)")
         .bind(run_id)
         .execute(&mut *tx)
         .await

@@ -11,6 +11,16 @@ use super::Sqlite;
 use super::writer::{self, EndRow, FencedWrite, StepRow};
 use crate::{Body, backend, json};
 
+/// The integer key a run's child rows carry (migration 10).
+async fn run_key(conn: &mut SqliteConnection, run_id: &str) -> Result<i64, StoreError> {
+    sqlx::query_scalar("SELECT key FROM runs WHERE id = ?")
+        .bind(run_id)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(backend)?
+        .ok_or_else(|| StoreError::NotFound(format!("no run with id {run_id}")))
+}
+
 pub(super) async fn insert_steps(
     conn: &mut SqliteConnection,
     run_id: &str,
@@ -24,12 +34,13 @@ pub(super) async fn insert_steps(
         rows.push((s, json(&s.input)?, json(&s.output)?));
     }
     let mut q: QueryBuilder<Db> = QueryBuilder::new(
-        "INSERT OR REPLACE INTO steps (run_id, seq, node_id, node_type, visit, status, route,
+        "INSERT OR REPLACE INTO steps (run_key, seq, node_id, node_type, visit, status, route,
              input, output, error, cost_usd, tokens_in, tokens_out, started_at, finished_at,
              duration_ms) ",
     );
+    let key = run_key(conn, run_id).await?;
     q.push_values(rows, |mut b, (s, input, output)| {
-        b.push_bind(run_id)
+        b.push_bind(key)
             .push_bind(i64::from(s.seq))
             .push_bind(s.node_id.as_str())
             .push_bind(&*s.node_type)
@@ -55,9 +66,9 @@ pub(super) async fn insert_steps(
     }
     if !attempts.is_empty() {
         let mut q: QueryBuilder<Db> =
-            QueryBuilder::new("INSERT OR REPLACE INTO attempts (run_id, seq, n, body) ");
+            QueryBuilder::new("INSERT OR REPLACE INTO attempts (run_key, seq, n, body) ");
         q.push_values(attempts, |mut b, (seq, n, body)| {
-            b.push_bind(run_id)
+            b.push_bind(key)
                 .push_bind(i64::from(seq))
                 .push_bind(i64::from(n))
                 .push_bind(body);
@@ -82,9 +93,10 @@ pub(super) async fn insert_events(
     for (i, kind) in kinds.iter().enumerate() {
         rows.push((first + i as i64, json(&Body { at: &at, kind })?));
     }
-    let mut q: QueryBuilder<Db> = QueryBuilder::new("INSERT INTO run_events (run_id, seq, body) ");
+    let key = run_key(conn, run_id).await?;
+    let mut q: QueryBuilder<Db> = QueryBuilder::new("INSERT INTO run_events (run_key, seq, body) ");
     q.push_values(rows, |mut b, (seq, body)| {
-        b.push_bind(run_id).push_bind(seq).push_bind(body);
+        b.push_bind(key).push_bind(seq).push_bind(body);
     });
     q.build().execute(&mut *conn).await.map_err(backend)?;
     Ok(crate::numbered(first, &at, kinds))

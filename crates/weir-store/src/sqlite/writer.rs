@@ -469,18 +469,23 @@ fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError>
         params![n, snapshot, cost, w.run_id, w.epoch],
         &w.run_id,
     )?;
-    let Some((last, cancel)) = fence else {
+    let Some(Fence {
+        key,
+        event_seq: last,
+        cancel,
+    }) = fence
+    else {
         return Ok(None);
     };
     let first = last - n + 1;
     if !w.steps.is_empty() {
         // An upsert: a finished step updates its `running` row in place (`OR REPLACE`
         // deleted and re-inserted it, index entry included).
-        const UPSERT: &str = "INSERT INTO steps (run_id, seq, node_id, node_type, visit, status,
+        const UPSERT: &str = "INSERT INTO steps (run_key, seq, node_id, node_type, visit, status,
                      route, input, output, error, cost_usd, tokens_in, tokens_out, started_at,
                      finished_at, duration_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
-                 ON CONFLICT (run_id, seq) DO UPDATE SET
+                 ON CONFLICT (run_key, seq) DO UPDATE SET
                      node_id = excluded.node_id, node_type = excluded.node_type,
                      visit = excluded.visit, status = excluded.status, route = excluded.route,
                      input = excluded.input, output = excluded.output, error = excluded.error,
@@ -489,13 +494,13 @@ fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError>
                      finished_at = excluded.finished_at, duration_ms = excluded.duration_ms";
         let mut attempt = tx
             .prepare_cached(
-                "INSERT OR REPLACE INTO attempts (run_id, seq, n, body) VALUES (?1, ?2, ?3, ?4)",
+                "INSERT OR REPLACE INTO attempts (run_key, seq, n, body) VALUES (?1, ?2, ?3, ?4)",
             )
             .map_err(backend)?;
         let mut step = tx.prepare_cached(UPSERT).map_err(backend)?;
         for s in &w.steps {
             step.execute(params![
-                w.run_id,
+                key,
                 s.seq,
                 s.node_id,
                 s.node_type,
@@ -515,31 +520,31 @@ fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError>
             .map_err(backend)?;
             for (an, body) in &s.attempts {
                 attempt
-                    .execute(params![w.run_id, s.seq, an, body])
+                    .execute(params![key, s.seq, an, body])
                     .map_err(backend)?;
             }
         }
     }
     if w.clear {
         // The whole snapshot covers every patch written before it.
-        tx.prepare_cached("DELETE FROM run_patches WHERE run_id = ?1")
+        tx.prepare_cached("DELETE FROM run_patches WHERE run_key = ?1")
             .map_err(backend)?
-            .execute(params![w.run_id])
+            .execute(params![key])
             .map_err(backend)?;
     }
     if let Some(patch) = &w.patch {
         // Numbered by the write's first event: patches apply in commit order.
-        tx.prepare_cached("INSERT INTO run_patches (run_id, seq, patch) VALUES (?1, ?2, ?3)")
+        tx.prepare_cached("INSERT INTO run_patches (run_key, seq, patch) VALUES (?1, ?2, ?3)")
             .map_err(backend)?
-            .execute(params![w.run_id, first, patch])
+            .execute(params![key, first, patch])
             .map_err(backend)?;
     }
     if n > 0 {
         let mut ev = tx
-            .prepare_cached("INSERT INTO run_events (run_id, seq, body) VALUES (?1, ?2, ?3)")
+            .prepare_cached("INSERT INTO run_events (run_key, seq, body) VALUES (?1, ?2, ?3)")
             .map_err(backend)?;
         for (k, body) in w.events.iter().enumerate() {
-            ev.execute(params![w.run_id, first + k as i64, body])
+            ev.execute(params![key, first + k as i64, body])
                 .map_err(backend)?;
         }
     }
@@ -551,18 +556,18 @@ fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError>
         }) => {
             tx.prepare_cached(
                 "UPDATE runs SET status = ?1, error = ?2, finished_at = ?3, lease_expires_at = NULL
-                 WHERE id = ?4",
+                 WHERE key = ?4",
             )
             .map_err(backend)?
-            .execute(params![status, error, finished_at, w.run_id])
+            .execute(params![status, error, finished_at, key])
             .map_err(backend)?;
         }
         Some(EndRow::Release) => {
             tx.prepare_cached(
-                "UPDATE runs SET status = 'queued', lease_expires_at = NULL WHERE id = ?1",
+                "UPDATE runs SET status = 'queued', lease_expires_at = NULL WHERE key = ?1",
             )
             .map_err(backend)?
-            .execute(params![w.run_id])
+            .execute(params![key])
             .map_err(backend)?;
         }
         None => {}
@@ -573,8 +578,16 @@ fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError>
     }))
 }
 
+/// A run's row as a fenced write leaves it.
+struct Fence {
+    /// The run's integer key, which its child rows carry (migration 10).
+    key: i64,
+    event_seq: i64,
+    cancel: i64,
+}
+
 /// Runs `update`, a single-row `UPDATE runs … WHERE id = …`, and when it changed the row
-/// reads back its `(event_seq, cancel_requested)`. Not `RETURNING`: SQLite gathers a
+/// reads back its key, `event_seq` and `cancel_requested`. Not `RETURNING`: SQLite gathers a
 /// `RETURNING` statement's rows in an ephemeral table, a B-tree opened, zeroed and closed per
 /// statement, which cost more than the whole second lookup by primary key.
 fn update_then_read(
@@ -582,7 +595,7 @@ fn update_then_read(
     update: &str,
     params: &[&dyn rusqlite::ToSql],
     run_id: &str,
-) -> Result<Option<(i64, i64)>, StoreError> {
+) -> Result<Option<Fence>, StoreError> {
     let changed = tx
         .prepare_cached(update)
         .map_err(backend)?
@@ -591,9 +604,15 @@ fn update_then_read(
     if changed == 0 {
         return Ok(None);
     }
-    tx.prepare_cached("SELECT event_seq, cancel_requested FROM runs WHERE id = ?1")
+    tx.prepare_cached("SELECT key, event_seq, cancel_requested FROM runs WHERE id = ?1")
         .map_err(backend)?
-        .query_row(params![run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(params![run_id], |r| {
+            Ok(Fence {
+                key: r.get(0)?,
+                event_seq: r.get(1)?,
+                cancel: r.get(2)?,
+            })
+        })
         .map(Some)
         .map_err(backend)
 }
@@ -616,8 +635,14 @@ fn refuse(tx: &Connection, run_id: &str, epoch: i64, owner: &str, write: &str) -
             run_id,
         )
         .and_then(|row| {
-            let (seq, _) = row.ok_or_else(|| StoreError::NotFound(format!("no run {run_id}")))?;
-            insert_event(tx, run_id, seq, &weir_core::store::now_rfc3339(), kind)
+            let f = row.ok_or_else(|| StoreError::NotFound(format!("no run {run_id}")))?;
+            insert_event(
+                tx,
+                f.key,
+                f.event_seq,
+                &weir_core::store::now_rfc3339(),
+                kind,
+            )
         })
         .map(|_| ());
         if let Err(e) = noted {
@@ -665,7 +690,7 @@ pub fn renew(
         run_id,
     )?;
     match row {
-        Some((_, c)) => Ok(c != 0),
+        Some(f) => Ok(f.cancel != 0),
         None => {
             let tx = conns
                 .visible
@@ -758,10 +783,15 @@ fn claim_one(
         ],
         &row.id,
     )?;
-    let Some((seq, cancel)) = claimed else {
+    let Some(Fence {
+        key,
+        event_seq,
+        cancel,
+    }) = claimed
+    else {
         return Ok(None);
     };
-    let event = insert_event(tx, &row.id, seq, at, kind)?;
+    let event = insert_event(tx, key, event_seq, at, kind)?;
     Ok(Some((
         weir_core::store::Lease {
             run_id: row.id.clone(),
@@ -778,15 +808,15 @@ fn claim_one(
 
 fn insert_event(
     tx: &Connection,
-    run_id: &str,
+    run_key: i64,
     seq: i64,
     at: &str,
     kind: weir_core::event::EventKind,
 ) -> Result<weir_core::event::RunEvent, StoreError> {
     let body = serde_json::to_string(&crate::Body { at, kind: &kind }).map_err(backend)?;
-    tx.prepare_cached("INSERT INTO run_events (run_id, seq, body) VALUES (?1, ?2, ?3)")
+    tx.prepare_cached("INSERT INTO run_events (run_key, seq, body) VALUES (?1, ?2, ?3)")
         .map_err(backend)?
-        .execute(params![run_id, seq, body])
+        .execute(params![run_key, seq, body])
         .map_err(backend)?;
     Ok(weir_core::event::RunEvent {
         seq: seq as u64,
@@ -845,6 +875,7 @@ pub fn create_run(
         }
         other => backend(other),
     })?;
+    let key = tx.last_insert_rowid();
     // Written once, beside the row every step commit updates (migration 9).
     tx.prepare_cached("INSERT INTO run_sources (run_id, source_text, input) VALUES (?1, ?2, ?3)")
         .map_err(backend)?
@@ -853,7 +884,7 @@ pub fn create_run(
     let at = weir_core::store::now_rfc3339();
     let mut events = vec![insert_event(
         tx,
-        &run.run_id,
+        key,
         1,
         &at,
         weir_core::event::EventKind::RunCreated {

@@ -70,11 +70,14 @@ impl Fixture {
                 let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", p.display()))
                     .await
                     .unwrap();
-                let n = sqlx::query_scalar("SELECT COUNT(*) FROM run_patches WHERE run_id = ?1")
-                    .bind(run_id)
-                    .fetch_one(&pool)
-                    .await
-                    .unwrap();
+                let n = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM run_patches
+                     WHERE run_key = (SELECT key FROM runs WHERE id = ?1)",
+                )
+                .bind(run_id)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
                 Some(n)
             }
             (None, Some(db)) => {
