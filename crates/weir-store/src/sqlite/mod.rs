@@ -26,6 +26,7 @@ use crate::rules;
 use crate::schema::MIGRATIONS;
 mod catalog;
 mod rows;
+mod stmts;
 #[cfg(test)]
 mod tests;
 mod writer;

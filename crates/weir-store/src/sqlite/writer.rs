@@ -12,6 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
+
+use super::stmts::Conn;
 use weir_core::record::RunStatus;
 use weir_core::store::StoreError;
 
@@ -29,7 +31,7 @@ pub struct Conns {
 /// the group committed (or failed to).
 trait Grouped: Send {
     /// Runs the statements; whether to keep them.
-    fn run(&mut self, conn: &Connection) -> bool;
+    fn run(&mut self, conn: &Conn<'_>) -> bool;
     /// Answers the waiter: with the write's own result, or `failed` when the group failed.
     fn answer(self: Box<Self>, failed: Option<&StoreError>);
 }
@@ -45,9 +47,9 @@ struct Pending<T, F> {
 impl<T, F> Grouped for Pending<T, F>
 where
     T: Send,
-    F: FnMut(&Connection) -> Result<T, StoreError> + Send,
+    F: FnMut(&Conn<'_>) -> Result<T, StoreError> + Send,
 {
-    fn run(&mut self, conn: &Connection) -> bool {
+    fn run(&mut self, conn: &Conn<'_>) -> bool {
         let result = (self.f)(conn);
         let keep = result.is_ok();
         self.result = Some(result);
@@ -101,7 +103,7 @@ fn lock(conns: &Mutex<Conns>) -> MutexGuard<'_, Conns> {
     })
 }
 
-fn backend(e: impl std::fmt::Display) -> StoreError {
+pub(super) fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
 }
 
@@ -250,7 +252,7 @@ impl Writer {
     pub async fn grouped<T: Send + 'static>(
         &self,
         synced: bool,
-        f: impl FnMut(&Connection) -> Result<T, StoreError> + Send + 'static,
+        f: impl FnMut(&Conn<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job: GroupedJob = Box::new(Pending {
@@ -292,11 +294,14 @@ fn commit_group(conn: &mut Connection, group: Vec<GroupedJob>) {
 /// [`commit_group`] once its transaction has begun.
 fn commit_begun(conn: &mut Connection, mut group: Vec<GroupedJob>) {
     let mut failed = false;
-    for job in &mut group {
-        // An I/O error or a full disk can make SQLite roll the transaction back itself.
-        if !job.run(conn) || conn.is_autocommit() {
-            failed = true;
-            break;
+    {
+        let held = Conn::new(conn);
+        for job in &mut group {
+            // An I/O error or a full disk can make SQLite roll the transaction back itself.
+            if !job.run(&held) || held.is_autocommit() {
+                failed = true;
+                break;
+            }
         }
     }
     if !failed {
@@ -335,6 +340,7 @@ fn commit_each(conn: &mut Connection, mut group: Vec<GroupedJob>) {
         return;
     }
     let mut own = Vec::with_capacity(group.len());
+    let held = Conn::new(conn);
     for job in &mut group {
         // An I/O error or a full disk can make SQLite roll the whole transaction back: the
         // rest of the group then does not run (it would commit on its own, unreported).
@@ -348,7 +354,7 @@ fn commit_each(conn: &mut Connection, mut group: Vec<GroupedJob>) {
             own.push(Some(e));
             continue;
         }
-        let keep = job.run(conn);
+        let keep = job.run(&held);
         let undo = |conn: &Connection| {
             control(conn, "ROLLBACK TO w").and_then(|_| control(conn, "RELEASE w"))
         };
@@ -362,6 +368,7 @@ fn commit_each(conn: &mut Connection, mut group: Vec<GroupedJob>) {
         };
         own.push(kept.err());
     }
+    drop(held);
     let committed = match control(conn, "COMMIT") {
         Ok(()) => None,
         Err(e) => {
@@ -435,10 +442,7 @@ pub struct Fenced {
 /// One fenced write, inside a group commit's savepoint: the write's statements, or, when
 /// the fence refuses it (nothing was changed), the `stale_write_refused` event and
 /// `Ok(Err(LeaseLost))`, so the event is kept.
-pub fn fenced(
-    conn: &Connection,
-    w: &FencedWrite,
-) -> Result<Result<Fenced, StoreError>, StoreError> {
+pub fn fenced(conn: &Conn<'_>, w: &FencedWrite) -> Result<Result<Fenced, StoreError>, StoreError> {
     Ok(match apply(conn, w)? {
         Some(done) => Ok(done),
         None => Err(refuse(conn, &w.run_id, w.epoch, &w.owner, w.write)),
@@ -448,7 +452,7 @@ pub fn fenced(
 /// One fenced write's statements: the fence first (it reserves the event numbers and writes
 /// the snapshot, only while the run's epoch is the lease's and the lease is held), then the
 /// rows. `None`: the fence refused the write (nothing was changed).
-fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
+fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
     let n = w.events.len() as i64;
     let (snapshot, cost) = (w.snapshot.as_deref(), w.cost_usd);
     // One statement per shape, so none evaluates what it does not change.
@@ -492,12 +496,10 @@ fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError>
                      cost_usd = excluded.cost_usd, tokens_in = excluded.tokens_in,
                      tokens_out = excluded.tokens_out, started_at = excluded.started_at,
                      finished_at = excluded.finished_at, duration_ms = excluded.duration_ms";
-        let mut attempt = tx
-            .prepare_cached(
-                "INSERT OR REPLACE INTO attempts (run_key, seq, n, body) VALUES (?1, ?2, ?3, ?4)",
-            )
-            .map_err(backend)?;
-        let mut step = tx.prepare_cached(UPSERT).map_err(backend)?;
+        let mut attempt = tx.prepare(
+            "INSERT OR REPLACE INTO attempts (run_key, seq, n, body) VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        let mut step = tx.prepare(UPSERT)?;
         for s in &w.steps {
             step.execute(params![
                 key,
@@ -527,22 +529,19 @@ fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError>
     }
     if w.clear {
         // The whole snapshot covers every patch written before it.
-        tx.prepare_cached("DELETE FROM run_patches WHERE run_key = ?1")
-            .map_err(backend)?
+        tx.prepare("DELETE FROM run_patches WHERE run_key = ?1")?
             .execute(params![key])
             .map_err(backend)?;
     }
     if let Some(patch) = &w.patch {
         // Numbered by the write's first event: patches apply in commit order.
-        tx.prepare_cached("INSERT INTO run_patches (run_key, seq, patch) VALUES (?1, ?2, ?3)")
-            .map_err(backend)?
+        tx.prepare("INSERT INTO run_patches (run_key, seq, patch) VALUES (?1, ?2, ?3)")?
             .execute(params![key, first, patch])
             .map_err(backend)?;
     }
     if n > 0 {
-        let mut ev = tx
-            .prepare_cached("INSERT INTO run_events (run_key, seq, body) VALUES (?1, ?2, ?3)")
-            .map_err(backend)?;
+        let mut ev =
+            tx.prepare("INSERT INTO run_events (run_key, seq, body) VALUES (?1, ?2, ?3)")?;
         for (k, body) in w.events.iter().enumerate() {
             ev.execute(params![key, first + k as i64, body])
                 .map_err(backend)?;
@@ -554,19 +553,17 @@ fn apply(tx: &Connection, w: &FencedWrite) -> Result<Option<Fenced>, StoreError>
             error,
             finished_at,
         }) => {
-            tx.prepare_cached(
+            tx.prepare(
                 "UPDATE runs SET status = ?1, error = ?2, finished_at = ?3, lease_expires_at = NULL
                  WHERE key = ?4",
-            )
-            .map_err(backend)?
+            )?
             .execute(params![status, error, finished_at, key])
             .map_err(backend)?;
         }
         Some(EndRow::Release) => {
-            tx.prepare_cached(
+            tx.prepare(
                 "UPDATE runs SET status = 'queued', lease_expires_at = NULL WHERE key = ?1",
-            )
-            .map_err(backend)?
+            )?
             .execute(params![key])
             .map_err(backend)?;
         }
@@ -591,21 +588,16 @@ struct Fence {
 /// `RETURNING` statement's rows in an ephemeral table, a B-tree opened, zeroed and closed per
 /// statement, which cost more than the whole second lookup by primary key.
 fn update_then_read(
-    tx: &Connection,
-    update: &str,
+    tx: &Conn<'_>,
+    update: &'static str,
     params: &[&dyn rusqlite::ToSql],
     run_id: &str,
 ) -> Result<Option<Fence>, StoreError> {
-    let changed = tx
-        .prepare_cached(update)
-        .map_err(backend)?
-        .execute(params)
-        .map_err(backend)?;
+    let changed = tx.prepare(update)?.execute(params).map_err(backend)?;
     if changed == 0 {
         return Ok(None);
     }
-    tx.prepare_cached("SELECT key, event_seq, cancel_requested FROM runs WHERE id = ?1")
-        .map_err(backend)?
+    tx.prepare("SELECT key, event_seq, cancel_requested FROM runs WHERE id = ?1")?
         .query_row(params![run_id], |r| {
             Ok(Fence {
                 key: r.get(0)?,
@@ -619,7 +611,7 @@ fn update_then_read(
 
 /// Refuses a stale write: leaves a `stale_write_refused` event on the run's timeline (in the
 /// write's own transaction, which changed nothing else) and returns the `LeaseLost`.
-fn refuse(tx: &Connection, run_id: &str, epoch: i64, owner: &str, write: &str) -> StoreError {
+fn refuse(tx: &Conn<'_>, run_id: &str, epoch: i64, owner: &str, write: &str) -> StoreError {
     let current = match holder(tx, run_id) {
         Ok(c) => c,
         Err(e) => return e,
@@ -654,7 +646,7 @@ fn refuse(tx: &Connection, run_id: &str, epoch: i64, owner: &str, write: &str) -
 
 /// Who holds the run now, for the message of a refused write.
 fn holder(
-    conn: &Connection,
+    conn: &Conn<'_>,
     run_id: &str,
 ) -> Result<Option<(u64, Option<String>, RunStatus)>, StoreError> {
     conn.query_row(
@@ -683,7 +675,7 @@ pub fn renew(
     expires: i64,
 ) -> Result<bool, StoreError> {
     let row = update_then_read(
-        &conns.visible,
+        &Conn::new(&conns.visible),
         "UPDATE runs SET lease_expires_at = ?1
          WHERE id = ?2 AND epoch = ?3 AND lease_expires_at IS NOT NULL",
         params![expires, run_id, epoch],
@@ -696,7 +688,7 @@ pub fn renew(
                 .visible
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(backend)?;
-            let lost = refuse(&tx, run_id, epoch, owner, "heartbeat");
+            let lost = refuse(&Conn::new(&tx), run_id, epoch, owner, "heartbeat");
             let _ = tx.commit();
             Err(lost)
         }
@@ -716,6 +708,7 @@ pub fn claim_next(
         .synced
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(backend)?;
+    let held = Conn::new(&tx);
     let now = weir_core::store::now_ms();
     // Queued runs and expired leases come from their own partial indexes; the two lists
     // merge oldest first.
@@ -727,7 +720,7 @@ pub fn claim_next(
          WHERE status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at <= ?1)
          ORDER BY started_at, rowid LIMIT ?2",
     ] {
-        let mut st = tx.prepare_cached(sql).map_err(backend)?;
+        let mut st = held.prepare(sql)?;
         let rows = st
             .query_map(params![now, i64::from(limit)], |r| {
                 Ok((r.get::<_, String>(5)?, r.get::<_, i64>(6)?, claim_row(r)?))
@@ -741,8 +734,9 @@ pub fn claim_next(
     let at = weir_core::store::now_rfc3339();
     let mut out = Vec::new();
     for (_, _, row) in found.into_iter().take(limit as usize) {
-        out.extend(claim_one(&tx, &row, claim, &at)?);
+        out.extend(claim_one(&held, &row, claim, &at)?);
     }
+    drop(held);
     tx.commit().map_err(backend)?;
     Ok(out)
 }
@@ -761,7 +755,7 @@ fn claim_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<crate::rules::ClaimRow> 
 /// Claims one run checked claimable, inside the caller's transaction; `None` when another
 /// claim moved its epoch first.
 fn claim_one(
-    tx: &Connection,
+    tx: &Conn<'_>,
     row: &crate::rules::ClaimRow,
     claim: &weir_core::store::Claim,
     at: &str,
@@ -807,15 +801,14 @@ fn claim_one(
 }
 
 fn insert_event(
-    tx: &Connection,
+    tx: &Conn<'_>,
     run_key: i64,
     seq: i64,
     at: &str,
     kind: weir_core::event::EventKind,
 ) -> Result<weir_core::event::RunEvent, StoreError> {
     let body = serde_json::to_string(&crate::Body { at, kind: &kind }).map_err(backend)?;
-    tx.prepare_cached("INSERT INTO run_events (run_key, seq, body) VALUES (?1, ?2, ?3)")
-        .map_err(backend)?
+    tx.prepare("INSERT INTO run_events (run_key, seq, body) VALUES (?1, ?2, ?3)")?
         .execute(params![run_key, seq, body])
         .map_err(backend)?;
     Ok(weir_core::event::RunEvent {
@@ -829,15 +822,14 @@ fn insert_event(
 /// earlier request with the same idempotency key created.
 /// Creates a run (and claims it, when asked), inside a group commit's savepoint.
 pub fn create_run(
-    tx: &Connection,
+    tx: &Conn<'_>,
     run: &weir_core::store::NewRun,
     input: &str,
     snapshot: &str,
 ) -> Result<weir_core::store::Created, StoreError> {
     if let Some(key) = &run.idempotency_key {
         let existing: Option<String> = tx
-            .prepare_cached("SELECT id FROM runs WHERE idempotency_key = ?1")
-            .map_err(backend)?
+            .prepare("SELECT id FROM runs WHERE idempotency_key = ?1")?
             .query_row(params![key], |r| r.get(0))
             .optional()
             .map_err(backend)?;
@@ -850,12 +842,11 @@ pub fn create_run(
             });
         }
     }
-    tx.prepare_cached(
+    tx.prepare(
         "INSERT INTO runs (id, workflow, dialect, status, source_path, snapshot, cost_usd,
                            started_at, idempotency_key, event_seq, workflow_id, workflow_version)
          VALUES (?1, ?2, ?3, 'queued', ?4, ?5, 0, ?6, ?7, 1, ?8, ?9)",
-    )
-    .map_err(backend)?
+    )?
     .execute(params![
         run.run_id,
         run.workflow,
@@ -877,8 +868,7 @@ pub fn create_run(
     })?;
     let key = tx.last_insert_rowid();
     // Written once, beside the row every step commit updates (migration 9).
-    tx.prepare_cached("INSERT INTO run_sources (run_id, source_text, input) VALUES (?1, ?2, ?3)")
-        .map_err(backend)?
+    tx.prepare("INSERT INTO run_sources (run_id, source_text, input) VALUES (?1, ?2, ?3)")?
         .execute(params![run.run_id, run.source_text, input])
         .map_err(backend)?;
     let at = weir_core::store::now_rfc3339();
@@ -941,7 +931,7 @@ pub fn claim_run(
         return Err(refusal);
     }
     let at = weir_core::store::now_rfc3339();
-    let out = claim_one(&tx, &row, claim, &at)?
+    let out = claim_one(&Conn::new(&tx), &row, claim, &at)?
         .ok_or_else(|| StoreError::Conflict(format!("run {run_id} was claimed by someone else")))?;
     tx.commit().map_err(backend)?;
     Ok(out)
