@@ -50,6 +50,8 @@ pub struct Sqlite {
     /// visible (a step's `running` row, an attempt's failure, a renewal): they ride along with
     /// the next synced commit instead of paying an fsync of their own.
     writer: Writer,
+    /// The keys of the runs this process drives (`rows::Keys`).
+    keys: rows::Keys,
     /// The folder of a throwaway database (`sqlite::memory:`), removed with the store.
     _scratch: Option<tempfile::TempDir>,
 }
@@ -105,6 +107,7 @@ impl Sqlite {
             writer: Writer::open(&path, full_sync)
                 .map_err(|e| StoreError::Backend(format!("cannot open {}: {e}", path.display())))?,
             pool,
+            keys: rows::Keys::default(),
             _scratch: scratch,
         };
         store.migrate().await?;

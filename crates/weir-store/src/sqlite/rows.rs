@@ -1,6 +1,9 @@
 //! Rows: events and steps as the SQLite store writes them, and the
 //! fenced writes of a drive handed to the writer thread.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use sqlx::{QueryBuilder, Sqlite as Db, SqliteConnection};
 use weir_core::event::{EventKind, RunEvent};
 use weir_core::patch::Patch;
@@ -160,8 +163,10 @@ impl Sqlite {
             w.clear,
             !w.events.is_empty(),
         );
+        let ends = w.end.is_some();
         let write = FencedWrite {
             run_id: w.lease.run_id.clone(),
+            key: self.keys.known(&w.lease.run_id),
             epoch: w.lease.epoch as i64,
             owner: w.lease.owner.clone(),
             write: w.write,
@@ -197,9 +202,42 @@ impl Sqlite {
             .writer
             .grouped(!write.visible, move |c| writer::fenced(c, &write))
             .await??;
+        self.keys.learnt(&w.lease.run_id, done.key, ends);
         Ok(Written {
             events: crate::numbered(done.first_seq, &at, w.events),
             cancel_requested: done.cancel_requested,
         })
+    }
+}
+
+/// The integer keys of the runs this process is driving, learnt from their first write, so
+/// a drive's later writes find the run's row by its primary key instead of the text index
+/// on `id` (the fence checks the id as well). Forgotten when the drive ends; bounded for
+/// drives that stop without ending (a lost lease): at [`Keys::MAX`] entries it starts over.
+#[derive(Default)]
+pub struct Keys(Mutex<HashMap<String, i64>>);
+
+impl Keys {
+    const MAX: usize = 65_536;
+
+    pub fn known(&self, run_id: &str) -> Option<i64> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(run_id)
+            .copied()
+    }
+
+    /// A write of the drive of `run_id` found its key; `ended`: the drive is over.
+    pub fn learnt(&self, run_id: &str, key: i64, ended: bool) {
+        let mut keys = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if ended {
+            keys.remove(run_id);
+        } else if !keys.contains_key(run_id) {
+            if keys.len() >= Self::MAX {
+                keys.clear();
+            }
+            keys.insert(run_id.to_string(), key);
+        }
     }
 }

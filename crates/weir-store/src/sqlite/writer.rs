@@ -415,6 +415,9 @@ pub enum EndRow {
 /// One fenced write of a drive, owned so it can travel to the writer thread.
 pub struct FencedWrite {
     pub run_id: String,
+    /// The run's key, when an earlier write of the drive learnt it: the fence then finds
+    /// the row through the integer primary key instead of the text index on `id`.
+    pub key: Option<i64>,
     pub epoch: i64,
     /// The lease's owner and what the write is, for the event a refusal leaves.
     pub owner: String,
@@ -435,6 +438,8 @@ pub struct FencedWrite {
 
 /// What a fenced write reports: the first event number it got, and the cancel flag.
 pub struct Fenced {
+    /// The run's key, for the drive's next writes.
+    pub key: i64,
     pub first_seq: i64,
     pub cancel_requested: bool,
 }
@@ -456,23 +461,56 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
     let n = w.events.len() as i64;
     let (snapshot, cost) = (w.snapshot.as_deref(), w.cost_usd);
     // One statement per shape, so none evaluates what it does not change.
-    let fence = if snapshot.is_some() {
-        "UPDATE runs SET event_seq = event_seq + ?1, snapshot = ?2, cost_usd = ?3
-         WHERE id = ?4 AND epoch = ?5 AND lease_expires_at IS NOT NULL"
+    // Each by id, or by the run's key when the drive knows it (the id checked too: a key
+    // can be reused once its run is pruned, an id cannot).
+    macro_rules! fence {
+        ($set:literal, $also:literal) => {
+            [
+                concat!(
+                    "UPDATE runs SET ",
+                    $set,
+                    " WHERE id = ?4 AND epoch = ?5 AND lease_expires_at IS NOT NULL",
+                    $also
+                ),
+                concat!(
+                    "UPDATE runs SET ",
+                    $set,
+                    " WHERE key = ?6 AND id = ?4 AND epoch = ?5 AND lease_expires_at IS NOT NULL",
+                    $also
+                ),
+            ]
+        };
+    }
+    let [by_id, by_key] = if snapshot.is_some() {
+        fence!(
+            "event_seq = event_seq + ?1, snapshot = ?2, cost_usd = ?3",
+            ""
+        )
     } else if cost.is_some() {
-        "UPDATE runs SET event_seq = event_seq + ?1, cost_usd = ?3
-         WHERE id = ?4 AND epoch = ?5 AND lease_expires_at IS NOT NULL AND ?2 IS NULL"
+        fence!(
+            "event_seq = event_seq + ?1, cost_usd = ?3",
+            " AND ?2 IS NULL"
+        )
     } else {
-        "UPDATE runs SET event_seq = event_seq + ?1
-         WHERE id = ?4 AND epoch = ?5 AND lease_expires_at IS NOT NULL
-           AND ?2 IS NULL AND ?3 IS NULL"
+        fence!(
+            "event_seq = event_seq + ?1",
+            " AND ?2 IS NULL AND ?3 IS NULL"
+        )
     };
-    let fence = update_then_read(
-        tx,
-        fence,
-        params![n, snapshot, cost, w.run_id, w.epoch],
-        &w.run_id,
-    )?;
+    let fence = match w.key {
+        Some(k) => update_then_read(
+            tx,
+            by_key,
+            params![n, snapshot, cost, w.run_id, w.epoch, k],
+            Known::Key(k),
+        )?,
+        None => update_then_read(
+            tx,
+            by_id,
+            params![n, snapshot, cost, w.run_id, w.epoch],
+            Known::Id(&w.run_id),
+        )?,
+    };
     let Some(Fence {
         key,
         event_seq: last,
@@ -570,6 +608,7 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
         None => {}
     }
     Ok(Some(Fenced {
+        key,
         first_seq: first,
         cancel_requested: cancel != 0,
     }))
@@ -591,22 +630,40 @@ fn update_then_read(
     tx: &Conn<'_>,
     update: &'static str,
     params: &[&dyn rusqlite::ToSql],
-    run_id: &str,
+    row: Known<'_>,
 ) -> Result<Option<Fence>, StoreError> {
     let changed = tx.prepare(update)?.execute(params).map_err(backend)?;
     if changed == 0 {
         return Ok(None);
     }
-    tx.prepare("SELECT key, event_seq, cancel_requested FROM runs WHERE id = ?1")?
-        .query_row(params![run_id], |r| {
-            Ok(Fence {
-                key: r.get(0)?,
-                event_seq: r.get(1)?,
-                cancel: r.get(2)?,
-            })
-        })
-        .map(Some)
-        .map_err(backend)
+    let mut read = match row {
+        Known::Id(_) => {
+            tx.prepare("SELECT key, event_seq, cancel_requested FROM runs WHERE id = ?1")?
+        }
+        Known::Key(_) => {
+            tx.prepare("SELECT key, event_seq, cancel_requested FROM runs WHERE key = ?1")?
+        }
+    };
+    let found = match row {
+        Known::Id(id) => read.query_row(params![id], fence_row),
+        Known::Key(k) => read.query_row(params![k], fence_row),
+    };
+    found.map(Some).map_err(backend)
+}
+
+/// How a fenced write names the run's row: by id, or by the key the drive learnt.
+#[derive(Clone, Copy)]
+enum Known<'a> {
+    Id(&'a str),
+    Key(i64),
+}
+
+fn fence_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Fence> {
+    Ok(Fence {
+        key: r.get(0)?,
+        event_seq: r.get(1)?,
+        cancel: r.get(2)?,
+    })
 }
 
 /// Refuses a stale write: leaves a `stale_write_refused` event on the run's timeline (in the
@@ -624,7 +681,7 @@ fn refuse(tx: &Conn<'_>, run_id: &str, epoch: i64, owner: &str, write: &str) -> 
             tx,
             "UPDATE runs SET event_seq = event_seq + 1 WHERE id = ?1",
             params![run_id],
-            run_id,
+            Known::Id(run_id),
         )
         .and_then(|row| {
             let f = row.ok_or_else(|| StoreError::NotFound(format!("no run {run_id}")))?;
@@ -679,7 +736,7 @@ pub fn renew(
         "UPDATE runs SET lease_expires_at = ?1
          WHERE id = ?2 AND epoch = ?3 AND lease_expires_at IS NOT NULL",
         params![expires, run_id, epoch],
-        run_id,
+        Known::Id(run_id),
     )?;
     match row {
         Some(f) => Ok(f.cancel != 0),
@@ -775,7 +832,7 @@ fn claim_one(
             row.id,
             row.epoch as i64
         ],
-        &row.id,
+        Known::Id(&row.id),
     )?;
     let Some(Fence {
         key,
