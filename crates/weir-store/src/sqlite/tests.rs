@@ -156,6 +156,63 @@ async fn a_write_that_panicked_in_place_leaves_the_writer_usable() {
     assert_eq!(half, 0, "the panicked write's statements were rolled back");
 }
 
+/// A drive remembers its run's integer key after its first write. Once another process
+/// took that run over, finished and pruned it, a new run can get the same key and the same
+/// epoch; the stale drive's next write must still be refused, and leave the new run alone.
+#[tokio::test(flavor = "current_thread")]
+async fn a_stale_drive_whose_runs_key_was_reused_is_refused() {
+    // Two processes on one database: `store` drives r1 until its lease lapses; `other`
+    // takes r1 over, finishes and prunes it, and creates r2.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Sqlite::open(Some(&dir.path().join("w.db"))).await.unwrap();
+    let other = Sqlite::open(Some(&dir.path().join("w.db"))).await.unwrap();
+    let claim = |owner: &str, ms: u64| Claim {
+        owner: owner.into(),
+        ttl: Duration::from_millis(ms),
+    };
+    let note = || vec![EventKind::CancelRequested { by: "test".into() }];
+    store
+        .create_run(&new_run("{}", serde_json::json!({})))
+        .await
+        .unwrap();
+    let (stale, _) = store.claim_run("r1", &claim("a", 50)).await.unwrap();
+    store.append_events(&stale, note()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    let (taker, _) = other.claim_run("r1", &claim("b", 60_000)).await.unwrap();
+    let done = RunUpdate {
+        status: RunStatus::Succeeded,
+        error: None,
+        finished_at: Some(now_rfc3339()),
+        snapshot: Default::default(),
+    };
+    other.finish_run(&taker, &done, Vec::new()).await.unwrap();
+    assert_eq!(
+        other.prune("9999", &[]).await.unwrap(),
+        vec!["r1".to_string()]
+    );
+    let mut second = new_run("{}", serde_json::json!({}));
+    second.run_id = "r2".into();
+    other.create_run(&second).await.unwrap();
+    let (fresh, _) = other.claim_run("r2", &claim("c", 60_000)).await.unwrap();
+    assert_eq!(
+        fresh.epoch, stale.epoch,
+        "the new run has the stale lease's epoch"
+    );
+    let keys: Vec<i64> = sqlx::query_scalar("SELECT key FROM runs")
+        .fetch_all(&store.pool)
+        .await
+        .unwrap();
+    assert_eq!(keys, vec![1], "the new run took the pruned run's key");
+    let before = store.events_after("r2", 0).await.unwrap().len();
+    let refused = store.append_events(&stale, note()).await;
+    assert!(
+        matches!(refused, Err(StoreError::LeaseLost { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(store.events_after("r2", 0).await.unwrap().len(), before);
+    other.append_events(&fresh, note()).await.unwrap();
+}
+
 /// A queued run `r1` of a graph workflow with this source and input.
 fn new_run(source_text: &str, input: serde_json::Value) -> weir_core::store::NewRun {
     weir_core::store::NewRun {
