@@ -75,15 +75,14 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
             }
         }
     };
-    // Built from owned values (`json!` would serialise a copy of each string).
-    let mut fields = serde_json::Map::with_capacity(6);
-    fields.insert("text".into(), Value::String(response.text.clone()));
-    fields.insert("model".into(), Value::String(response.model));
-    fields.insert("provider".into(), Value::String(response.provider));
-    fields.insert("fallback_used".into(), Value::Bool(response.fallback_used));
-    fields.insert("input_tokens".into(), spent.tokens.input.into());
-    fields.insert("output_tokens".into(), spent.tokens.output.into());
-    let mut output = Value::Object(fields);
+    let mut output = Value::Object(output_fields([
+        Value::String(response.text.clone()),
+        Value::String(response.model),
+        Value::String(response.provider),
+        Value::Bool(response.fallback_used),
+        spent.tokens.input.into(),
+        spent.tokens.output.into(),
+    ]));
     if !spent.unpriced.is_empty() {
         output["priced"] = json!(false);
         output["unpriced_models"] = json!(spent.unpriced);
@@ -116,3 +115,33 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
         spent,
     })
 }
+
+/// An agent's output object from its six values, in the order of [`OUTPUT_KEYS`]: a copy of
+/// a map holding the keys, filled by position. Built from owned values (`json!` would
+/// serialise a copy of each string), and without an insert per key: serde_json's map
+/// hashes each inserted key with SipHash, where a copy of the map keeps the hashes.
+fn output_fields(values: [Value; 6]) -> serde_json::Map<String, Value> {
+    static KEYS: std::sync::OnceLock<serde_json::Map<String, Value>> = std::sync::OnceLock::new();
+    let mut fields = KEYS
+        .get_or_init(|| {
+            OUTPUT_KEYS
+                .iter()
+                .map(|k| (k.to_string(), Value::Null))
+                .collect()
+        })
+        .clone();
+    for (slot, value) in fields.values_mut().zip(values) {
+        *slot = value;
+    }
+    fields
+}
+
+/// The keys of every agent's output, in order.
+const OUTPUT_KEYS: [&str; 6] = [
+    "text",
+    "model",
+    "provider",
+    "fallback_used",
+    "input_tokens",
+    "output_tokens",
+];
