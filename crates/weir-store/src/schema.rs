@@ -269,7 +269,9 @@ ALTER TABLE runs DROP COLUMN input;
 -- run's keys are the largest, so its rows go to the right edge of each index. The id stays
 -- the run's public name, unique. Also gone: `runs_started` (`runs_list` covers it) and
 -- `runs_runnable` (the claim reads `runs_queued` and `runs_leased`), two index updates
--- fewer at every claim and finish.
+-- fewer at every claim and finish. A step row's own key is `run_key * 2^32 + seq`, its
+-- table's rowid, so a step is one B-tree entry (no separate key index to insert into and
+-- to write to the WAL at every commit); `run_key` and `seq` are read from it.
 CREATE TABLE runs_v10 (
     key               INTEGER PRIMARY KEY,
     id                TEXT NOT NULL UNIQUE,
@@ -300,8 +302,9 @@ INSERT INTO runs_v10 (key, id, workflow, dialect, status, source_path, snapshot,
            idempotency_key, event_seq, workflow_id, workflow_version
     FROM runs ORDER BY rowid;
 CREATE TABLE steps_v10 (
-    run_key      INTEGER NOT NULL,
-    seq          INTEGER NOT NULL,
+    id           INTEGER PRIMARY KEY,
+    run_key      INTEGER GENERATED ALWAYS AS (id >> 32) VIRTUAL,
+    seq          INTEGER GENERATED ALWAYS AS (id & 4294967295) VIRTUAL,
     node_id      TEXT NOT NULL,
     node_type    TEXT NOT NULL,
     visit        INTEGER NOT NULL,
@@ -315,13 +318,12 @@ CREATE TABLE steps_v10 (
     tokens_out   INTEGER NOT NULL DEFAULT 0,
     started_at   TEXT NOT NULL,
     finished_at  TEXT,
-    duration_ms  INTEGER,
-    PRIMARY KEY (run_key, seq)
+    duration_ms  INTEGER
 );
-INSERT INTO steps_v10 (run_key, seq, node_id, node_type, visit, status, route, input, output,
+INSERT INTO steps_v10 (id, node_id, node_type, visit, status, route, input, output,
                        error, cost_usd, tokens_in, tokens_out, started_at, finished_at,
                        duration_ms)
-    SELECT r.key, s.seq, s.node_id, s.node_type, s.visit, s.status, s.route, s.input,
+    SELECT r.key * 4294967296 + s.seq, s.node_id, s.node_type, s.visit, s.status, s.route, s.input,
            s.output, s.error, s.cost_usd, s.tokens_in, s.tokens_out, s.started_at,
            s.finished_at, s.duration_ms
     FROM steps s JOIN runs_v10 r ON r.id = s.run_id ORDER BY r.key, s.seq;

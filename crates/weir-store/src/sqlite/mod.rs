@@ -37,6 +37,15 @@ use writer::Writer;
 
 /// The patches written after a run's whole snapshot, as one JSON array in commit order: a
 /// column of the statement that reads the snapshot, so both come from one read.
+/// The rows of one run's steps (`steps.id` is `run_key * 2^32 + seq`), for the run whose
+/// id is the statement's first parameter.
+macro_rules! steps_of {
+    () => {
+        "steps.id BETWEEN (SELECT key FROM runs WHERE runs.id = ?1) * 4294967296
+                      AND (SELECT key FROM runs WHERE runs.id = ?1) * 4294967296 + 4294967295"
+    };
+}
+
 macro_rules! patches {
     () => {
         "(SELECT json_group_array(json(p.patch) ORDER BY p.seq) FROM run_patches p
@@ -153,14 +162,14 @@ impl Sqlite {
         run_id: &str,
         only_seq: Option<u32>,
     ) -> Result<Vec<StepRecord>, StoreError> {
-        let rows = sqlx::query(
+        let rows = sqlx::query(concat!(
             "SELECT seq, node_id, node_type, visit, status, route, input, output, error, cost_usd,
                     tokens_in, tokens_out, started_at, finished_at, duration_ms
-             FROM steps WHERE run_key = (SELECT key FROM runs WHERE id = ?) AND (? IS NULL OR seq = ?)
-             ORDER BY seq",
-        )
+             FROM steps WHERE ",
+            steps_of!(),
+            " AND (?2 IS NULL OR seq = ?2) ORDER BY steps.id"
+        ))
         .bind(run_id.to_string())
-        .bind(only_seq.map(i64::from))
         .bind(only_seq.map(i64::from))
         .fetch_all(&self.pool)
         .await
@@ -457,14 +466,14 @@ impl RunStore for Sqlite {
         .await
         .map_err(backend)?;
         snapshot_written(&mut tx, run_id).await?;
-        sqlx::query(
-            "UPDATE steps SET status = 'cancelled', error = ?, finished_at = ?
-             WHERE run_key = (SELECT key FROM runs WHERE id = ?)
-               AND status IN ('running', 'waiting')",
-        )
+        sqlx::query(concat!(
+            "UPDATE steps SET status = 'cancelled', error = ?2, finished_at = ?3 WHERE ",
+            steps_of!(),
+            " AND status IN ('running', 'waiting')"
+        ))
+        .bind(run_id)
         .bind(format!("cancelled by {by}"))
         .bind(at.as_str())
-        .bind(run_id)
         .execute(&mut *tx)
         .await
         .map_err(backend)?;
@@ -586,7 +595,7 @@ impl RunStore for Sqlite {
         for id in &ids {
             for sql in [
                 "DELETE FROM attempts WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
-                "DELETE FROM steps WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
+                concat!("DELETE FROM steps WHERE ", steps_of!()),
                 "DELETE FROM run_events WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
                 "DELETE FROM run_patches WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
                 "DELETE FROM run_sources WHERE run_id = ?",
@@ -604,10 +613,11 @@ impl RunStore for Sqlite {
     }
 
     async fn open_steps(&self, run_id: &str) -> Result<(u32, Vec<StepRecord>), StoreError> {
-        let rows = sqlx::query(
-            "SELECT seq, status FROM steps
-             WHERE run_key = (SELECT key FROM runs WHERE id = ?) ORDER BY seq DESC",
-        )
+        let rows = sqlx::query(concat!(
+            "SELECT seq, status FROM steps WHERE ",
+            steps_of!(),
+            " ORDER BY steps.id DESC"
+        ))
         .bind(run_id)
         .fetch_all(&self.pool)
         .await

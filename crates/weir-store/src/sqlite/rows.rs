@@ -32,19 +32,19 @@ pub(super) async fn insert_steps(
     if steps.is_empty() {
         return Ok(());
     }
+    let key = run_key(conn, run_id).await?;
     let mut rows = Vec::with_capacity(steps.len());
     for s in steps {
-        rows.push((s, json(&s.input)?, json(&s.output)?));
+        let id = writer::step_id(key, i64::from(s.seq))?;
+        rows.push((s, id, json(&s.input)?, json(&s.output)?));
     }
     let mut q: QueryBuilder<Db> = QueryBuilder::new(
-        "INSERT OR REPLACE INTO steps (run_key, seq, node_id, node_type, visit, status, route,
+        "INSERT OR REPLACE INTO steps (id, node_id, node_type, visit, status, route,
              input, output, error, cost_usd, tokens_in, tokens_out, started_at, finished_at,
              duration_ms) ",
     );
-    let key = run_key(conn, run_id).await?;
-    q.push_values(rows, |mut b, (s, input, output)| {
-        b.push_bind(key)
-            .push_bind(i64::from(s.seq))
+    q.push_values(rows, |mut b, (s, id, input, output)| {
+        b.push_bind(id)
             .push_bind(s.node_id.as_str())
             .push_bind(&*s.node_type)
             .push_bind(i64::from(s.visit))

@@ -523,11 +523,11 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
     if !w.steps.is_empty() {
         // An upsert: a finished step updates its `running` row in place (`OR REPLACE`
         // deleted and re-inserted it, index entry included).
-        const UPSERT: &str = "INSERT INTO steps (run_key, seq, node_id, node_type, visit, status,
+        const UPSERT: &str = "INSERT INTO steps (id, node_id, node_type, visit, status,
                      route, input, output, error, cost_usd, tokens_in, tokens_out, started_at,
                      finished_at, duration_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
-                 ON CONFLICT (run_key, seq) DO UPDATE SET
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                 ON CONFLICT (id) DO UPDATE SET
                      node_id = excluded.node_id, node_type = excluded.node_type,
                      visit = excluded.visit, status = excluded.status, route = excluded.route,
                      input = excluded.input, output = excluded.output, error = excluded.error,
@@ -540,8 +540,7 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
         let mut step = tx.prepare(UPSERT)?;
         for s in &w.steps {
             step.execute(params![
-                key,
-                s.seq,
+                step_id(key, s.seq)?,
                 s.node_id,
                 s.node_type,
                 s.visit,
@@ -612,6 +611,15 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
         first_seq: first,
         cancel_requested: cancel != 0,
     }))
+}
+
+/// A step row's key: the run's key times 2^32 plus the step's sequence number (a `u32`).
+/// Run keys below 2^31 fit, two billion runs in one database.
+pub(super) fn step_id(run_key: i64, seq: i64) -> Result<i64, StoreError> {
+    run_key
+        .checked_mul(1 << 32)
+        .and_then(|k| k.checked_add(seq))
+        .ok_or_else(|| StoreError::Backend(format!("run key {run_key} is beyond 2^31")))
 }
 
 /// A run's row as a fenced write leaves it.
