@@ -261,8 +261,9 @@ ALTER TABLE runs DROP COLUMN input;
     (
         10,
         r#"
--- Integer run keys: the rows of a run's steps, attempts, events and patches are keyed by the
--- run's `key` (an INTEGER PRIMARY KEY, stable across VACUUM) instead of its 36-character id.
+-- Integer run keys: the rows of a run's source, steps, attempts, events and patches are
+-- keyed by the run's `key` (an INTEGER PRIMARY KEY, stable across VACUUM) instead of its
+-- 36-character id.
 -- Every step commit inserts into those tables; a text key made each insert compare strings
 -- down the B-tree, and random (v4) ids scattered the inserts of concurrent runs over the
 -- whole index. Integer keys compare in one instruction, take a fifth of the space, and a new
@@ -354,6 +355,14 @@ CREATE TABLE run_patches_v10 (
 INSERT INTO run_patches_v10 (run_key, seq, patch)
     SELECT r.key, p.seq, p.patch
     FROM run_patches p JOIN runs_v10 r ON r.id = p.run_id ORDER BY p.id;
+CREATE TABLE run_sources_v10 (
+    run_key      INTEGER PRIMARY KEY,
+    source_text  TEXT NOT NULL,
+    input        TEXT NOT NULL
+);
+INSERT INTO run_sources_v10 (run_key, source_text, input)
+    SELECT r.key, s.source_text, s.input FROM run_sources s JOIN runs_v10 r ON r.id = s.run_id;
+DROP TABLE run_sources;
 DROP TABLE run_patches;
 DROP TABLE run_events;
 DROP TABLE attempts;
@@ -364,6 +373,7 @@ ALTER TABLE steps_v10 RENAME TO steps;
 ALTER TABLE attempts_v10 RENAME TO attempts;
 ALTER TABLE run_events_v10 RENAME TO run_events;
 ALTER TABLE run_patches_v10 RENAME TO run_patches;
+ALTER TABLE run_sources_v10 RENAME TO run_sources;
 CREATE INDEX run_patches_run ON run_patches (run_key, seq);
 CREATE UNIQUE INDEX runs_idempotency ON runs (idempotency_key) WHERE idempotency_key IS NOT NULL;
 CREATE INDEX runs_list ON runs (started_at DESC, id DESC);

@@ -506,7 +506,7 @@ impl RunStore for Sqlite {
             patches!(),
             ", epoch, owner,
                     lease_expires_at, cancel_requested, workflow_id, workflow_version, input
-             FROM runs JOIN run_sources ON run_sources.run_id = runs.id WHERE id = ?"
+             FROM runs JOIN run_sources ON run_sources.run_key = runs.key WHERE id = ?"
         ))
         .bind(run_id)
         .fetch_optional(&self.pool)
@@ -528,7 +528,7 @@ impl RunStore for Sqlite {
             "SELECT workflow, dialect, status, input, snapshot, ",
             patches!(),
             ", error, started_at, finished_at
-             FROM runs JOIN run_sources ON run_sources.run_id = runs.id WHERE id = ?"
+             FROM runs JOIN run_sources ON run_sources.run_key = runs.key WHERE id = ?"
         ))
         .bind(run_id)
         .fetch_optional(&self.pool)
@@ -598,7 +598,7 @@ impl RunStore for Sqlite {
                 concat!("DELETE FROM steps WHERE ", steps_of!()),
                 "DELETE FROM run_events WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
                 "DELETE FROM run_patches WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
-                "DELETE FROM run_sources WHERE run_id = ?",
+                "DELETE FROM run_sources WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
                 "DELETE FROM runs WHERE id = ?",
             ] {
                 sqlx::query(sql)

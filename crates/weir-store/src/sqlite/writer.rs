@@ -933,8 +933,8 @@ pub fn create_run(
     })?;
     let key = tx.last_insert_rowid();
     // Written once, beside the row every step commit updates (migration 9).
-    tx.prepare("INSERT INTO run_sources (run_id, source_text, input) VALUES (?1, ?2, ?3)")?
-        .execute(params![run.run_id, run.source_text, input])
+    tx.prepare("INSERT INTO run_sources (run_key, source_text, input) VALUES (?1, ?2, ?3)")?
+        .execute(params![key, run.source_text, input])
         .map_err(backend)?;
     let at = weir_core::store::now_rfc3339();
     let mut events = vec![insert_event(
