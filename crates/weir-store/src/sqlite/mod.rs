@@ -25,6 +25,7 @@ use weir_core::store::{
 use crate::rules;
 use crate::schema::MIGRATIONS;
 mod catalog;
+mod drive;
 mod rows;
 mod stmts;
 #[cfg(test)]
@@ -202,16 +203,14 @@ impl RunStore for Sqlite {
         let (input, snapshot) = (json(&run.input)?, json(&run.snapshot)?);
         let run = run.clone();
         self.writer
-            .grouped(true, move |c| {
-                writer::create_run(c, &run, &input, &snapshot)
-            })
+            .grouped(true, move |c| drive::create_run(c, &run, &input, &snapshot))
             .await
     }
 
     async fn claim_run(&self, run_id: &str, claim: &Claim) -> Result<(Lease, Written), StoreError> {
         let (run_id, claim) = (run_id.to_string(), claim.clone());
         self.writer
-            .run(move |c| writer::claim_run(c, &run_id, &claim))
+            .run(move |c| drive::claim_run(c, &run_id, &claim))
             .await
     }
 
@@ -222,7 +221,7 @@ impl RunStore for Sqlite {
     ) -> Result<Vec<(Lease, Written)>, StoreError> {
         let claim = claim.clone();
         self.writer
-            .run(move |c| writer::claim_next(c, &claim, limit))
+            .run(move |c| drive::claim_next(c, &claim, limit))
             .await
     }
 
@@ -235,7 +234,7 @@ impl RunStore for Sqlite {
         );
         let cancel = self
             .writer
-            .run(move |c| writer::renew(c, &run_id, epoch, &owner, expires))
+            .run(move |c| drive::renew(c, &run_id, epoch, &owner, expires))
             .await?;
         lease.expires_at = expires;
         Ok(Written {

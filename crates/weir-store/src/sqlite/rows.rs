@@ -11,7 +11,7 @@ use weir_core::record::{Snapshot, StepRecord};
 use weir_core::store::{Lease, RunUpdate, StoreError, Written, now_rfc3339};
 
 use super::Sqlite;
-use super::writer::{self, EndRow, FencedWrite, StepRow};
+use super::drive::{self, EndRow, FencedWrite, StepRow};
 use crate::{Body, backend, json};
 
 /// The integer key a run's child rows carry (migration 10).
@@ -35,7 +35,7 @@ pub(super) async fn insert_steps(
     let key = run_key(conn, run_id).await?;
     let mut rows = Vec::with_capacity(steps.len());
     for s in steps {
-        let id = writer::step_id(key, i64::from(s.seq))?;
+        let id = drive::step_id(key, i64::from(s.seq))?;
         rows.push((s, id, json(&s.input)?, json(&s.output)?));
     }
     let mut q: QueryBuilder<Db> = QueryBuilder::new(
@@ -200,7 +200,7 @@ impl Sqlite {
         };
         let done = self
             .writer
-            .grouped(!write.visible, move |c| writer::fenced(c, &write))
+            .grouped(!write.visible, move |c| drive::fenced(c, &write))
             .await??;
         self.keys.learnt(&w.lease.run_id, done.key, ends);
         Ok(Written {

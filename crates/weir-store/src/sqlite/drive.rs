@@ -1,0 +1,633 @@
+//! The statements of a drive's writes, run by the writer (`writer.rs`) inside a group
+//! commit or a job of their own: the fenced writes (step commits, started steps, events,
+//! the end of a drive), run creation, claims and lease renewals.
+
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use weir_core::record::RunStatus;
+use weir_core::store::StoreError;
+
+use super::stmts::Conn;
+use super::writer::{Conns, backend};
+use crate::rules;
+
+/// One step row, owned, ready to bind.
+pub struct StepRow {
+    pub seq: i64,
+    pub node_id: String,
+    pub node_type: weir_core::record::NodeType,
+    pub visit: i64,
+    pub status: &'static str,
+    pub route: Option<String>,
+    pub input: String,
+    pub output: String,
+    pub error: Option<String>,
+    pub cost_usd: f64,
+    pub tokens_in: i64,
+    pub tokens_out: i64,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub duration_ms: Option<i64>,
+    /// `(n, body)` of each attempt.
+    pub attempts: Vec<(i64, String)>,
+}
+
+/// How a write ends the drive, if it does.
+pub enum EndRow {
+    Finish {
+        status: &'static str,
+        error: Option<String>,
+        finished_at: Option<String>,
+    },
+    Release,
+}
+
+/// One fenced write of a drive, owned so it can travel to the writer thread.
+pub struct FencedWrite {
+    pub run_id: String,
+    /// The run's key, when an earlier write of the drive learnt it: the fence then finds
+    /// the row through the integer primary key instead of the text index on `id`.
+    pub key: Option<i64>,
+    pub epoch: i64,
+    /// The lease's owner and what the write is, for the event a refusal leaves.
+    pub owner: String,
+    pub write: &'static str,
+    /// Write on the unsynced connection (progress only).
+    pub visible: bool,
+    /// The whole snapshot, or a patch of it, and the run's cost with either.
+    pub snapshot: Option<String>,
+    pub patch: Option<String>,
+    pub cost_usd: Option<f64>,
+    /// Delete the patches the whole snapshot covers (only when some may have been written).
+    pub clear: bool,
+    pub steps: Vec<StepRow>,
+    /// Event bodies (`{"at", "type", …}`), numbered from the reserved range.
+    pub events: Vec<String>,
+    pub end: Option<EndRow>,
+}
+
+/// What a fenced write reports: the first event number it got, and the cancel flag.
+pub struct Fenced {
+    /// The run's key, for the drive's next writes.
+    pub key: i64,
+    pub first_seq: i64,
+    pub cancel_requested: bool,
+}
+
+/// One fenced write, inside a group commit's savepoint: the write's statements, or, when
+/// the fence refuses it (nothing was changed), the `stale_write_refused` event and
+/// `Ok(Err(LeaseLost))`, so the event is kept.
+pub fn fenced(conn: &Conn<'_>, w: &FencedWrite) -> Result<Result<Fenced, StoreError>, StoreError> {
+    Ok(match apply(conn, w)? {
+        Some(done) => Ok(done),
+        None => Err(refuse(conn, &w.run_id, w.epoch, &w.owner, w.write)),
+    })
+}
+
+/// One fenced write's statements: the fence first (it reserves the event numbers and writes
+/// the snapshot, only while the run's epoch is the lease's and the lease is held), then the
+/// rows. `None`: the fence refused the write (nothing was changed).
+fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
+    let n = w.events.len() as i64;
+    let (snapshot, cost) = (w.snapshot.as_deref(), w.cost_usd);
+    // One statement per shape, so none evaluates what it does not change.
+    // Each by id, or by the run's key when the drive knows it (the id checked too: a key
+    // can be reused once its run is pruned, an id cannot).
+    macro_rules! fence {
+        ($set:literal, $also:literal) => {
+            [
+                concat!(
+                    "UPDATE runs SET ",
+                    $set,
+                    " WHERE id = ?4 AND epoch = ?5 AND lease_expires_at IS NOT NULL",
+                    $also
+                ),
+                concat!(
+                    "UPDATE runs SET ",
+                    $set,
+                    " WHERE key = ?6 AND id = ?4 AND epoch = ?5 AND lease_expires_at IS NOT NULL",
+                    $also
+                ),
+            ]
+        };
+    }
+    let [by_id, by_key] = if snapshot.is_some() {
+        fence!(
+            "event_seq = event_seq + ?1, snapshot = ?2, cost_usd = ?3",
+            ""
+        )
+    } else if cost.is_some() {
+        fence!(
+            "event_seq = event_seq + ?1, cost_usd = ?3",
+            " AND ?2 IS NULL"
+        )
+    } else {
+        fence!(
+            "event_seq = event_seq + ?1",
+            " AND ?2 IS NULL AND ?3 IS NULL"
+        )
+    };
+    let fence = match w.key {
+        Some(k) => update_then_read(
+            tx,
+            by_key,
+            params![n, snapshot, cost, w.run_id, w.epoch, k],
+            Known::Key(k),
+        )?,
+        None => update_then_read(
+            tx,
+            by_id,
+            params![n, snapshot, cost, w.run_id, w.epoch],
+            Known::Id(&w.run_id),
+        )?,
+    };
+    let Some(Fence {
+        key,
+        event_seq: last,
+        cancel,
+    }) = fence
+    else {
+        return Ok(None);
+    };
+    let first = last - n + 1;
+    if !w.steps.is_empty() {
+        // An upsert: a finished step updates its `running` row in place (`OR REPLACE`
+        // deleted and re-inserted it, index entry included).
+        const UPSERT: &str = "INSERT INTO steps (id, node_id, node_type, visit, status,
+                     route, input, output, error, cost_usd, tokens_in, tokens_out, started_at,
+                     finished_at, duration_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                 ON CONFLICT (id) DO UPDATE SET
+                     node_id = excluded.node_id, node_type = excluded.node_type,
+                     visit = excluded.visit, status = excluded.status, route = excluded.route,
+                     input = excluded.input, output = excluded.output, error = excluded.error,
+                     cost_usd = excluded.cost_usd, tokens_in = excluded.tokens_in,
+                     tokens_out = excluded.tokens_out, started_at = excluded.started_at,
+                     finished_at = excluded.finished_at, duration_ms = excluded.duration_ms";
+        let mut attempt = tx.prepare(
+            "INSERT OR REPLACE INTO attempts (run_key, seq, n, body) VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        let mut step = tx.prepare(UPSERT)?;
+        for s in &w.steps {
+            step.execute(params![
+                step_id(key, s.seq)?,
+                s.node_id,
+                s.node_type,
+                s.visit,
+                s.status,
+                s.route,
+                s.input,
+                s.output,
+                s.error,
+                s.cost_usd,
+                s.tokens_in,
+                s.tokens_out,
+                s.started_at,
+                s.finished_at,
+                s.duration_ms,
+            ])
+            .map_err(backend)?;
+            for (an, body) in &s.attempts {
+                attempt
+                    .execute(params![key, s.seq, an, body])
+                    .map_err(backend)?;
+            }
+        }
+    }
+    if w.clear {
+        // The whole snapshot covers every patch written before it.
+        tx.prepare("DELETE FROM run_patches WHERE run_key = ?1")?
+            .execute(params![key])
+            .map_err(backend)?;
+    }
+    if let Some(patch) = &w.patch {
+        // Numbered by the write's first event: patches apply in commit order.
+        tx.prepare("INSERT INTO run_patches (run_key, seq, patch) VALUES (?1, ?2, ?3)")?
+            .execute(params![key, first, patch])
+            .map_err(backend)?;
+    }
+    if n > 0 {
+        let mut ev =
+            tx.prepare("INSERT INTO run_events (run_key, seq, body) VALUES (?1, ?2, ?3)")?;
+        for (k, body) in w.events.iter().enumerate() {
+            ev.execute(params![key, first + k as i64, body])
+                .map_err(backend)?;
+        }
+    }
+    match &w.end {
+        Some(EndRow::Finish {
+            status,
+            error,
+            finished_at,
+        }) => {
+            tx.prepare(
+                "UPDATE runs SET status = ?1, error = ?2, finished_at = ?3, lease_expires_at = NULL
+                 WHERE key = ?4",
+            )?
+            .execute(params![status, error, finished_at, key])
+            .map_err(backend)?;
+        }
+        Some(EndRow::Release) => {
+            tx.prepare(
+                "UPDATE runs SET status = 'queued', lease_expires_at = NULL WHERE key = ?1",
+            )?
+            .execute(params![key])
+            .map_err(backend)?;
+        }
+        None => {}
+    }
+    Ok(Some(Fenced {
+        key,
+        first_seq: first,
+        cancel_requested: cancel != 0,
+    }))
+}
+
+/// A step row's key: the run's key times 2^32 plus the step's sequence number (a `u32`).
+/// Run keys below 2^31 fit, two billion runs in one database.
+pub(super) fn step_id(run_key: i64, seq: i64) -> Result<i64, StoreError> {
+    run_key
+        .checked_mul(1 << 32)
+        .and_then(|k| k.checked_add(seq))
+        .ok_or_else(|| StoreError::Backend(format!("run key {run_key} is beyond 2^31")))
+}
+
+/// A run's row as a fenced write leaves it.
+struct Fence {
+    /// The run's integer key, which its child rows carry (migration 10).
+    key: i64,
+    event_seq: i64,
+    cancel: i64,
+}
+
+/// Runs `update`, a single-row `UPDATE runs … WHERE id = …`, and when it changed the row
+/// reads back its key, `event_seq` and `cancel_requested`. Not `RETURNING`: SQLite gathers a
+/// `RETURNING` statement's rows in an ephemeral table, a B-tree opened, zeroed and closed per
+/// statement, which cost more than the whole second lookup by primary key.
+fn update_then_read(
+    tx: &Conn<'_>,
+    update: &'static str,
+    params: &[&dyn rusqlite::ToSql],
+    row: Known<'_>,
+) -> Result<Option<Fence>, StoreError> {
+    let changed = tx.prepare(update)?.execute(params).map_err(backend)?;
+    if changed == 0 {
+        return Ok(None);
+    }
+    let (read, by): (&'static str, &dyn rusqlite::ToSql) = match &row {
+        Known::Id(id) => (
+            "SELECT key, event_seq, cancel_requested FROM runs WHERE id = ?1",
+            id,
+        ),
+        Known::Key(k) => (
+            "SELECT key, event_seq, cancel_requested FROM runs WHERE key = ?1",
+            k,
+        ),
+    };
+    tx.prepare(read)?
+        .query_row([by], fence_row)
+        .map(Some)
+        .map_err(backend)
+}
+
+/// How a fenced write names the run's row: by id, or by the key the drive learnt.
+#[derive(Clone, Copy)]
+enum Known<'a> {
+    Id(&'a str),
+    Key(i64),
+}
+
+fn fence_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Fence> {
+    Ok(Fence {
+        key: r.get(0)?,
+        event_seq: r.get(1)?,
+        cancel: r.get(2)?,
+    })
+}
+
+/// Refuses a stale write: leaves a `stale_write_refused` event on the run's timeline (in the
+/// write's own transaction, which changed nothing else) and returns the `LeaseLost`.
+fn refuse(tx: &Conn<'_>, run_id: &str, epoch: i64, owner: &str, write: &str) -> StoreError {
+    let current = match holder(tx, run_id) {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
+    if let Some(kind) = current
+        .as_ref()
+        .and_then(|cur| rules::stale_write(owner, epoch as u64, cur, write))
+    {
+        let noted = update_then_read(
+            tx,
+            "UPDATE runs SET event_seq = event_seq + 1 WHERE id = ?1",
+            params![run_id],
+            Known::Id(run_id),
+        )
+        .and_then(|row| {
+            let f = row.ok_or_else(|| StoreError::NotFound(format!("no run {run_id}")))?;
+            insert_event(
+                tx,
+                f.key,
+                f.event_seq,
+                &weir_core::store::now_rfc3339(),
+                kind,
+            )
+        })
+        .map(|_| ());
+        if let Err(e) = noted {
+            return e;
+        }
+    }
+    rules::lease_lost(run_id, epoch as u64, current)
+}
+
+/// Who holds the run now, for the message of a refused write.
+fn holder(
+    conn: &Conn<'_>,
+    run_id: &str,
+) -> Result<Option<(u64, Option<String>, RunStatus)>, StoreError> {
+    conn.query_row(
+        "SELECT epoch, owner, status FROM runs WHERE id = ?1",
+        params![run_id],
+        |r| {
+            Ok((
+                r.get::<_, i64>(0)? as u64,
+                r.get::<_, Option<String>>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        },
+    )
+    .optional()
+    .map_err(backend)
+    .map(|row| row.map(|(e, o, s)| (e, o, RunStatus::parse(&s).unwrap_or(RunStatus::Failed))))
+}
+
+/// Extends a lease (on the unsynced connection: a lost renewal only shortens the lease).
+/// Returns the cancel flag, or `LeaseLost`.
+pub fn renew(
+    conns: &mut Conns,
+    run_id: &str,
+    epoch: i64,
+    owner: &str,
+    expires: i64,
+) -> Result<bool, StoreError> {
+    let row = update_then_read(
+        &Conn::new(&conns.visible),
+        "UPDATE runs SET lease_expires_at = ?1
+         WHERE id = ?2 AND epoch = ?3 AND lease_expires_at IS NOT NULL",
+        params![expires, run_id, epoch],
+        Known::Id(run_id),
+    )?;
+    match row {
+        Some(f) => Ok(f.cancel != 0),
+        None => {
+            let tx = conns
+                .visible
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(backend)?;
+            let lost = refuse(&Conn::new(&tx), run_id, epoch, owner, "heartbeat");
+            let _ = tx.commit();
+            Err(lost)
+        }
+    }
+}
+
+/// Claims up to `limit` runnable runs (queued, or with an expired lease), oldest first, in
+/// one transaction on the synced connection: one hand-off to this thread for the whole
+/// claim instead of a round trip per statement.
+pub fn claim_next(
+    conns: &mut Conns,
+    claim: &weir_core::store::Claim,
+    limit: u32,
+) -> Result<Vec<(weir_core::store::Lease, weir_core::store::Written)>, StoreError> {
+    use crate::rules::ClaimRow;
+    let tx = conns
+        .synced
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(backend)?;
+    let held = Conn::new(&tx);
+    let now = weir_core::store::now_ms();
+    // Queued runs and expired leases come from their own partial indexes; the two lists
+    // merge oldest first.
+    let mut found: Vec<(String, i64, ClaimRow)> = Vec::new();
+    for sql in [
+        "SELECT id, status, epoch, owner, lease_expires_at, started_at, rowid FROM runs
+         WHERE status = 'queued' ORDER BY started_at, rowid LIMIT ?2",
+        "SELECT id, status, epoch, owner, lease_expires_at, started_at, rowid FROM runs
+         WHERE status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at <= ?1)
+         ORDER BY started_at, rowid LIMIT ?2",
+    ] {
+        let mut st = held.prepare(sql)?;
+        let rows = st
+            .query_map(params![now, i64::from(limit)], |r| {
+                Ok((r.get::<_, String>(5)?, r.get::<_, i64>(6)?, claim_row(r)?))
+            })
+            .map_err(backend)?;
+        for row in rows {
+            found.push(row.map_err(backend)?);
+        }
+    }
+    found.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    let at = weir_core::store::now_rfc3339();
+    let mut out = Vec::new();
+    for (_, _, row) in found.into_iter().take(limit as usize) {
+        out.extend(claim_one(&held, &row, claim, &at)?);
+    }
+    drop(held);
+    tx.commit().map_err(backend)?;
+    Ok(out)
+}
+
+/// `id, status, epoch, owner, lease_expires_at` (the first five columns) as a claim row.
+fn claim_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<crate::rules::ClaimRow> {
+    Ok(crate::rules::ClaimRow {
+        id: r.get(0)?,
+        status: RunStatus::parse(&r.get::<_, String>(1)?).unwrap_or(RunStatus::Failed),
+        epoch: r.get::<_, i64>(2)? as u64,
+        owner: r.get(3)?,
+        lease_expires_at: r.get(4)?,
+    })
+}
+
+/// Claims one run checked claimable, inside the caller's transaction; `None` when another
+/// claim moved its epoch first.
+fn claim_one(
+    tx: &Conn<'_>,
+    row: &crate::rules::ClaimRow,
+    claim: &weir_core::store::Claim,
+    at: &str,
+) -> Result<Option<(weir_core::store::Lease, weir_core::store::Written)>, StoreError> {
+    let epoch = row.epoch + 1;
+    let kind = rules::claim_event(&row.view(), &claim.owner, epoch);
+    let expires_at = weir_core::store::now_ms() + claim.ttl.as_millis() as i64;
+    let claimed = update_then_read(
+        tx,
+        "UPDATE runs SET status = 'running', epoch = ?1, owner = ?2, lease_expires_at = ?3,
+                         event_seq = event_seq + 1
+         WHERE id = ?4 AND epoch = ?5",
+        params![
+            epoch as i64,
+            claim.owner,
+            expires_at,
+            row.id,
+            row.epoch as i64
+        ],
+        Known::Id(&row.id),
+    )?;
+    let Some(Fence {
+        key,
+        event_seq,
+        cancel,
+    }) = claimed
+    else {
+        return Ok(None);
+    };
+    let event = insert_event(tx, key, event_seq, at, kind)?;
+    Ok(Some((
+        weir_core::store::Lease {
+            run_id: row.id.clone(),
+            owner: claim.owner.clone(),
+            epoch,
+            expires_at,
+        },
+        weir_core::store::Written {
+            events: vec![event],
+            cancel_requested: cancel != 0,
+        },
+    )))
+}
+
+fn insert_event(
+    tx: &Conn<'_>,
+    run_key: i64,
+    seq: i64,
+    at: &str,
+    kind: weir_core::event::EventKind,
+) -> Result<weir_core::event::RunEvent, StoreError> {
+    let body = serde_json::to_string(&crate::Body { at, kind: &kind }).map_err(backend)?;
+    tx.prepare("INSERT INTO run_events (run_key, seq, body) VALUES (?1, ?2, ?3)")?
+        .execute(params![run_key, seq, body])
+        .map_err(backend)?;
+    Ok(weir_core::event::RunEvent {
+        seq: seq as u64,
+        at: at.to_string(),
+        kind,
+    })
+}
+
+/// Creates a run (`queued`, or claimed in the same transaction), or returns the run an
+/// earlier request with the same idempotency key created.
+/// Creates a run (and claims it, when asked), inside a group commit's savepoint.
+pub fn create_run(
+    tx: &Conn<'_>,
+    run: &weir_core::store::NewRun,
+    input: &str,
+    snapshot: &str,
+) -> Result<weir_core::store::Created, StoreError> {
+    if let Some(key) = &run.idempotency_key {
+        let existing: Option<String> = tx
+            .prepare("SELECT id FROM runs WHERE idempotency_key = ?1")?
+            .query_row(params![key], |r| r.get(0))
+            .optional()
+            .map_err(backend)?;
+        if let Some(id) = existing {
+            return Ok(weir_core::store::Created {
+                run_id: id,
+                created: false,
+                lease: None,
+                events: Vec::new(),
+            });
+        }
+    }
+    tx.prepare(
+        "INSERT INTO runs (id, workflow, dialect, status, source_path, snapshot, cost_usd,
+                           started_at, idempotency_key, event_seq, workflow_id, workflow_version)
+         VALUES (?1, ?2, ?3, 'queued', ?4, ?5, 0, ?6, ?7, 1, ?8, ?9)",
+    )?
+    .execute(params![
+        run.run_id,
+        run.workflow,
+        run.dialect,
+        run.source_path,
+        snapshot,
+        run.created_at,
+        run.idempotency_key,
+        run.pin.as_ref().map(|p| p.workflow_id.as_str()),
+        run.pin.as_ref().map(|p| i64::from(p.version)),
+    ])
+    .map_err(|e| match e {
+        rusqlite::Error::SqliteFailure(f, _)
+            if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+        {
+            StoreError::Conflict(format!("run {} already exists", run.run_id))
+        }
+        other => backend(other),
+    })?;
+    let key = tx.last_insert_rowid();
+    // Written once, beside the row every step commit updates (migration 9).
+    tx.prepare("INSERT INTO run_sources (run_key, source_text, input) VALUES (?1, ?2, ?3)")?
+        .execute(params![key, run.source_text, input])
+        .map_err(backend)?;
+    let at = weir_core::store::now_rfc3339();
+    let mut events = vec![insert_event(
+        tx,
+        key,
+        1,
+        &at,
+        weir_core::event::EventKind::RunCreated {
+            workflow: run.workflow.clone(),
+        },
+    )?];
+    let lease = match &run.claim {
+        Some(c) => {
+            let row = crate::rules::ClaimRow {
+                id: run.run_id.clone(),
+                status: RunStatus::Queued,
+                epoch: 0,
+                owner: None,
+                lease_expires_at: None,
+            };
+            let (lease, w) = claim_one(tx, &row, c, &at)?.ok_or_else(|| {
+                StoreError::Backend(format!(
+                    "run {} could not be claimed as it was created",
+                    run.run_id
+                ))
+            })?;
+            events.extend(w.events);
+            Some(lease)
+        }
+        None => None,
+    };
+    Ok(weir_core::store::Created {
+        run_id: run.run_id.clone(),
+        created: true,
+        lease,
+        events,
+    })
+}
+
+/// Claims one named run if it is claimable (queued, or its lease expired), else the
+/// refusal of `rules::claim_refusal`.
+pub fn claim_run(
+    conns: &mut Conns,
+    run_id: &str,
+    claim: &weir_core::store::Claim,
+) -> Result<(weir_core::store::Lease, weir_core::store::Written), StoreError> {
+    let tx = conns
+        .synced
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(backend)?;
+    let row = tx
+        .prepare_cached("SELECT id, status, epoch, owner, lease_expires_at FROM runs WHERE id = ?1")
+        .map_err(backend)?
+        .query_row(params![run_id], claim_row)
+        .optional()
+        .map_err(backend)?
+        .ok_or_else(|| StoreError::NotFound(format!("no run with id {run_id}")))?;
+    if let Some(refusal) = rules::claim_refusal(&row.view(), weir_core::store::now_ms()) {
+        return Err(refusal);
+    }
+    let at = weir_core::store::now_rfc3339();
+    let out = claim_one(&Conn::new(&tx), &row, claim, &at)?
+        .ok_or_else(|| StoreError::Conflict(format!("run {run_id} was claimed by someone else")))?;
+    tx.commit().map_err(backend)?;
+    Ok(out)
+}
