@@ -27,6 +27,9 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
     let mut total = Spent::default();
     let mut n = 1;
     loop {
+        if let Some(lease) = &ctx.lease {
+            lease.still_held(ctx.services.store.as_ref()).await;
+        }
         let started = Instant::now();
         let result = match tokio::time::timeout(policy.timeout, nodes::execute(ctx)).await {
             Ok(r) => r,

@@ -2,6 +2,13 @@
 //! running, every `heartbeat`, and tells a drive when its lease was lost or its run
 //! cancelled. One task for all drives, rather than one per drive: starting and stopping a
 //! task per run costs cross-thread wake-ups that show in the engine's per-run overhead.
+//!
+//! Fencing refuses a stale driver's writes, but a step's side effect (a model call, a
+//! webhook) leaves the process before anything is written. So before each attempt a drive
+//! asks [`Held::still_held`]: by this process's own clock the lease must still be good for
+//! a heartbeat's time, or be renewed first. A process frozen past its lease (SIGSTOP, a
+//! suspended VM) wakes, finds it expired, and learns from the refused renewal that another
+//! driver took over, instead of repeating a step its successor already committed.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,7 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use tokio::sync::Notify;
 use weir_core::RunStore;
-use weir_core::store::{Lease, StoreError};
+use weir_core::store::{Lease, StoreError, now_ms};
 
 use crate::{Error, LeaseTiming};
 
@@ -22,11 +29,43 @@ pub(crate) enum Signal {
 /// A lease being renewed, and the drive's mailbox.
 pub(crate) struct Held {
     lease: Mutex<Lease>,
+    timing: LeaseTiming,
     signal: Mutex<Option<Signal>>,
     notify: Notify,
 }
 
 impl Held {
+    /// Before an attempt starts: waits until this process may start a side effect under the
+    /// lease. Returns at once while the lease (as last written) has at least a heartbeat's
+    /// time (at most half its time-to-live) left by this process's clock; otherwise renews it first. When the renewal is
+    /// refused the drive is told the lease is lost and this never returns: the attempt is
+    /// dropped with the drive, unstarted. A store that cannot be reached is asked again
+    /// every heartbeat.
+    pub(crate) async fn still_held(&self, store: &dyn RunStore) {
+        loop {
+            let mut lease = self.lease.lock().expect("heartbeat lock").clone();
+            let margin = self.timing.heartbeat.min(self.timing.ttl / 2).as_millis() as i64;
+            if now_ms() + margin < lease.expires_at {
+                return;
+            }
+            match store.renew(&mut lease, self.timing.ttl).await {
+                Ok(_) => {
+                    // A cancellation seen here reaches the drive at its next commit.
+                    *self.lease.lock().expect("heartbeat lock") = lease;
+                    return;
+                }
+                Err(e @ StoreError::LeaseLost { .. }) => {
+                    self.send(Signal::Lost(e.into()));
+                    std::future::pending::<()>().await;
+                }
+                Err(e) => {
+                    tracing::warn!(run_id = %lease.run_id, "lease renewal before an attempt failed: {e}");
+                    tokio::time::sleep(self.timing.heartbeat).await;
+                }
+            }
+        }
+    }
+
     /// Waits until the heartbeat has something to say.
     pub(crate) async fn wait(&self) -> Signal {
         loop {
@@ -81,6 +120,7 @@ impl Leases {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let held = Arc::new(Held {
             lease: Mutex::new(lease.clone()),
+            timing,
             signal: Mutex::new(None),
             notify: Notify::new(),
         });

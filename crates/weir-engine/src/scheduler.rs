@@ -83,6 +83,8 @@ pub struct Run<'e> {
     /// the scheduler writes it), so a step commit writes a patch of the snapshot, and the
     /// whole snapshot every few commits (`weir_core::patch`).
     stored: Option<Tracker>,
+    /// The lease as the heartbeat keeps it, for the nodes to check before each attempt.
+    held: Option<Arc<crate::heartbeat::Held>>,
 }
 
 async fn interrupted(n: &Option<Arc<tokio::sync::Notify>>) {
@@ -111,6 +113,7 @@ impl<'e> Run<'e> {
             progress,
             progress_rx: Some(progress_rx),
             stored,
+            held: None,
         }
     }
 
@@ -193,6 +196,7 @@ impl<'e> Run<'e> {
             self.engine
                 .leases
                 .hold(&self.lease, &self.engine.services.store, self.engine.lease);
+        self.held = Some(holding.held.clone());
         let interrupt = self.engine.interrupt.clone();
         let mut progress = self.progress_rx.take().expect("a run is driven once");
         // Node futures are polled here, in the run's own task: concurrency without a task
@@ -420,6 +424,7 @@ impl<'e> Run<'e> {
                 loop_count,
                 seq,
                 progress: self.progress.clone(),
+                lease: self.held.clone(),
                 services: self.engine.services.clone(),
             };
             self.in_flight.insert(

@@ -9,20 +9,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::json;
 use weir_core::event::EventKind;
-use weir_core::expr::Template;
-use weir_core::ir::{
-    AgentSpec, AttemptPolicy, ConditionSpec, Dialect, Edge, Node, NodeKind, Workflow,
-};
+use weir_core::ir::{ConditionSpec, Dialect, Edge, NodeKind, Workflow};
 use weir_core::model::Usage;
 use weir_core::record::RunStatus;
-use weir_core::script::{ScriptCall, ScriptError, ScriptResult, ScriptRunner};
 use weir_core::store::RunStore;
-use weir_core::{
-    ModelClient, ModelError, ModelRequest, ModelResponse, ToolCall, ToolError, ToolRunner,
-};
+use weir_core::{ModelClient, ModelError, ModelRequest, ModelResponse};
 use weir_engine::{Engine, Quiet, Services, Source};
+
+mod common;
+use common::{NoScripts, NoTools, agent, node};
 
 struct FakeModel;
 
@@ -48,30 +45,6 @@ impl ModelClient for FakeModel {
     }
 }
 
-struct NoTools;
-
-#[async_trait]
-impl ToolRunner for NoTools {
-    fn has_tool(&self, _: &str) -> bool {
-        false
-    }
-    fn tool_names(&self) -> Vec<String> {
-        Vec::new()
-    }
-    async fn call(&self, _: ToolCall) -> Result<Value, ToolError> {
-        Err(ToolError::fatal("no tools"))
-    }
-}
-
-struct NoScripts;
-
-#[async_trait]
-impl ScriptRunner for NoScripts {
-    async fn run(&self, _: ScriptCall) -> Result<ScriptResult, ScriptError> {
-        Err(ScriptError::Runtime("no scripts".into()))
-    }
-}
-
 /// A small deterministic generator (no external crate needed for this one property).
 struct Rng(u64);
 impl Rng {
@@ -86,17 +59,6 @@ impl Rng {
     }
 }
 
-fn node(id: &str, kind: NodeKind) -> Node {
-    Node {
-        id: id.into(),
-        label: None,
-        kind,
-        policy: AttemptPolicy::default(),
-        output_key: None,
-        span: None,
-    }
-}
-
 /// A random DAG: edges only go from lower to higher index.
 fn random_graph(rng: &mut Rng) -> Workflow {
     let n = 3 + rng.below(10) as usize;
@@ -108,17 +70,7 @@ fn random_graph(rng: &mut Rng) -> Workflow {
             1 => NodeKind::Condition(ConditionSpec {
                 expression: weir_core::expr::Expr::parse(&format!("flag{}", rng.below(3))).unwrap(),
             }),
-            _ => NodeKind::Agent(AgentSpec {
-                model: "fake".into(),
-                system_prompt: None,
-                user_message: Template::parse(&"x".repeat(1 + i)).unwrap(),
-                temperature: None,
-                max_tokens: None,
-                response_schema: None,
-                repair_attempts: 2,
-                fallback_models: Vec::new(),
-                fallback_error_classes: None,
-            }),
+            _ => agent(&"x".repeat(1 + i)),
         };
         nodes.push(node(&id, kind));
     }

@@ -47,6 +47,8 @@ pub struct NodeCtx {
     /// Events that must reach the log while the step runs (an attempt that failed and will
     /// be retried).
     pub progress: tokio::sync::mpsc::UnboundedSender<weir_core::event::EventKind>,
+    /// The drive's lease, checked before each attempt (`Held::still_held`).
+    pub(crate) lease: Option<Arc<crate::heartbeat::Held>>,
     /// Shared by every node of every run: one reference count, not one per service.
     pub services: Arc<Services>,
 }
