@@ -27,10 +27,13 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
     let mut total = Spent::default();
     let mut n = 1;
     loop {
-        if let Some(lease) = &ctx.lease {
+        let mut started = Instant::now();
+        if let Some(lease) = &ctx.lease
+            && !lease.fresh(started)
+        {
             lease.still_held(ctx.services.store.as_ref()).await;
+            started = Instant::now();
         }
-        let started = Instant::now();
         let result = match tokio::time::timeout(policy.timeout, nodes::execute(ctx)).await {
             Ok(r) => r,
             Err(_) => Err(Failure {

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 use weir_core::RunStore;
@@ -29,12 +30,28 @@ pub(crate) enum Signal {
 /// A lease being renewed, and the drive's mailbox.
 pub(crate) struct Held {
     lease: Mutex<Lease>,
+    /// When the lease expires by this process's monotonic clock: the start of the last
+    /// successful claim or renewal plus the time to live (the store computes the expiry
+    /// from a clock read after that start, so this is never later than the store's).
+    deadline: Mutex<Instant>,
     timing: LeaseTiming,
     signal: Mutex<Option<Signal>>,
     notify: Notify,
 }
 
 impl Held {
+    /// Whether, at `now`, the lease has at least a heartbeat's time (at most half its
+    /// time-to-live) left: the check without an await, for the common case.
+    pub(crate) fn fresh(&self, now: Instant) -> bool {
+        let margin = self.timing.heartbeat.min(self.timing.ttl / 2);
+        now + margin < *self.deadline.lock().expect("heartbeat lock")
+    }
+
+    fn renewed(&self, lease: Lease, asked: Instant) {
+        *self.lease.lock().expect("heartbeat lock") = lease;
+        *self.deadline.lock().expect("heartbeat lock") = asked + self.timing.ttl;
+    }
+
     /// Before an attempt starts: waits until this process may start a side effect under the
     /// lease. Returns at once while the lease (as last written) has at least a heartbeat's
     /// time (at most half its time-to-live) left by this process's clock; otherwise renews it first. When the renewal is
@@ -43,15 +60,15 @@ impl Held {
     /// every heartbeat.
     pub(crate) async fn still_held(&self, store: &dyn RunStore) {
         loop {
-            let mut lease = self.lease.lock().expect("heartbeat lock").clone();
-            let margin = self.timing.heartbeat.min(self.timing.ttl / 2).as_millis() as i64;
-            if now_ms() + margin < lease.expires_at {
+            let asked = Instant::now();
+            if self.fresh(asked) {
                 return;
             }
+            let mut lease = self.lease.lock().expect("heartbeat lock").clone();
             match store.renew(&mut lease, self.timing.ttl).await {
                 Ok(_) => {
                     // A cancellation seen here reaches the drive at its next commit.
-                    *self.lease.lock().expect("heartbeat lock") = lease;
+                    self.renewed(lease, asked);
                     return;
                 }
                 Err(e @ StoreError::LeaseLost { .. }) => {
@@ -120,6 +137,10 @@ impl Leases {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let held = Arc::new(Held {
             lease: Mutex::new(lease.clone()),
+            deadline: Mutex::new(
+                Instant::now()
+                    + Duration::from_millis(lease.expires_at.saturating_sub(now_ms()).max(0) as u64),
+            ),
             timing,
             signal: Mutex::new(None),
             notify: Notify::new(),
@@ -150,9 +171,10 @@ async fn beat(leases: Weak<Leases>, store: Arc<dyn RunStore>, timing: LeaseTimin
         drop(l);
         for h in held {
             let mut lease = h.lease.lock().expect("heartbeat lock").clone();
+            let asked = Instant::now();
             match store.renew(&mut lease, timing.ttl).await {
                 Ok(w) => {
-                    *h.lease.lock().expect("heartbeat lock") = lease;
+                    h.renewed(lease, asked);
                     if w.cancel_requested {
                         h.send(Signal::Cancel);
                     }
