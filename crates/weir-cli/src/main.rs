@@ -3,6 +3,7 @@
 //! (DESIGN §10): 0 succeeded, 1 failed, 2 invalid workflow or usage, 3 paused, 4 aborted,
 //! 5 conflict, 130 interrupted.
 
+mod init;
 mod output;
 mod runs;
 mod serve;
@@ -29,6 +30,10 @@ struct Cli {
     /// Workspace settings file (default: $WEIR_CONFIG, else ./weir.toml when present)
     #[arg(long, global = true, value_name = "PATH")]
     config: Option<String>,
+    /// Send every model call of a run to this model instead of the ones its workflow names
+    /// (fallbacks too): `--model mock` runs any workflow offline, without editing it
+    #[arg(long, global = true, value_name = "NAME")]
+    model: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -44,6 +49,18 @@ enum Command {
         /// Print exactly one JSON object, the run record, on stdout
         #[arg(long)]
         json: bool,
+    },
+    /// Write a small workflow that runs offline, to start from
+    Init {
+        /// Where to write it
+        #[arg(default_value = "hello.yaml")]
+        file: String,
+        /// graph (nodes and edges), machine (states with transitions) or pipeline (steps)
+        #[arg(long, default_value = "graph", value_parser = ["graph", "machine", "pipeline"])]
+        dialect: String,
+        /// Overwrite FILE if it exists
+        #[arg(long)]
+        force: bool,
     },
     /// Check workflow files and report every error and warning
     Validate {
@@ -230,10 +247,16 @@ fn main() -> ExitCode {
         db,
         db_is_default,
         settings,
+        model: cli.model.clone(),
     };
     let result = rt.block_on(async move {
         match cli.command {
             Command::Validate { files, json } => validate::run(&env, &files, json),
+            Command::Init {
+                file,
+                dialect,
+                force,
+            } => init::run(&env, &file, &dialect, force),
             Command::Run { file, input, json } => {
                 runs::run(&env, &file, input.as_deref(), json).await
             }

@@ -133,7 +133,7 @@ fn fmt_ms(ms: u64) -> String {
 }
 
 /// Prints the outcome and returns the exit code for the run's status.
-pub fn finish(record: &RunRecord, as_json: bool, db: &DbHint) -> Result<u8> {
+pub fn finish(record: &RunRecord, as_json: bool, db: &Hint) -> Result<u8> {
     if as_json {
         println!("{}", serde_json::to_string_pretty(record)?);
     } else {
@@ -151,11 +151,11 @@ pub fn exit_code(status: RunStatus) -> u8 {
     }
 }
 
-/// ` --db PATH` when the command ran on a database other than the default, so a printed
-/// command can be pasted as it is.
-pub struct DbHint(pub String);
+/// The flags a printed command needs (`Env::hint`: ` --db PATH`, ` --model NAME`), so it
+/// can be pasted as it is.
+pub struct Hint(pub String);
 
-fn summary(r: &RunRecord, db: &DbHint) {
+fn summary(r: &RunRecord, db: &Hint) {
     let took = r.duration_ms.map(fmt_ms).unwrap_or_default();
     println!(
         "run {} {} {}· {} step{} · ${:.6}",
@@ -216,7 +216,7 @@ pub fn runs_table(runs: &[RunSummary]) {
     }
 }
 
-pub fn show(r: &RunRecord, db: &DbHint) {
+pub fn show(r: &RunRecord, db: &Hint) {
     summary(r, db);
     println!(
         "workflow {} ({}) started {}",

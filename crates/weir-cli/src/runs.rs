@@ -11,7 +11,7 @@ use weir_core::store::RunFilter;
 use weir_core::{RunStore, Workflow};
 use weir_engine::{CancelOutcome, Decision, Engine, Lease, RunOutcome, Services, Source};
 
-use crate::output::{self, DbHint, Progress};
+use crate::output::{self, Hint, Progress};
 use crate::wiring::Env;
 use crate::{Usage, exit, validate, wiring};
 
@@ -103,12 +103,8 @@ async fn report(
     output::finish(&record, as_json, &hint(env))
 }
 
-fn hint(env: &Env) -> DbHint {
-    DbHint(if env.db_is_default {
-        String::new()
-    } else {
-        format!(" --db {}", env.db)
-    })
+fn hint(env: &Env) -> Hint {
+    Hint(env.hint())
 }
 
 pub async fn run(env: &Env, file: &str, input: Option<&str>, as_json: bool) -> Result<u8> {
@@ -129,7 +125,7 @@ pub async fn run(env: &Env, file: &str, input: Option<&str>, as_json: bool) -> R
             return Ok(exit::INVALID);
         }
     };
-    let services = wiring::services(env, wiring::Open::CreateIfMissing).await?;
+    let services = wiring::services(env, wiring::Open::CreateIfMissing, Some(file)).await?;
     let eng = engine(env, services, as_json);
     let source = Source {
         path: file.to_string(),
@@ -171,9 +167,10 @@ pub async fn decide(
     let input = input
         .map(|i| parse_input(Some(i), env.settings.limits.input_bytes))
         .transpose()?;
-    let services = wiring::services(env, wiring::Open::MustExist).await?;
+    let store = wiring::store(env, wiring::Open::MustExist).await?;
+    let stored = store.load_run(run_id).await?;
+    let services = wiring::services_on(env, store, Some(&stored.source_path))?;
     let eng = engine(env, services, as_json);
-    let stored = eng.store().load_run(run_id).await?;
     let wf = stored_workflow(env, &stored)?;
     let by = by
         .or_else(|| std::env::var("USER").ok())
@@ -211,16 +208,17 @@ async fn outcome_of(eng: &Engine, run_id: &str) -> Result<RunOutcome> {
 }
 
 pub async fn resume(env: &Env, run_id: &str, as_json: bool) -> Result<u8> {
-    let services = wiring::services(env, wiring::Open::MustExist).await?;
+    let store = wiring::store(env, wiring::Open::MustExist).await?;
+    let stored = store.load_run(run_id).await?;
+    let services = wiring::services_on(env, store, Some(&stored.source_path))?;
     let eng = engine(env, services, as_json);
-    let stored = eng.store().load_run(run_id).await?;
     let wf = stored_workflow(env, &stored)?;
     let lease = eng.claim(run_id).await?;
     drive(env, &eng, wf, lease, as_json).await
 }
 
 pub async fn cancel(env: &Env, run_id: &str, by: Option<String>) -> Result<u8> {
-    let services = wiring::services(env, wiring::Open::MustExist).await?;
+    let services = wiring::services(env, wiring::Open::MustExist, None).await?;
     let eng = Engine::new(services, Arc::new(Progress::new(false)));
     let by = by
         .or_else(|| std::env::var("USER").ok())
@@ -256,7 +254,7 @@ pub async fn cancel(env: &Env, run_id: &str, by: Option<String>) -> Result<u8> {
 }
 
 pub async fn list(env: &Env, limit: u32, as_json: bool) -> Result<u8> {
-    let services = match wiring::services(env, wiring::Open::MustExist).await {
+    let services = match wiring::services(env, wiring::Open::MustExist, None).await {
         Ok(s) => s,
         // Nothing has run here yet: an empty list, and no database created for it.
         Err(e) if e.downcast_ref::<wiring::NoDatabase>().is_some() => {
@@ -287,7 +285,7 @@ pub async fn list(env: &Env, limit: u32, as_json: bool) -> Result<u8> {
 /// Prints a run's record; exits like `run` would for its status (0 while it is still
 /// queued or running).
 pub async fn show(env: &Env, run_id: &str, as_json: bool) -> Result<u8> {
-    let services = wiring::services(env, wiring::Open::MustExist).await?;
+    let services = wiring::services(env, wiring::Open::MustExist, None).await?;
     let record = services.store.get_record(run_id).await?;
     if as_json {
         println!("{}", serde_json::to_string_pretty(&record)?);

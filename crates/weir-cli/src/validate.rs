@@ -12,8 +12,14 @@ use crate::wiring::Env;
 /// and secrets (`weir_dialects::compile`, the one path from text to a runnable workflow).
 pub fn compile(env: &Env, path: &str, text: &str) -> Result<Validated, Vec<Diagnostic>> {
     let tools = weir_tools::Registry::new(env.settings.clone());
-    // A broken WEIR_MOCK script does not change which models route.
-    let models = weir_providers::Router::offline(env.settings.clone());
+    // A broken WEIR_MOCK script does not change which models route; `--model` does.
+    let offline = weir_providers::Router::offline(env.settings.clone());
+    let models = match &env.model {
+        Some(m) => offline
+            .forcing(m)
+            .unwrap_or_else(|_| weir_providers::Router::offline(env.settings.clone())),
+        None => offline,
+    };
     weir_dialects::compile(
         path,
         text,
@@ -37,9 +43,34 @@ pub fn read(path: &str) -> Result<String> {
         .map_err(|e| crate::Usage(format!("cannot read {path}: {e}")).into())
 }
 
+/// A workflow's companion file, named after it: `NAME.input.json` (a run's input, for
+/// `--input @…`) or `NAME.mock.json` (the mock model's script). Not a workflow.
+pub fn companion(path: &str) -> Option<&'static str> {
+    if path.ends_with(".input.json") {
+        Some("a run input (for --input @FILE)")
+    } else if path.ends_with(".mock.json") {
+        Some("a mock model script (used by `weir run` of the workflow beside it)")
+    } else {
+        None
+    }
+}
+
 pub fn run(env: &Env, files: &[String], as_json: bool) -> Result<u8> {
     let mut reports = Vec::new();
     let mut any_error = false;
+    // `weir validate examples/graph/*.json` names the companions too: they are skipped, and
+    // said so, rather than reported as workflows that fail to parse.
+    let (skipped, files): (Vec<&String>, Vec<&String>) =
+        files.iter().partition(|f| companion(f).is_some());
+    for f in &skipped {
+        eprintln!("{f}: skipped, {}", companion(f).expect("partitioned on it"));
+    }
+    if files.is_empty() {
+        return Err(crate::Usage(
+            "no workflow files to validate (only companion files were named)".into(),
+        )
+        .into());
+    }
     for f in files {
         // A file that cannot be read is reported like any other error, so every file named
         // gets its entry (and `--json` its object).
@@ -83,12 +114,8 @@ pub fn run(env: &Env, files: &[String], as_json: bool) -> Result<u8> {
         }
     }
     if as_json {
-        let out = if reports.len() == 1 {
-            reports.remove(0)
-        } else {
-            json!(reports)
-        };
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        // Always an array, one object per file, however many files were named.
+        println!("{}", serde_json::to_string_pretty(&reports)?);
     }
     Ok(if any_error { exit::INVALID } else { 0 })
 }

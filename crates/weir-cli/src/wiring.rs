@@ -13,6 +13,36 @@ pub struct Env {
     /// No `--db` and no `$WEIR_DB`: printed commands need no `--db`.
     pub db_is_default: bool,
     pub settings: Settings,
+    /// `--model NAME`: every model call of the drive goes to this model.
+    pub model: Option<String>,
+}
+
+impl Env {
+    /// The flags a printed command needs to act on the same run the same way (` --db PATH`
+    /// for a database other than the default, ` --model NAME` when given), so a hint can be
+    /// pasted as it is.
+    pub fn hint(&self) -> String {
+        let mut flags = String::new();
+        if !self.db_is_default {
+            flags.push_str(&format!(" --db {}", shell_word(&self.db)));
+        }
+        if let Some(m) = &self.model {
+            flags.push_str(&format!(" --model {}", shell_word(m)));
+        }
+        flags
+    }
+}
+
+/// `s` quoted for a POSIX shell when it holds anything but safe characters.
+fn shell_word(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@+%,".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
 }
 
 /// Lease timing from `[lease]` in weir.toml.
@@ -35,8 +65,26 @@ pub fn settings(flag: Option<&str>) -> Result<Settings> {
     Settings::parse(&text).map_err(|e| anyhow::anyhow!("{path}: {e}"))
 }
 
-pub fn models(env: &Env) -> Result<weir_providers::Router> {
-    weir_providers::Router::new(env.settings.clone()).map_err(anyhow::Error::msg)
+/// The model router for a drive of the workflow file `workflow`: the mock scripted by
+/// `WEIR_MOCK`, else by the workflow's `NAME.mock.json` sidecar (said on stderr), and every
+/// call sent to `--model` when given.
+pub fn models(env: &Env, workflow: Option<&str>) -> Result<weir_providers::Router> {
+    let (mock, sidecar) = match workflow {
+        Some(path) => weir_providers::mock::Mock::for_workflow(std::path::Path::new(path)),
+        None => weir_providers::mock::Mock::from_env().map(|m| (m, None)),
+    }
+    .map_err(crate::Usage)?;
+    let mut router = weir_providers::Router::with_mock(env.settings.clone(), mock);
+    if let Some(m) = &env.model {
+        router = router.forcing(m).map_err(crate::Usage)?;
+        if workflow.is_some() {
+            eprintln!("every model call goes to `{m}` (--model)");
+        }
+    }
+    if let Some(path) = sidecar {
+        eprintln!("mock model scripted by {path} (WEIR_MOCK overrides it)");
+    }
+    Ok(router)
 }
 
 /// Whether a command may create the database (only `weir run` does: reading, deciding,
@@ -93,10 +141,20 @@ pub fn redact_url(db: &str) -> String {
     }
 }
 
-pub async fn services(env: &Env, open: Open) -> Result<Services> {
+/// Everything a drive of `workflow` (its file path, when known) runs with.
+pub async fn services(env: &Env, open: Open, workflow: Option<&str>) -> Result<Services> {
     let store = store(env, open).await?;
+    services_on(env, store, workflow)
+}
+
+/// [`services`] on a store already open (a command that read the run first).
+pub fn services_on(
+    env: &Env,
+    store: Arc<dyn weir_store::Backend>,
+    workflow: Option<&str>,
+) -> Result<Services> {
     Ok(Services {
-        models: Arc::new(models(env)?),
+        models: Arc::new(models(env, workflow)?),
         tools: Arc::new(weir_tools::Registry::new(env.settings.clone())),
         scripts: Arc::new(weir_script::Bun::from_env().with_env(env.settings.scripts.env.clone())),
         store,

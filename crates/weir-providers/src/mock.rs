@@ -48,21 +48,46 @@ pub struct Mock {
 impl Mock {
     /// Reads rules from `WEIR_MOCK`; an unreadable script is an error, not a silent default.
     pub fn from_env() -> Result<Self, String> {
-        let Ok(spec) = std::env::var("WEIR_MOCK") else {
-            return Ok(Self::default());
-        };
-        let text = if spec.trim_start().starts_with('[') {
-            spec
-        } else {
-            std::fs::read_to_string(&spec).map_err(|e| format!("WEIR_MOCK file {spec}: {e}"))?
-        };
+        match std::env::var("WEIR_MOCK") {
+            Ok(spec) if !spec.is_empty() => Self::from_spec(&spec),
+            _ => Ok(Self::default()),
+        }
+    }
+
+    /// The script for a run of the workflow file `workflow`: `WEIR_MOCK` when it is set,
+    /// else `NAME.mock.json` beside `NAME.yaml` / `NAME.json` when there is one, else none.
+    /// Returns the rules and, for a sidecar, its path (the CLI says which script it used).
+    pub fn for_workflow(workflow: &std::path::Path) -> Result<(Self, Option<String>), String> {
+        if std::env::var("WEIR_MOCK").is_ok_and(|s| !s.is_empty()) {
+            return Ok((Self::from_env()?, None));
+        }
+        let sidecar = workflow.with_extension("mock.json");
+        if sidecar != workflow && sidecar.is_file() {
+            let path = sidecar.display().to_string();
+            let text = std::fs::read_to_string(&sidecar).map_err(|e| format!("{path}: {e}"))?;
+            return Ok((Self::parse(&text, &path)?, Some(path)));
+        }
+        Ok((Self::default(), None))
+    }
+
+    /// `WEIR_MOCK`'s value: inline JSON (starting with `[`) or a file path.
+    fn from_spec(spec: &str) -> Result<Self, String> {
+        if spec.trim_start().starts_with('[') {
+            return Self::parse(spec, "WEIR_MOCK");
+        }
+        let text =
+            std::fs::read_to_string(spec).map_err(|e| format!("WEIR_MOCK file {spec}: {e}"))?;
+        Self::parse(&text, &format!("WEIR_MOCK file {spec}"))
+    }
+
+    fn parse(text: &str, origin: &str) -> Result<Self, String> {
         let rules: Vec<Rule> =
-            serde_json::from_str(&text).map_err(|e| format!("WEIR_MOCK rules: {e}"))?;
+            serde_json::from_str(text).map_err(|e| format!("{origin}: mock rules: {e}"))?;
         for r in &rules {
             if let Some(c) = &r.error
                 && ErrorClass::parse(c).is_none()
             {
-                return Err(format!("WEIR_MOCK rules: unknown error class `{c}`"));
+                return Err(format!("{origin}: mock rules: unknown error class `{c}`"));
             }
         }
         Ok(Self { rules })

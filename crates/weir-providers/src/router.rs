@@ -38,6 +38,8 @@ pub struct Router {
     named: BTreeMap<String, OpenAi>,
     pricing: Pricing,
     settings: Settings,
+    /// `weir run --model NAME`: every call goes to this model, fallbacks included.
+    force: Option<String>,
 }
 
 impl Router {
@@ -46,9 +48,24 @@ impl Router {
         Ok(Self::build(Mock::from_env()?, settings))
     }
 
+    /// A router whose mock follows `mock` (e.g. [`Mock::for_workflow`]).
+    pub fn with_mock(settings: Settings, mock: Mock) -> Self {
+        Self::build(mock, settings)
+    }
+
     /// A router with an unscripted mock, for checks that only need routing and policy.
     pub fn offline(settings: Settings) -> Self {
         Self::build(Mock::default(), settings)
+    }
+
+    /// Sends every call to `model` instead of the one the node names (and drops the node's
+    /// fallbacks): `weir run --model mock` runs any workflow offline without editing it.
+    /// Fails when no provider serves `model`.
+    pub fn forcing(mut self, model: &str) -> Result<Self, String> {
+        self.route(model)
+            .map_err(|why| format!("--model {model}: {why}"))?;
+        self.force = Some(model.to_string());
+        Ok(self)
     }
 
     fn build(mock: Mock, settings: Settings) -> Self {
@@ -70,6 +87,7 @@ impl Router {
             named,
             pricing: Pricing::new(settings.pricing.clone()),
             settings,
+            force: None,
         }
     }
 
@@ -126,7 +144,11 @@ impl Router {
 
 #[async_trait]
 impl ModelClient for Router {
-    async fn complete(&self, req: ModelRequest) -> Result<ModelResponse, ModelError> {
+    async fn complete(&self, mut req: ModelRequest) -> Result<ModelResponse, ModelError> {
+        if let Some(model) = &self.force {
+            req.model = model.clone();
+            req.fallback_models.clear();
+        }
         let approved: Vec<ErrorClass> = req.fallback_error_classes.clone().unwrap_or_else(|| {
             ErrorClass::ALL
                 .into_iter()
@@ -246,10 +268,12 @@ impl ModelClient for Router {
     }
 
     fn check_model(&self, model: &str) -> Result<(), String> {
-        self.route(model).map(|_| ())
+        self.route(self.force.as_deref().unwrap_or(model))
+            .map(|_| ())
     }
 
     fn check_policy(&self, model: &str) -> Result<(), String> {
+        let model = self.force.as_deref().unwrap_or(model);
         let (provider, _, _) = self.route(model)?;
         self.settings.allows(model, provider)
     }

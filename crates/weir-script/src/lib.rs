@@ -42,7 +42,9 @@ await Bun.write(`${dir}/result.json`, JSON.stringify({ json, js_type: typeof val
 
 const MAX_OUTPUT: usize = 1 << 20;
 
-/// Runs scripts with the `bun` found as `$WEIR_BUN`, else on `PATH`.
+/// Runs scripts with the `bun` found as `$WEIR_BUN`, else on `PATH`, else where
+/// `scripts/test` installs it (`$WEIR_TOOLS_DIR`, default `~/.cache/weir-tools`, under
+/// `node_modules/.bin`).
 pub struct Bun {
     program: PathBuf,
     /// Environment variables passed through besides the base ones.
@@ -53,8 +55,9 @@ impl Bun {
     pub fn from_env() -> Self {
         Self {
             program: std::env::var_os("WEIR_BUN")
+                .filter(|p| !p.is_empty())
                 .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("bun")),
+                .unwrap_or_else(find_bun),
             env: Vec::new(),
         }
     }
@@ -70,6 +73,27 @@ impl Default for Bun {
     fn default() -> Self {
         Self::from_env()
     }
+}
+
+/// `bun` on `PATH`, else the one `scripts/test` installed, else plain `bun` (whose failure
+/// to start names the fix).
+fn find_bun() -> PathBuf {
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("bun").is_file()));
+    if !on_path {
+        let tools = std::env::var_os("WEIR_TOOLS_DIR")
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/weir-tools"))
+            });
+        if let Some(bun) = tools.map(|t| t.join("node_modules/.bin/bun"))
+            && bun.is_file()
+        {
+            return bun;
+        }
+    }
+    PathBuf::from("bun")
 }
 
 fn runtime(e: impl std::fmt::Display) -> ScriptError {
@@ -132,7 +156,7 @@ impl ScriptRunner for Bun {
             .spawn()
             .map_err(|e| {
                 ScriptError::Runtime(format!(
-                    "cannot start bun ({}): {e}; install it with `npm install -g bun` or set WEIR_BUN",
+                    "cannot start bun ({}): {e}; script nodes need bun: install it with `npm install -g bun` (or run scripts/test, which puts it in ~/.cache/weir-tools), or set WEIR_BUN to its path",
                     self.program.display()
                 ))
             })?;

@@ -37,7 +37,7 @@ fn validate_reports_every_problem_with_location_and_hint() {
             ran.stderr
         );
     }
-    let v = w.run(&["validate", &f, "--json"]).json();
+    let v = w.run(&["validate", &f, "--json"]).json()[0].clone();
     assert_eq!(v["valid"], false);
     let codes: Vec<&str> = v["errors"]
         .as_array()
@@ -73,7 +73,7 @@ fn warnings_do_not_block_a_run_but_errors_do() {
     );
     let v = w.run(&["validate", &warn, "--json"]);
     assert_eq!(v.code, 0);
-    let codes: Vec<String> = v.json()["warnings"]
+    let codes: Vec<String> = v.json()[0]["warnings"]
         .as_array()
         .unwrap()
         .iter()

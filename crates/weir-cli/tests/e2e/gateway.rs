@@ -562,7 +562,7 @@ fn a_forbidden_fallback_is_skipped_and_recorded() {
             r#", "fallback_models": ["gpt-4o", "claude-haiku-4-5"]"#,
         ),
     );
-    let v = w.run(&["validate", &f, "--json"]).json();
+    let v = w.run(&["validate", &f, "--json"]).json()[0].clone();
     assert_eq!(v["valid"], true);
     assert_eq!(v["warnings"][0]["code"], "W104");
     let r = w

@@ -108,7 +108,7 @@ fn duplicate_json_keys_are_refused_with_a_location() {
     );
     let ran = w.run(&["validate", "--json", &f]);
     assert_eq!(ran.code, 2);
-    let e = &ran.json()["errors"][0];
+    let e = &ran.json()[0]["errors"][0];
     assert_eq!(e["code"], "E001");
     assert!(
         e["message"]
@@ -131,7 +131,7 @@ fn a_deep_top_level_array_is_a_located_json_error() {
     let f = w.file("deep.json", &deep);
     let ran = w.run(&["validate", "--json", &f]);
     assert_eq!(ran.code, 2, "{}", ran.stderr);
-    let e = &ran.json()["errors"][0];
+    let e = &ran.json()[0]["errors"][0];
     assert!(
         !e["message"].as_str().unwrap().contains("YAML"),
         "a JSON file is reported as JSON: {e}"
@@ -186,7 +186,7 @@ fn large_graphs_load_and_their_errors_are_located() {
     let bad = w.file("bad.json", &chain(n, true));
     let ran = w.run(&["validate", "--json", &bad]);
     assert_eq!(ran.code, 2);
-    let e = &ran.json()["errors"][0];
+    let e = &ran.json()[0]["errors"][0];
     assert_eq!(e["code"], "E003");
     // The broken edge is the last line but one.
     assert_eq!(e["line"], 2 * n as u64 + 3, "{e}");
@@ -222,7 +222,7 @@ fn hostile_documents_fail_cleanly_with_a_location() {
         let f = w.file(name, &text);
         let ran = w.run(&["validate", "--json", &f]);
         assert_eq!(ran.code, 2, "{name}: {}", ran.stderr);
-        let e = &ran.json()["errors"][0];
+        let e = &ran.json()[0]["errors"][0];
         assert!(e["line"].as_u64().is_some(), "{name}: no location: {e}");
     }
     // A byte-order mark is not an error.

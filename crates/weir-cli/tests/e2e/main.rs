@@ -10,6 +10,7 @@ mod gateway;
 mod hardening;
 mod lifecycle;
 mod machine;
+mod newcomer;
 mod pipeline;
 mod postgres;
 mod providers;

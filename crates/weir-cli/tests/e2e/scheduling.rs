@@ -70,7 +70,7 @@ fn validate_warns_about_a_merge_behind_a_condition() {
                 {"source": "b", "target": "a"}]}"#);
     let ran = w.run(&["validate", &f, "--json"]);
     assert_eq!(ran.code, 0);
-    let v = ran.json();
+    let v = ran.json()[0].clone();
     assert_eq!(v["warnings"][0]["code"], "W103");
 }
 

@@ -1,0 +1,163 @@
+//! What a newcomer does first: `weir init`, running any workflow offline with `--model
+//! mock`, a workflow's mock script found beside it, and hints that paste as printed.
+
+use crate::support::{Weir, steps};
+
+#[test]
+fn init_writes_a_workflow_of_each_dialect_that_runs_offline() {
+    let w = Weir::new();
+    for dialect in ["graph", "machine", "pipeline"] {
+        let file = w
+            .path(&format!("{dialect}.yaml"))
+            .to_string_lossy()
+            .to_string();
+        let made = w.run(&["init", &file, "--dialect", dialect]);
+        assert_eq!(made.code, 0, "{}", made.stderr);
+        assert!(
+            made.stdout.contains(&format!("weir run {file}")),
+            "{}",
+            made.stdout
+        );
+        let ran = w.run(&["run", &file, "--input", r#"{"topic": "tides"}"#, "--json"]);
+        assert_eq!(ran.code, 0, "{dialect}: {}", ran.stderr);
+        assert_eq!(ran.json()["status"], "succeeded");
+        // A second init does not overwrite the user's file.
+        let again = w.run(&["init", &file, "--dialect", dialect]);
+        assert_eq!(again.code, 2);
+        assert!(again.stderr.contains("--force"), "{}", again.stderr);
+    }
+    let bad = w.run(&["init", "x.yaml", "--dialect", "flowchart"]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+}
+
+const REAL_MODELS: &str = r#"{"nodes": [
+  {"id": "ask", "type": "agent", "config": {"model": "claude-haiku-4-5",
+   "fallback_models": ["gpt-4o-mini"], "user_message": "Say hi to {name}"}}],
+ "edges": []}"#;
+
+#[test]
+fn model_mock_runs_a_workflow_of_real_models_offline() {
+    // No API keys, and providers pointed at a closed port: only the mock can answer.
+    let w = Weir::new()
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:9");
+    let f = w.file("real.json", REAL_MODELS);
+    let without = w.run(&["run", &f, "--input", r#"{"name": "Ada"}"#, "--json"]);
+    assert_eq!(
+        without.code, 1,
+        "real models without keys fail: {}",
+        without.stderr
+    );
+    let ran = w.run(&[
+        "run",
+        &f,
+        "--model",
+        "mock",
+        "--input",
+        r#"{"name": "Ada"}"#,
+        "--json",
+    ]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("every model call goes to `mock`"),
+        "{}",
+        ran.stderr
+    );
+    let r = ran.json();
+    let step = steps(&r, "ask")[0];
+    assert_eq!(
+        step["output"]["text"], "mock reply to: Say hi to Ada",
+        "{step}"
+    );
+    let calls = step["attempts"][0]["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "the fallbacks are not tried: {calls:?}");
+    assert_eq!(calls[0]["model"], "mock");
+    let unknown = w.run(&["run", &f, "--model", "gpt4-typo", "--json"]);
+    assert_eq!(unknown.code, 2, "{}", unknown.stderr);
+    assert!(
+        unknown.stderr.contains("--model gpt4-typo"),
+        "{}",
+        unknown.stderr
+    );
+}
+
+#[test]
+fn a_mock_script_beside_the_workflow_is_used_and_weir_mock_overrides_it() {
+    let w = Weir::new();
+    let f = w.file(
+        "greet.json",
+        r#"{"nodes": [{"id": "ask", "type": "agent", "config": {"model": "mock", "user_message": "Greet {name}"}}], "edges": []}"#,
+    );
+    w.file(
+        "greet.mock.json",
+        r#"[{"match": "Greet", "reply": "Hello from the sidecar"}]"#,
+    );
+    let ran = w.run(&["run", &f, "--input", r#"{"name": "Ada"}"#, "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("greet.mock.json"),
+        "the run says which script: {}",
+        ran.stderr
+    );
+    assert_eq!(ran.json()["output"]["text"], "Hello from the sidecar");
+    let over = Weir::new().env(
+        "WEIR_MOCK",
+        r#"[{"match": "Greet", "reply": "From WEIR_MOCK"}]"#,
+    );
+    let ran = over.run(&["run", &f, "--input", r#"{"name": "Ada"}"#, "--json"]);
+    assert_eq!(
+        ran.json()["output"]["text"],
+        "From WEIR_MOCK",
+        "{}",
+        ran.stderr
+    );
+    // A broken sidecar is an error naming the file, not a silent default.
+    w.file("greet.mock.json", "[{\"match\": ");
+    let broken = w.run(&["run", &f, "--json"]);
+    assert_eq!(broken.code, 2, "{}", broken.stderr);
+    assert!(
+        broken.stderr.contains("greet.mock.json"),
+        "{}",
+        broken.stderr
+    );
+}
+
+#[test]
+fn a_paused_runs_hints_carry_the_db_and_model_flags_and_paste_as_printed() {
+    let w = Weir::new();
+    let db = w.path("other place.db").to_string_lossy().to_string();
+    let gate = crate::support::repo_root().join("examples/graph/approval.yaml");
+    let ran = w.run(&[
+        "run",
+        &gate.to_string_lossy(),
+        "--db",
+        &db,
+        "--model",
+        "mock",
+        "--input",
+        r#"{"customer": "Ada", "amount": 250}"#,
+    ]);
+    assert_eq!(ran.code, 3, "{}", ran.stderr);
+    let approve = ran
+        .stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("approve: "))
+        .unwrap_or_else(|| panic!("no approve hint:\n{}", ran.stdout))
+        .replace(" [--input JSON]", "");
+    assert!(approve.contains(&format!("--db '{db}'")), "{approve}");
+    assert!(approve.contains("--model mock"), "{approve}");
+    // Pasted into a shell as printed, with the database only reachable through the flag.
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(approve.replacen("weir", crate::support::bin(), 1))
+        .env_remove("WEIR_DB")
+        .env("HOME", w.path(""))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
