@@ -177,10 +177,22 @@ enum TokensCommand {
 
 #[derive(Subcommand)]
 enum RunsCommand {
-    /// Newest first: run id, workflow, status, started_at, cost
+    /// Newest first: run id, workflow, status, start, duration, steps, cost, error
     List {
-        #[arg(long, default_value_t = 50)]
+        /// At most this many runs
+        #[arg(long, default_value_t = 50, value_name = "N")]
         limit: u32,
+        /// Only runs in this status: queued, running, paused, succeeded, failed, aborted,
+        /// cancelled
+        #[arg(long, value_name = "STATUS")]
+        status: Option<String>,
+        /// Only runs of this workflow (its name, or a saved workflow's id)
+        #[arg(long, value_name = "NAME")]
+        workflow: Option<String>,
+        /// Only runs started since: an age (30m, 12h, 7d) or an RFC 3339 time
+        #[arg(long, value_name = "WHEN")]
+        since: Option<String>,
+        /// Print the runs as a JSON array of summaries
         #[arg(long)]
         json: bool,
     },
@@ -235,6 +247,13 @@ fn main() -> ExitCode {
         }
     };
     let db_is_default = cli.db.is_none() && std::env::var("WEIR_DB").map_or(true, |v| v.is_empty());
+    let db_from = if cli.db.is_some() {
+        "--db"
+    } else if db_is_default {
+        "the default path"
+    } else {
+        "WEIR_DB"
+    };
     let db = cli.db.clone().unwrap_or_else(weir_store::default_url);
     let settings = match wiring::settings(cli.config.as_deref()) {
         Ok(s) => s,
@@ -248,7 +267,9 @@ fn main() -> ExitCode {
         db_is_default,
         settings,
         model: cli.model.clone(),
+        db_from,
     };
+    let db_line = format!("{} (from {db_from})", wiring::redact_url(&env.db));
     let result = rt.block_on(async move {
         match cli.command {
             Command::Validate { files, json } => validate::run(&env, &files, json),
@@ -302,8 +323,23 @@ fn main() -> ExitCode {
             Command::Resume { run_id, json } => runs::resume(&env, &run_id, json).await,
             Command::Cancel { run_id, by } => runs::cancel(&env, &run_id, by).await,
             Command::Runs {
-                command: RunsCommand::List { limit, json },
-            } => runs::list(&env, limit, json).await,
+                command:
+                    RunsCommand::List {
+                        limit,
+                        status,
+                        workflow,
+                        since,
+                        json,
+                    },
+            } => {
+                let filter = runs::ListArgs {
+                    limit,
+                    status,
+                    workflow,
+                    since,
+                };
+                runs::list(&env, filter, json).await
+            }
             Command::Runs {
                 command: RunsCommand::Show { run_id, json },
             } => runs::show(&env, &run_id, json).await,
@@ -352,6 +388,13 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {e:#}");
+            // A store fault names the database and how it was chosen.
+            if e.downcast_ref::<weir_core::store::StoreError>().is_some()
+                || e.downcast_ref::<weir_engine::Error>()
+                    .is_some_and(|e| e.kind() == Kind::Store)
+            {
+                eprintln!("  database: {db_line}");
+            }
             ExitCode::from(exit_code_of(&e))
         }
     }

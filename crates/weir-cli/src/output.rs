@@ -132,6 +132,12 @@ fn fmt_ms(ms: u64) -> String {
     }
 }
 
+/// A run id as human output shows it: its first 8 characters, which every command taking a
+/// run id accepts (a unique prefix; `--json` always has the whole id).
+pub fn short(id: &str) -> &str {
+    id.get(..8).unwrap_or(id)
+}
+
 /// Prints the outcome and returns the exit code for the run's status.
 pub fn finish(record: &RunRecord, as_json: bool, db: &Hint) -> Result<u8> {
     if as_json {
@@ -159,7 +165,7 @@ fn summary(r: &RunRecord, db: &Hint) {
     let took = r.duration_ms.map(fmt_ms).unwrap_or_default();
     println!(
         "run {} {} {}· {} step{} · ${:.6}",
-        r.run_id,
+        short(&r.run_id),
         r.status.as_str(),
         if took.is_empty() {
             String::new()
@@ -175,11 +181,9 @@ fn summary(r: &RunRecord, db: &Hint) {
     }
     if let Some(g) = &r.pending_gate {
         println!("paused at human gate `{}`: {}", g.node_id, g.prompt);
-        println!(
-            "  approve: weir approve {}{} [--input JSON]",
-            r.run_id, db.0
-        );
-        println!("  reject:  weir reject {}{} --reason TEXT", r.run_id, db.0);
+        let id = short(&r.run_id);
+        println!("  approve: weir approve {id}{} [--input JSON]", db.0);
+        println!("  reject:  weir reject {id}{} --reason TEXT", db.0);
     }
     if r.status == RunStatus::Succeeded && !r.output.is_null() {
         let out = match &r.output {
@@ -194,33 +198,72 @@ fn summary(r: &RunRecord, db: &Hint) {
     }
 }
 
-pub fn runs_table(runs: &[RunSummary]) {
+/// `text` in at most `width` characters: cut with "…" when longer.
+fn fit(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        text.to_string()
+    } else {
+        let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    }
+}
+
+/// A run's duration from its start and end times, or how long it has been going.
+fn run_duration(started: &str, finished: Option<&str>) -> String {
+    let at = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
+    let end = match finished {
+        Some(f) => at(f),
+        None => Some(chrono::Utc::now().fixed_offset()),
+    };
+    match (at(started), end) {
+        (Some(s), Some(e)) => fmt_ms((e - s).num_milliseconds().max(0) as u64),
+        _ => "-".into(),
+    }
+}
+
+pub fn runs_table(runs: &[RunSummary], maybe_more: bool) {
     if runs.is_empty() {
         println!("no runs yet");
         return;
     }
     println!(
-        "{:<36}  {:<28}  {:<9}  {:<24}  {:>10}",
-        "RUN ID", "WORKFLOW", "STATUS", "STARTED", "COST"
+        "{:<8}  {:<24}  {:<9}  {:<19}  {:>8}  {:>5}  {:>10}  ERROR",
+        "RUN", "WORKFLOW", "STATUS", "STARTED", "DURATION", "STEPS", "COST"
     );
     for r in runs {
-        let wf: String = r.workflow.chars().take(28).collect();
+        let started = r
+            .started_at
+            .get(..19)
+            .unwrap_or(&r.started_at)
+            .replace('T', " ");
+        let took = if r.status.is_terminal() || r.finished_at.is_some() {
+            run_duration(&r.started_at, r.finished_at.as_deref())
+        } else {
+            format!("{}…", run_duration(&r.started_at, None))
+        };
         println!(
-            "{:<36}  {:<28}  {:<9}  {:<24}  {:>10}",
-            r.run_id,
-            wf,
+            "{:<8}  {:<24}  {:<9}  {:<19}  {:>8}  {:>5}  {:>10}  {}",
+            short(&r.run_id),
+            fit(&r.workflow, 24),
             r.status.as_str(),
-            r.started_at,
-            format!("${:.6}", r.cost_usd)
+            started,
+            took,
+            r.steps,
+            format!("${:.6}", r.cost_usd),
+            r.error_code.as_deref().unwrap_or("")
         );
+    }
+    if maybe_more {
+        println!("(the newest {}; --limit N shows more)", runs.len());
     }
 }
 
 pub fn show(r: &RunRecord, db: &Hint) {
     summary(r, db);
     println!(
-        "workflow {} ({}) started {}",
-        r.workflow, r.dialect, r.started_at
+        "run id {}; workflow {} ({}) started {}",
+        r.run_id, r.workflow, r.dialect, r.started_at
     );
     println!(
         "{:>4}  {:<20}  {:<10}  {:<9}  {:<10}  {:>8}  {:>10}  {:>8}",

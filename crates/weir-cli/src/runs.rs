@@ -92,7 +92,7 @@ async fn report(
     eng.shutdown_tools().await;
     let outcome = r?;
     if outcome.status == RunStatus::Queued {
-        let id = &outcome.run_id;
+        let id = output::short(&outcome.run_id);
         let db = hint(env);
         eprintln!("run {id} interrupted; its in-flight steps were recorded cancelled");
         eprintln!("  continue it: weir resume {id}{}", db.0);
@@ -168,6 +168,7 @@ pub async fn decide(
         .map(|i| parse_input(Some(i), env.settings.limits.input_bytes))
         .transpose()?;
     let store = wiring::store(env, wiring::Open::MustExist).await?;
+    let run_id = &wiring::resolve_run(env, store.as_ref(), run_id).await?;
     let stored = store.load_run(run_id).await?;
     let services = wiring::services_on(env, store, Some(&stored.source_path))?;
     let eng = engine(env, services, as_json);
@@ -209,6 +210,7 @@ async fn outcome_of(eng: &Engine, run_id: &str) -> Result<RunOutcome> {
 
 pub async fn resume(env: &Env, run_id: &str, as_json: bool) -> Result<u8> {
     let store = wiring::store(env, wiring::Open::MustExist).await?;
+    let run_id = &wiring::resolve_run(env, store.as_ref(), run_id).await?;
     let stored = store.load_run(run_id).await?;
     let services = wiring::services_on(env, store, Some(&stored.source_path))?;
     let eng = engine(env, services, as_json);
@@ -219,19 +221,21 @@ pub async fn resume(env: &Env, run_id: &str, as_json: bool) -> Result<u8> {
 
 pub async fn cancel(env: &Env, run_id: &str, by: Option<String>) -> Result<u8> {
     let services = wiring::services(env, wiring::Open::MustExist, None).await?;
+    let run_id = &wiring::resolve_run(env, services.store.as_ref(), run_id).await?;
     let eng = Engine::new(services, Arc::new(Progress::new(false)));
+    let id = output::short(run_id);
     let by = by
         .or_else(|| std::env::var("USER").ok())
         .unwrap_or_else(|| "cli".into());
     match eng.cancel(run_id, &by).await? {
         CancelOutcome::Cancelled => {
-            println!("run {run_id} cancelled");
+            println!("run {id} cancelled");
             Ok(0)
         }
         CancelOutcome::Requested => {
             let owner = eng.store().load_run(run_id).await?.owner;
             eprintln!(
-                "run {run_id} is being driven by {}; asked it to stop",
+                "run {id} is being driven by {}; asked it to stop",
                 owner.as_deref().unwrap_or("another process")
             );
             // The driver sees the request at its next heartbeat or commit.
@@ -240,20 +244,63 @@ pub async fn cancel(env: &Env, run_id: &str, by: Option<String>) -> Result<u8> {
             while tokio::time::Instant::now() < deadline {
                 let s = eng.store().load_run(run_id).await?.status;
                 if s.is_terminal() {
-                    println!("run {run_id} {}", s.as_str());
+                    println!("run {id} {}", s.as_str());
                     return Ok(0);
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             println!(
-                "run {run_id}: cancel requested; its driver has not stopped yet (see `weir runs show {run_id}`)"
+                "run {id}: cancel requested; its driver has not stopped yet (see `weir runs show {id}{}`)",
+                hint(env).0
             );
             Ok(0)
         }
     }
 }
 
-pub async fn list(env: &Env, limit: u32, as_json: bool) -> Result<u8> {
+/// `weir runs list`'s filters.
+pub struct ListArgs {
+    pub limit: u32,
+    pub status: Option<String>,
+    pub workflow: Option<String>,
+    pub since: Option<String>,
+}
+
+impl ListArgs {
+    fn filter(self) -> Result<RunFilter> {
+        let status = self
+            .status
+            .map(|s| {
+                RunStatus::parse(&s).ok_or_else(|| {
+                    Usage(format!(
+                        "--status {s}: the statuses are queued, running, paused, succeeded, failed, aborted and cancelled"
+                    ))
+                })
+            })
+            .transpose()?;
+        let since = self
+            .since
+            .map(|s| {
+                if chrono::DateTime::parse_from_rfc3339(&s).is_ok() {
+                    return Ok(s);
+                }
+                weir_core::settings::parse_age(&s)
+                    .map(weir_server::retention::cutoff)
+                    .map_err(|e| Usage(format!("--since {e}, or an RFC 3339 time")))
+            })
+            .transpose()?;
+        Ok(RunFilter {
+            limit: self.limit.max(1),
+            status,
+            workflow: self.workflow,
+            since,
+            ..RunFilter::default()
+        })
+    }
+}
+
+pub async fn list(env: &Env, args: ListArgs, as_json: bool) -> Result<u8> {
+    let filter = args.filter()?;
     let services = match wiring::services(env, wiring::Open::MustExist, None).await {
         Ok(s) => s,
         // Nothing has run here yet: an empty list, and no database created for it.
@@ -267,17 +314,11 @@ pub async fn list(env: &Env, limit: u32, as_json: bool) -> Result<u8> {
         }
         Err(e) => return Err(e),
     };
-    let runs = services
-        .store
-        .list_runs(&RunFilter {
-            limit,
-            ..RunFilter::default()
-        })
-        .await?;
+    let runs = services.store.list_runs(&filter).await?;
     if as_json {
         println!("{}", serde_json::to_string_pretty(&runs)?);
     } else {
-        output::runs_table(&runs);
+        output::runs_table(&runs, runs.len() == filter.limit as usize);
     }
     Ok(0)
 }
@@ -286,6 +327,7 @@ pub async fn list(env: &Env, limit: u32, as_json: bool) -> Result<u8> {
 /// queued or running).
 pub async fn show(env: &Env, run_id: &str, as_json: bool) -> Result<u8> {
     let services = wiring::services(env, wiring::Open::MustExist, None).await?;
+    let run_id = &wiring::resolve_run(env, services.store.as_ref(), run_id).await?;
     let record = services.store.get_record(run_id).await?;
     if as_json {
         println!("{}", serde_json::to_string_pretty(&record)?);

@@ -15,6 +15,8 @@ pub struct Env {
     pub settings: Settings,
     /// `--model NAME`: every model call of the drive goes to this model.
     pub model: Option<String>,
+    /// How `db` was chosen: `--db`, `WEIR_DB` or the default (errors say so).
+    pub db_from: &'static str,
 }
 
 impl Env {
@@ -97,8 +99,40 @@ pub enum Open {
 
 /// The database a command named does not exist (and was not created).
 #[derive(Debug, thiserror::Error)]
-#[error("no weir database at {0} (check --db or WEIR_DB; `weir run` creates one)")]
-pub struct NoDatabase(pub String);
+#[error("no weir database at {path} (from {from}; `weir run` creates one)")]
+pub struct NoDatabase {
+    pub path: String,
+    pub from: &'static str,
+}
+
+/// The run a command names: its whole id, or a prefix of it that only one run has (`weir
+/// approve fb700bbd`). An unknown id and an ambiguous prefix are usage errors (exit 2)
+/// naming the database; an ambiguous one lists what it matches.
+pub async fn resolve_run(env: &Env, store: &dyn weir_core::RunStore, id: &str) -> Result<String> {
+    let id = id.trim();
+    if id.is_empty() {
+        return Err(crate::Usage("an empty run id".into()).into());
+    }
+    let found = store.run_ids_with_prefix(id, 6).await?;
+    if found.iter().any(|f| f == id) {
+        return Ok(id.to_string());
+    }
+    match found.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(crate::Usage(format!(
+            "no run {id} in {} (from {}); `weir runs list` shows the runs there",
+            redact_url(&env.db),
+            env.db_from
+        ))
+        .into()),
+        many => Err(crate::Usage(format!(
+            "run id {id} is ambiguous: it starts {}{}; give more of it",
+            many.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
+            if many.len() > 5 { ", …" } else { "" }
+        ))
+        .into()),
+    }
+}
 
 /// Opens the store a command named (`--db`, `$WEIR_DB`, the default): Postgres for a
 /// `postgres://` URL, else SQLite.
@@ -107,24 +141,31 @@ pub async fn store(env: &Env, open: Open) -> Result<Arc<dyn weir_store::Backend>
     if weir_store::is_postgres_url(db) {
         let store = weir_store::Postgres::open(db).await.map_err(|e| {
             crate::Usage(format!(
-                "cannot open the run store at {}: {e} (is the Postgres server up, and does the database exist?)",
-                redact_url(db)
+                "cannot open the run store at {} (from {}): {e} (is the Postgres server up, and does the database exist?)",
+                redact_url(db),
+                env.db_from
             ))
         })?;
         return Ok(Arc::new(store));
     }
-    let path = weir_store::sqlite_path(db).map_err(|e| crate::Usage(format!("--db {db}: {e}")))?;
+    let path = weir_store::sqlite_path(db)
+        .map_err(|e| crate::Usage(format!("{db} (from {}): {e}", env.db_from)))?;
     if open == Open::MustExist
         && let Some(p) = &path
         && !p.exists()
     {
-        return Err(NoDatabase(p.display().to_string()).into());
+        return Err(NoDatabase {
+            path: p.display().to_string(),
+            from: env.db_from,
+        }
+        .into());
     }
     let store = weir_store::Sqlite::open(path.as_deref())
         .await
         .map_err(|e| {
             crate::Usage(format!(
-                "cannot open the run store at {db}: {e} (it must be a weir SQLite database, or a path where one can be created)"
+                "cannot open the run store at {db} (from {}): {e} (it must be a weir SQLite database, or a path where one can be created)",
+                env.db_from
             ))
         })?;
     Ok(Arc::new(store))

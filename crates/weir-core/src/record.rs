@@ -287,6 +287,12 @@ pub struct RunSummary {
     /// The saved workflow version the run pins (runs created over the API).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pin: Option<crate::store::Pin>,
+    /// Steps recorded so far.
+    #[serde(default)]
+    pub steps: u32,
+    /// The code of the run's error, when it ended with one (`node_failed`, `cancelled`, …).
+    #[serde(default)]
+    pub error_code: Option<String>,
 }
 
 /// A node waiting to run, with the visit number it will run as.

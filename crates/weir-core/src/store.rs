@@ -328,6 +328,13 @@ pub trait RunStore: Send + Sync {
     async fn get_step(&self, run_id: &str, seq: u32) -> Result<StepRecord, StoreError>;
     async fn get_record(&self, run_id: &str) -> Result<RunRecord, StoreError>;
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError>;
+    /// Up to `limit` run ids that start with `prefix` (case-sensitive), in id order: how a
+    /// short id (`fb700bbd`) is resolved to its run.
+    async fn run_ids_with_prefix(
+        &self,
+        prefix: &str,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError>;
     /// Events with a sequence number above `after`, in order.
     async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError>;
     /// What a driver taking a run over needs of its steps: the highest step number so far

@@ -174,9 +174,11 @@ pub(crate) fn list_params(
 }
 
 /// A line of the run list, from `id, workflow, status, started_at, finished_at, cost_usd,
-/// workflow_id, workflow_version`.
+/// workflow_id, workflow_version, steps, error_code`.
 pub(crate) fn summary(r: &impl Cols) -> RunSummary {
     RunSummary {
+        steps: r.int("steps").max(0) as u32,
+        error_code: r.opt_text("error_code"),
         run_id: r.text("id"),
         workflow: r.text("workflow"),
         status: status(r, "status"),

@@ -504,6 +504,23 @@ impl RunStore for Memory {
         })
     }
 
+    async fn run_ids_with_prefix(
+        &self,
+        prefix: &str,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError> {
+        let inner = self.inner.lock().expect("memory store lock");
+        let mut ids: Vec<String> = inner
+            .runs
+            .keys()
+            .filter(|id| id.starts_with(prefix))
+            .cloned()
+            .collect();
+        ids.sort();
+        ids.truncate(limit as usize);
+        Ok(ids)
+    }
+
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
         let inner = self.inner.lock().expect("memory store lock");
         let mut all: Vec<RunSummary> = inner
@@ -517,6 +534,8 @@ impl RunStore for Memory {
                 cost_usd: r.snapshot.cost_usd,
                 finished_at: r.finished_at.clone(),
                 pin: r.pin.clone(),
+                steps: r.steps.len() as u32,
+                error_code: r.error.as_ref().map(|e| e.code.as_str().to_string()),
             })
             .filter(|s| weir_core::store::matches(filter, s))
             .collect();

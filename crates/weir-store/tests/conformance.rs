@@ -22,7 +22,9 @@ mod patches;
 mod support;
 
 use catalog::{tokens_and_tools, workflow_versions_and_deletion};
-use listing::{retention_deletes_only_ended_runs, run_listing_filters_and_pages};
+use listing::{
+    retention_deletes_only_ended_runs, run_listing_filters_and_pages, short_ids_resolve_by_prefix,
+};
 use patches::patched_commits_rebuild_the_snapshot;
 
 use support::*;
@@ -566,6 +568,7 @@ conformance!(
     workflow_versions_and_deletion,
     tokens_and_tools,
     run_listing_filters_and_pages,
+    short_ids_resolve_by_prefix,
     retention_deletes_only_ended_runs,
     concurrent_writes_of_many_runs_stand_or_fall_alone,
     patched_commits_rebuild_the_snapshot,

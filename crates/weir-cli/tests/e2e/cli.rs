@@ -143,7 +143,7 @@ fn runs_list_and_show() {
         .json();
     assert_eq!(shown, first);
     let table = w.run(&["runs", "list"]);
-    assert!(table.stdout.contains("RUN ID") && table.stdout.contains("one"));
+    assert!(table.stdout.contains("RUN ") && table.stdout.contains("one"));
     let human = w.run(&["runs", "show", first["run_id"].as_str().unwrap()]);
     assert!(human.stdout.contains("succeeded") && human.stdout.contains("ATTEMPTS"));
 }

@@ -305,8 +305,9 @@ edges:
     signal(&child, Signal::SIGINT);
     assert_eq!(child.wait().unwrap().code(), Some(130));
     let err = lines.lock().unwrap().join("\n");
-    assert!(err.contains(&format!("weir resume {id}")), "{err}");
-    assert!(err.contains(&format!("weir cancel {id}")), "{err}");
+    // The hints print the 8-character id, which every command takes.
+    assert!(err.contains(&format!("weir resume {}", &id[..8])), "{err}");
+    assert!(err.contains(&format!("weir cancel {}", &id[..8])), "{err}");
     let r = w.show(&id);
     assert_eq!(r["status"], "queued");
     let wait = steps(&r, "wait");

@@ -161,3 +161,100 @@ fn a_paused_runs_hints_carry_the_db_and_model_flags_and_paste_as_printed() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn short_ids_are_taken_everywhere_and_unknown_or_ambiguous_ones_are_explained() {
+    let w = Weir::new();
+    let ran = w.run_approval("Ada", 250);
+    assert_eq!(ran.code, 3, "{}", ran.stderr);
+    let id = ran.json()["run_id"].as_str().unwrap().to_string();
+    let short = &id[..8];
+    // Human output prints the 8-character id, and the hint it prints works as printed.
+    let human = w.run(&["runs", "show", short]);
+    assert_eq!(human.code, 3, "{}", human.stderr);
+    assert!(
+        human.stdout.contains(&format!("weir approve {short} ")),
+        "{}",
+        human.stdout
+    );
+    assert!(
+        human.stdout.contains(&id),
+        "the whole id is there too: {}",
+        human.stdout
+    );
+    let approved = w.run(&["approve", short, "--json"]);
+    assert_eq!(approved.code, 0, "{}", approved.stderr);
+    assert_eq!(approved.json()["run_id"], id.as_str());
+    // An unknown id names the database and how it was chosen.
+    let missing = w.run(&["runs", "show", "0000dead"]);
+    assert_eq!(missing.code, 2, "{}", missing.stderr);
+    let db = w.path("weir.db").to_string_lossy().to_string();
+    assert!(
+        missing.stderr.contains(&db) && missing.stderr.contains("WEIR_DB"),
+        "{}",
+        missing.stderr
+    );
+    // A prefix two runs share is refused, with both listed.
+    let mut ids = vec![id.clone()];
+    while ids.iter().all(|i| !i.starts_with(&id[..1]) || i == &id) {
+        let r = w.run_approval("Bo", 10);
+        ids.push(r.json()["run_id"].as_str().unwrap().to_string());
+    }
+    let prefix = &id[..1];
+    let ambiguous = w.run(&["runs", "show", prefix]);
+    assert_eq!(ambiguous.code, 2, "{}", ambiguous.stderr);
+    assert!(
+        ambiguous.stderr.contains("ambiguous"),
+        "{}",
+        ambiguous.stderr
+    );
+    assert!(ambiguous.stderr.contains(&id), "{}", ambiguous.stderr);
+}
+
+#[test]
+fn runs_list_filters_by_status_workflow_and_time_and_shows_steps_and_errors() {
+    let w = Weir::new();
+    let ok = w.file(
+        "ok.json",
+        r#"{"name": "fine", "nodes": [{"id": "a", "type": "agent", "config": {"model": "mock", "user_message": "hi"}}], "edges": []}"#,
+    );
+    let bad = w.file(
+        "bad.json",
+        r#"{"name": "a-workflow-with-a-very-long-name-indeed", "nodes": [{"id": "a", "type": "agent", "config": {"model": "mock", "user_message": "{missing}"}}], "edges": []}"#,
+    );
+    assert_eq!(w.run(&["run", &ok]).code, 0);
+    assert_eq!(w.run(&["run", &ok]).code, 0);
+    assert_eq!(w.run(&["run", &bad]).code, 1);
+    let list = |args: &[&str]| {
+        let mut all = vec!["runs", "list", "--json"];
+        all.extend_from_slice(args);
+        let ran = w.run(&all);
+        assert_eq!(ran.code, 0, "{}", ran.stderr);
+        ran.json().as_array().unwrap().clone()
+    };
+    assert_eq!(list(&[]).len(), 3);
+    assert_eq!(list(&["--status", "failed"]).len(), 1);
+    assert_eq!(list(&["--workflow", "fine"]).len(), 2);
+    assert_eq!(list(&["--limit", "1"]).len(), 1);
+    assert_eq!(list(&["--since", "1h"]).len(), 3);
+    assert_eq!(list(&["--since", "2999-01-01T00:00:00Z"]).len(), 0);
+    let failed = &list(&["--status", "failed"])[0];
+    assert_eq!(failed["steps"], 1);
+    assert_eq!(failed["error_code"], "node_failed", "{failed}");
+    let table = w.run(&["runs", "list"]).stdout;
+    let header = table.lines().next().unwrap();
+    for col in [
+        "RUN", "WORKFLOW", "STATUS", "STARTED", "DURATION", "STEPS", "COST", "ERROR",
+    ] {
+        assert!(header.contains(col), "{header}");
+    }
+    assert!(
+        table.contains("a-workflow-with-a-very-…"),
+        "long names are cut with …:\n{table}"
+    );
+    assert!(table.contains("node_failed"), "{table}");
+    let wrong = w.run(&["runs", "list", "--status", "done"]);
+    assert_eq!(wrong.code, 2, "{}", wrong.stderr);
+    let wrong = w.run(&["runs", "list", "--since", "yesterday"]);
+    assert_eq!(wrong.code, 2, "{}", wrong.stderr);
+}

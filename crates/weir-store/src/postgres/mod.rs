@@ -678,11 +678,28 @@ impl RunStore for Postgres {
         crate::cols::record(run_id, &row, events, steps)
     }
 
+    async fn run_ids_with_prefix(
+        &self,
+        prefix: &str,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError> {
+        let rows =
+            sqlx::query("SELECT id FROM runs WHERE starts_with(id, $1) ORDER BY id LIMIT $2")
+                .bind(prefix)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(backend)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
         let (like, after_at, after_id) = crate::cols::list_params(filter);
         let rows = sqlx::query(
             "SELECT id, workflow, status, started_at, finished_at, cost_usd, workflow_id,
-                    workflow_version
+                    workflow_version,
+                    (SELECT count(*) FROM steps WHERE steps.run_id = runs.id) AS steps,
+                    error::jsonb ->> 'code' AS error_code
              FROM runs
              WHERE ($1::text IS NULL OR status = $1)
                AND ($2::text IS NULL OR workflow = $2 OR workflow_id = $2)

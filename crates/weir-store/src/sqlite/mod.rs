@@ -553,7 +553,10 @@ impl RunStore for Sqlite {
         let (like, after_at, after_id) = crate::cols::list_params(filter);
         let rows = sqlx::query(
             "SELECT id, workflow, status, started_at, finished_at, cost_usd, workflow_id,
-                    workflow_version
+                    workflow_version,
+                    (SELECT count(*) FROM steps WHERE steps.id BETWEEN runs.key * 4294967296
+                        AND runs.key * 4294967296 + 4294967295) AS steps,
+                    json_extract(error, '$.code') AS error_code
              FROM runs
              WHERE (?1 IS NULL OR status = ?1)
                AND (?2 IS NULL OR workflow = ?2 OR workflow_id = ?2)
@@ -573,6 +576,25 @@ impl RunStore for Sqlite {
         .await
         .map_err(backend)?;
         Ok(rows.iter().map(crate::cols::summary).collect())
+    }
+
+    async fn run_ids_with_prefix(
+        &self,
+        prefix: &str,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError> {
+        // A range on the id's unique index: every id with the prefix sorts from the prefix
+        // itself up to the prefix followed by the highest character.
+        let upper = format!("{prefix}{}", char::MAX);
+        let rows =
+            sqlx::query("SELECT id FROM runs WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT ?3")
+                .bind(prefix)
+                .bind(upper)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(backend)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     async fn prune(&self, before: &str, statuses: &[RunStatus]) -> Result<Vec<String>, StoreError> {

@@ -183,3 +183,28 @@ pub(super) async fn run_listing_filters_and_pages(f: Fixture) {
     assert_eq!(pinned.pin.unwrap().workflow_id, "evens");
     assert_eq!(pinned.input, json!({"x": 1}));
 }
+
+pub(super) async fn short_ids_resolve_by_prefix(f: Fixture) {
+    let s = f.store;
+    for id in ["ab12-one", "ab12-two", "ab34-three", "abc", "b_%-odd"] {
+        s.create_run(&new_run(id)).await.unwrap();
+    }
+    assert_eq!(
+        s.run_ids_with_prefix("ab12", 10).await.unwrap(),
+        ["ab12-one", "ab12-two"]
+    );
+    assert_eq!(
+        s.run_ids_with_prefix("ab12", 1).await.unwrap(),
+        ["ab12-one"]
+    );
+    assert_eq!(
+        s.run_ids_with_prefix("ab3", 10).await.unwrap(),
+        ["ab34-three"]
+    );
+    assert_eq!(s.run_ids_with_prefix("abc", 10).await.unwrap(), ["abc"]);
+    // Prefixes are literal: no wildcards, no case folding.
+    assert_eq!(s.run_ids_with_prefix("b_%", 10).await.unwrap(), ["b_%-odd"]);
+    assert!(s.run_ids_with_prefix("b_x", 10).await.unwrap().is_empty());
+    assert!(s.run_ids_with_prefix("AB12", 10).await.unwrap().is_empty());
+    assert!(s.run_ids_with_prefix("zz", 10).await.unwrap().is_empty());
+}
