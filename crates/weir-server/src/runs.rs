@@ -54,6 +54,10 @@ pub struct RunSummaryOut {
     pub workflow_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<u32>,
+    /// Steps recorded so far.
+    pub steps: u32,
+    /// The code of the run's error, null unless it ended with one.
+    pub error_code: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -305,6 +309,8 @@ pub async fn list(
                 cost_usd: r.cost_usd,
                 workflow_id: r.pin.as_ref().map(|p| p.workflow_id.clone()),
                 version: r.pin.map(|p| p.version),
+                steps: r.steps,
+                error_code: r.error_code,
             })
             .collect(),
         next_cursor,
