@@ -225,8 +225,33 @@ pub mod exit {
     pub const INTERRUPTED: u8 = 130;
 }
 
+impl Command {
+    /// Whether the command was asked for JSON on stdout (`--json`): then an error is printed
+    /// there as `{"error": {"code", "message"}}` too.
+    fn json(&self) -> bool {
+        match self {
+            Command::Run { json, .. }
+            | Command::Validate { json, .. }
+            | Command::Approve { json, .. }
+            | Command::Reject { json, .. }
+            | Command::Resume { json, .. } => *json,
+            Command::Runs { command } => match command {
+                RunsCommand::List { json, .. }
+                | RunsCommand::Show { json, .. }
+                | RunsCommand::Prune { json, .. } => *json,
+            },
+            Command::Tokens { command } => match command {
+                TokensCommand::Create { json, .. } | TokensCommand::List { json } => *json,
+                TokensCommand::Revoke { .. } => false,
+            },
+            _ => false,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let as_json = cli.command.json();
     // One TLS crypto provider for every HTTP client in the process (ring).
     let _ = rustls::crypto::ring::default_provider().install_default();
     tracing_subscriber::fmt()
@@ -258,6 +283,12 @@ fn main() -> ExitCode {
     let settings = match wiring::settings(cli.config.as_deref()) {
         Ok(s) => s,
         Err(e) => {
+            if as_json {
+                let body = serde_json::json!({
+                    "error": {"code": error_code_of(&e), "message": format!("{e:#}")}
+                });
+                println!("{body}");
+            }
             eprintln!("error: {e:#}");
             return ExitCode::from(exit::INVALID);
         }
@@ -387,6 +418,12 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
+            if as_json {
+                let body = serde_json::json!({
+                    "error": {"code": error_code_of(&e), "message": format!("{e:#}")}
+                });
+                println!("{body}");
+            }
             eprintln!("error: {e:#}");
             // A store fault names the database and how it was chosen.
             if e.downcast_ref::<weir_core::store::StoreError>().is_some()
@@ -428,6 +465,31 @@ fn exit_code_of(e: &anyhow::Error) -> u8 {
 }
 
 use weir_engine::ErrorKind as Kind;
+
+/// The `code` of a `--json` error: what kind of failure, for scripts to branch on.
+fn error_code_of(e: &anyhow::Error) -> &'static str {
+    if e.downcast_ref::<wiring::NoDatabase>().is_some() {
+        return "no_database";
+    }
+    if e.downcast_ref::<Usage>().is_some() {
+        return "usage";
+    }
+    let engine = e
+        .downcast_ref::<weir_engine::Error>()
+        .map(weir_engine::Error::kind)
+        .or_else(|| {
+            e.downcast_ref::<weir_core::store::StoreError>()
+                .map(|s| weir_engine::Error::from(s.clone()).kind())
+        });
+    match engine {
+        Some(Kind::NotFound) => "not_found",
+        Some(Kind::InvalidInput) => "invalid_input",
+        Some(Kind::Conflict) => "conflict",
+        Some(Kind::LeaseLost) => "lease_lost",
+        Some(Kind::Store) => "store",
+        None => "error",
+    }
+}
 
 /// An error in how weir was called (bad input JSON, unknown run id): exit code 2.
 #[derive(Debug, thiserror::Error)]

@@ -122,6 +122,16 @@ pub async fn run(env: &Env, file: &str, input: Option<&str>, as_json: bool) -> R
                 eprint!("{}", d.render(Some(&text)));
             }
             eprintln!("{file}: invalid workflow, not run");
+            if as_json {
+                let (errors, warnings): (Vec<_>, Vec<_>) = diags.iter().partition(|d| d.is_error());
+                let body = serde_json::json!({"error": {
+                    "code": "invalid_workflow",
+                    "message": format!("{file}: invalid workflow, not run"),
+                    "errors": errors,
+                    "warnings": warnings,
+                }});
+                println!("{body}");
+            }
             return Ok(exit::INVALID);
         }
     };

@@ -64,6 +64,7 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
         duration_ms: u64,
+        #[serde(serialize_with = "crate::record::cost::serialize")]
         cost_usd: f64,
         attempts: u32,
     },

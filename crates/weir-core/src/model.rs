@@ -87,18 +87,16 @@ pub struct ModelCall {
     pub model: String,
     pub provider: String,
     pub status: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub error_class: Option<ErrorClass>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub input_tokens: u64,
     pub output_tokens: u64,
     /// `None` when the model has no price (see `priced`).
+    #[serde(serialize_with = "crate::record::cost::opt")]
     pub cost_usd: Option<f64>,
     pub priced: bool,
     pub duration_ms: u64,
     /// The reply text, for calls that answered.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reply: Option<String>,
 }
 

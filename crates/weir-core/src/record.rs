@@ -7,6 +7,41 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+/// How costs are written as JSON: rounded to the nano-dollar (nine decimals), so a sum of
+/// prices reads `0.003381`, not `0.0033810000000000003`. Still a JSON number (DESIGN §10);
+/// nine decimals keep the price of a single token of the cheapest models.
+pub mod cost {
+    use serde::Serializer;
+
+    pub fn round(x: f64) -> f64 {
+        if x.is_finite() {
+            (x * 1e9).round() / 1e9
+        } else {
+            0.0
+        }
+    }
+
+    pub fn serialize<S: Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(round(*x))
+    }
+
+    /// For `Option<f64>` costs (`null` for an unpriced model).
+    pub fn opt<S: Serializer>(x: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+        match x {
+            Some(v) => s.serialize_some(&round(*v)),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+/// The version of the run record's JSON shape (`schema_version`), raised on any change a
+/// reader must know about; `docs/run-record.schema.json` describes it.
+pub const SCHEMA_VERSION: u32 = 1;
+
+fn schema_version() -> u32 {
+    SCHEMA_VERSION
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RunStatus {
@@ -194,21 +229,21 @@ pub struct Attempt {
     pub status: StepStatus,
     pub error: Option<String>,
     /// Error class for model calls (`rate_limit`, `timeout`, …) or `tool` / `timeout` / `expression`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub error_class: Option<String>,
     pub duration_ms: u64,
     /// For model calls: what was sent (model, system, user).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub request: Option<Request>,
     /// For model calls: the reply text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub response: Option<String>,
     /// For model calls: every model reached in this attempt (fallbacks, schema repairs),
     /// each with its reply, usage, cost and, for a reply that failed validation, the errors.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub calls: Vec<Value>,
     /// What this attempt cost, failed or not.
-    #[serde(default)]
+    #[serde(default, serialize_with = "cost::serialize")]
     pub cost_usd: f64,
 }
 
@@ -238,6 +273,7 @@ pub struct StepRecord {
     /// Shared with the run's snapshot while this is its last step (no copy per step).
     pub output: std::sync::Arc<Value>,
     pub error: Option<String>,
+    #[serde(serialize_with = "cost::serialize")]
     pub cost_usd: f64,
     pub tokens: Tokens,
     pub attempts: Vec<Attempt>,
@@ -257,6 +293,8 @@ pub struct PendingGate {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
+    #[serde(default = "schema_version")]
+    pub schema_version: u32,
     pub run_id: String,
     pub workflow: String,
     pub dialect: String,
@@ -266,6 +304,7 @@ pub struct RunRecord {
     pub output: Value,
     pub error: Option<RunError>,
     pub pending_gate: Option<PendingGate>,
+    #[serde(serialize_with = "cost::serialize")]
     pub cost_usd: f64,
     pub events: Vec<Value>,
     pub started_at: String,
@@ -281,11 +320,12 @@ pub struct RunSummary {
     pub workflow: String,
     pub status: RunStatus,
     pub started_at: String,
+    #[serde(serialize_with = "cost::serialize")]
     pub cost_usd: f64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub finished_at: Option<String>,
     /// The saved workflow version the run pins (runs created over the API).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub pin: Option<crate::store::Pin>,
     /// Steps recorded so far.
     #[serde(default)]

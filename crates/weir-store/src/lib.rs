@@ -96,6 +96,7 @@ pub(crate) fn record(p: RecordParts<'_>) -> RunRecord {
         .as_deref()
         .and_then(|f| duration_between(&p.started_at, f));
     RunRecord {
+        schema_version: weir_core::record::SCHEMA_VERSION,
         run_id: p.run_id.to_string(),
         workflow: p.workflow.to_string(),
         dialect: p.dialect.to_string(),

@@ -93,7 +93,10 @@ fn warnings_do_not_block_a_run_but_errors_do() {
     );
     let ran = w.run(&["run", &bad, "--json"]);
     assert_eq!(ran.code, 2);
-    assert!(ran.stdout.is_empty());
+    // Not run: the JSON on stdout is an error carrying the diagnostics, not a record.
+    let e = ran.json();
+    assert_eq!(e["error"]["code"], "invalid_workflow", "{e}");
+    assert!(e.get("run_id").is_none());
     assert!(ran.stderr.contains("unknown node type `widget`"));
 }
 
@@ -159,6 +162,7 @@ fn run_record_has_the_documented_shape() {
     assert_eq!(
         keys,
         [
+            "schema_version",
             "run_id",
             "workflow",
             "dialect",

@@ -8,6 +8,7 @@ mod examples;
 mod gates;
 mod gateway;
 mod hardening;
+mod json_contract;
 mod lifecycle;
 mod machine;
 mod newcomer;
