@@ -427,8 +427,7 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             // A store fault names the database and how it was chosen.
             if e.downcast_ref::<weir_core::store::StoreError>().is_some()
-                || e.downcast_ref::<weir_engine::Error>()
-                    .is_some_and(|e| e.kind() == Kind::Store)
+                || engine_kind(&e) == Some(Kind::Store)
             {
                 eprintln!("  database: {db_line}");
             }
@@ -445,19 +444,22 @@ fn seconds(s: f64) -> std::time::Duration {
     })
 }
 
+/// The engine's kind of an error (an engine or store error), if it is one.
+fn engine_kind(e: &anyhow::Error) -> Option<Kind> {
+    e.downcast_ref::<weir_engine::Error>()
+        .map(weir_engine::Error::kind)
+        .or_else(|| {
+            e.downcast_ref::<weir_core::store::StoreError>()
+                .map(|s| weir_engine::Error::from(s.clone()).kind())
+        })
+}
+
 /// The one place errors become exit codes.
 fn exit_code_of(e: &anyhow::Error) -> u8 {
     if e.downcast_ref::<Usage>().is_some() || e.downcast_ref::<wiring::NoDatabase>().is_some() {
         return exit::INVALID;
     }
-    let engine = e
-        .downcast_ref::<weir_engine::Error>()
-        .map(weir_engine::Error::kind)
-        .or_else(|| {
-            e.downcast_ref::<weir_core::store::StoreError>()
-                .map(|s| weir_engine::Error::from(s.clone()).kind())
-        });
-    match engine {
+    match engine_kind(e) {
         Some(Kind::NotFound | Kind::InvalidInput) => exit::INVALID,
         Some(Kind::Conflict | Kind::LeaseLost) => exit::CONFLICT,
         _ => exit::FAILED,
@@ -474,14 +476,7 @@ fn error_code_of(e: &anyhow::Error) -> &'static str {
     if e.downcast_ref::<Usage>().is_some() {
         return "usage";
     }
-    let engine = e
-        .downcast_ref::<weir_engine::Error>()
-        .map(weir_engine::Error::kind)
-        .or_else(|| {
-            e.downcast_ref::<weir_core::store::StoreError>()
-                .map(|s| weir_engine::Error::from(s.clone()).kind())
-        });
-    match engine {
+    match engine_kind(e) {
         Some(Kind::NotFound) => "not_found",
         Some(Kind::InvalidInput) => "invalid_input",
         Some(Kind::Conflict) => "conflict",

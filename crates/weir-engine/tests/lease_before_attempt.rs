@@ -10,14 +10,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::json;
 use weir_core::ir::{Dialect, Workflow};
-use weir_core::model::{ErrorClass, Usage};
+use weir_core::model::ErrorClass;
 use weir_core::record::RunStatus;
 use weir_core::store::{Claim, RunFilter, RunStore};
 use weir_core::{ModelClient, ModelError, ModelRequest, ModelResponse};
 use weir_engine::{Engine, ErrorKind, LeaseTiming, Quiet, Services, Source};
 
 mod common;
-use common::{NoScripts, NoTools, agent, node};
+use common::{NoScripts, NoTools, agent, node, reply};
 
 /// Fails the first call with a server error that asks for a retry after `backoff`, then
 /// answers; counts every call (every side effect a driver started).
@@ -34,16 +34,7 @@ impl ModelClient for FailsOnce {
             e.retry_after = Some(self.backoff);
             return Err(e);
         }
-        Ok(ModelResponse {
-            text: "done".into(),
-            model: req.model,
-            provider: "fake".into(),
-            usage: Usage::default(),
-            cost_usd: Some(0.0),
-            fallback_used: false,
-            calls: Vec::new(),
-            events: Vec::new(),
-        })
+        Ok(reply(req.model, "done".into()))
     }
     fn check_model(&self, _: &str) -> Result<(), String> {
         Ok(())

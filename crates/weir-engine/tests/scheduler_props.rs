@@ -12,14 +12,13 @@ use async_trait::async_trait;
 use serde_json::json;
 use weir_core::event::EventKind;
 use weir_core::ir::{ConditionSpec, Dialect, Edge, NodeKind, Workflow};
-use weir_core::model::Usage;
 use weir_core::record::RunStatus;
 use weir_core::store::RunStore;
 use weir_core::{ModelClient, ModelError, ModelRequest, ModelResponse};
 use weir_engine::{Engine, Quiet, Services, Source};
 
 mod common;
-use common::{NoScripts, NoTools, agent, node};
+use common::{NoScripts, NoTools, agent, node, reply};
 
 struct FakeModel;
 
@@ -29,16 +28,7 @@ impl ModelClient for FakeModel {
         // Vary completion order so concurrency is exercised.
         let jitter = req.last_user().len() as u64 % 3;
         tokio::time::sleep(Duration::from_millis(jitter)).await;
-        Ok(ModelResponse {
-            text: req.last_user().to_string(),
-            model: req.model,
-            provider: "fake".into(),
-            usage: Usage::default(),
-            cost_usd: Some(0.0),
-            fallback_used: false,
-            calls: Vec::new(),
-            events: Vec::new(),
-        })
+        Ok(reply(req.model.clone(), req.last_user().to_string()))
     }
     fn check_model(&self, _: &str) -> Result<(), String> {
         Ok(())

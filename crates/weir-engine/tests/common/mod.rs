@@ -5,8 +5,9 @@ use async_trait::async_trait;
 use serde_json::Value;
 use weir_core::expr::Template;
 use weir_core::ir::{AgentSpec, AttemptPolicy, Node, NodeKind};
+use weir_core::model::Usage;
 use weir_core::script::{ScriptCall, ScriptError, ScriptResult, ScriptRunner};
-use weir_core::{ToolCall, ToolError, ToolRunner};
+use weir_core::{ModelResponse, ToolCall, ToolError, ToolRunner};
 
 pub struct NoTools;
 
@@ -56,4 +57,18 @@ pub fn agent(message: &str) -> NodeKind {
         fallback_models: Vec::new(),
         fallback_error_classes: None,
     })
+}
+
+/// A free, unmetered reply of `model` from the fake provider.
+pub fn reply(model: String, text: String) -> ModelResponse {
+    ModelResponse {
+        text,
+        model,
+        provider: "fake".into(),
+        usage: Usage::default(),
+        cost_usd: Some(0.0),
+        fallback_used: false,
+        calls: Vec::new(),
+        events: Vec::new(),
+    }
 }
