@@ -28,6 +28,9 @@ pub struct Diagnostic {
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
+    /// The edge it concerns (E003, E013, W101), when it is about an edge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edge_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -53,6 +56,7 @@ impl Diagnostic {
             code: code.to_string(),
             message: message.into(),
             node_id: None,
+            edge_id: None,
             file: None,
             line: None,
             column: None,
@@ -62,6 +66,11 @@ impl Diagnostic {
 
     pub fn node(mut self, id: impl Into<String>) -> Self {
         self.node_id = Some(id.into());
+        self
+    }
+
+    pub fn edge(mut self, id: impl Into<String>) -> Self {
+        self.edge_id = Some(id.into());
         self
     }
 
@@ -94,9 +103,10 @@ impl Diagnostic {
             (Some(l), Some(c)) => format!("{file}:{l}:{c}"),
             _ => file.to_string(),
         };
-        match &self.node_id {
-            Some(n) => out.push_str(&format!("  --> {loc} (node `{n}`)\n")),
-            None => out.push_str(&format!("  --> {loc}\n")),
+        match (&self.edge_id, &self.node_id) {
+            (Some(e), _) => out.push_str(&format!("  --> {loc} (edge `{e}`)\n")),
+            (None, Some(n)) => out.push_str(&format!("  --> {loc} (node `{n}`)\n")),
+            (None, None) => out.push_str(&format!("  --> {loc}\n")),
         }
         if let (Some(src), Some(line), Some(col)) = (source, self.line, self.column)
             && let Some(text) = src.lines().nth(line.saturating_sub(1))
@@ -109,18 +119,105 @@ impl Diagnostic {
                 .take(col.saturating_sub(1))
                 .map(|c| if c == '\t' { '\t' } else { ' ' })
                 .collect();
-            out.push_str(&format!("{pad} | {caret_pad}^\n"));
+            let width = token_width(text, col);
+            out.push_str(&format!("{pad} | {caret_pad}{}\n", "^".repeat(width)));
         }
         if let Some(h) = &self.hint {
             out.push_str(&format!("  = hint: {h}\n"));
         }
-        out.push_str(&format!("  = docs: docs/errors/{}.md\n", self.code));
+        out.push_str(&format!(
+            "  = docs: weir explain {} (docs/errors/{}.md)\n",
+            self.code, self.code
+        ));
         out
     }
+}
+
+/// How many characters the value starting at 1-based column `col` of `line` spans: a quoted
+/// string to its closing quote, a bracketed value to its closing bracket on the same line, a
+/// plain scalar to the end of its token; at least 1.
+fn token_width(line: &str, col: usize) -> usize {
+    let chars: Vec<char> = line.chars().skip(col.saturating_sub(1)).collect();
+    let Some(&first) = chars.first() else {
+        return 1;
+    };
+    let width = match first {
+        '"' | '\'' => {
+            let mut escaped = false;
+            chars
+                .iter()
+                .enumerate()
+                .skip(1)
+                .find(|&(_, &c)| {
+                    let end = c == first && !escaped;
+                    escaped = c == '\\' && !escaped && first == '"';
+                    end
+                })
+                .map(|(i, _)| i + 1)
+        }
+        '{' | '[' => {
+            let (mut depth, mut quote, mut escaped) = (0usize, None::<char>, false);
+            let mut end = None;
+            for (i, &c) in chars.iter().enumerate() {
+                match quote {
+                    Some(q) => {
+                        if c == q && !escaped {
+                            quote = None;
+                        }
+                        escaped = c == '\\' && !escaped;
+                    }
+                    None => match c {
+                        '"' | '\'' => quote = Some(c),
+                        '{' | '[' => depth += 1,
+                        '}' | ']' => {
+                            depth = depth.saturating_sub(1);
+                            if depth == 0 {
+                                end = Some(i + 1);
+                                break;
+                            }
+                        }
+                        _ => {}
+                    },
+                }
+            }
+            end
+        }
+        _ => {
+            let stop = chars
+                .iter()
+                .enumerate()
+                .position(|(i, &c)| {
+                    matches!(c, ',' | '}' | ']')
+                        || (c == '#' && i > 0 && chars[i - 1] == ' ')
+                        || (c == ':' && chars.get(i + 1).is_none_or(|n| *n == ' '))
+                })
+                .unwrap_or(chars.len());
+            let token: String = chars[..stop].iter().collect();
+            Some(token.trim_end().chars().count())
+        }
+    };
+    width.unwrap_or(1).max(1)
 }
 
 /// Splits diagnostics into (errors, warnings) counts.
 pub fn count(diags: &[Diagnostic]) -> (usize, usize) {
     let errors = diags.iter().filter(|d| d.is_error()).count();
     (errors, diags.len() - errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::token_width;
+
+    #[test]
+    fn the_caret_spans_the_value() {
+        assert_eq!(token_width(r#"  "target": "notfy"}"#, 13), 7);
+        assert_eq!(token_width(r#"x: "a \" b" # c"#, 4), 8);
+        assert_eq!(token_width("model: claude-sonet-4-5  # typo", 8), 16);
+        assert_eq!(token_width("on: {done: finish, x: [1, 2]} ", 5), 25);
+        assert_eq!(token_width("config: {", 9), 1);
+        assert_eq!(token_width("short", 40), 1);
+        assert_eq!(token_width("nodse: []", 1), 5);
+        assert_eq!(token_width("url: http://x.y/z", 6), 12);
+    }
 }

@@ -184,6 +184,9 @@ pub struct Node {
     pub output_key: Option<String>,
     #[serde(skip)]
     pub span: Option<Span>,
+    /// Where the node's `model` value is written, for model diagnostics.
+    #[serde(skip)]
+    pub model_span: Option<Span>,
 }
 
 impl Node {
@@ -312,6 +315,11 @@ pub struct Edge {
     pub selector: Option<String>,
     #[serde(skip)]
     pub span: Option<Span>,
+    /// Where the `source` and `target` values are written (diagnostics point at them).
+    #[serde(skip)]
+    pub source_span: Option<Span>,
+    #[serde(skip)]
+    pub target_span: Option<Span>,
 }
 
 impl Edge {

@@ -197,4 +197,10 @@ pub trait ModelClient: Send + Sync {
     fn check_policy(&self, _model: &str) -> Result<(), String> {
         Ok(())
     }
+
+    /// For a name the client routes but does not know (a provider's name missing from the
+    /// price table, likely misspelled): the hint of validation's W105 warning. Default: none.
+    fn unknown_model(&self, _model: &str) -> Option<String> {
+        None
+    }
 }

@@ -29,11 +29,15 @@ pub fn structure(wf: &Workflow) -> Vec<Diagnostic> {
         if !edge_ids.insert(e.id.as_str()) {
             out.push(
                 Diagnostic::error("E013", format!("duplicate edge id `{}`", e.id))
+                    .edge(&e.id)
                     .at(e.span)
                     .hint("edge ids must be unique; rename one of them"),
             );
         }
-        for (end, id) in [("source", &e.source), ("target", &e.target)] {
+        for (end, id, span) in [
+            ("source", &e.source, e.source_span),
+            ("target", &e.target, e.target_span),
+        ] {
             if !ids.contains(id.as_str()) {
                 out.push(
                     Diagnostic::error(
@@ -41,7 +45,8 @@ pub fn structure(wf: &Workflow) -> Vec<Diagnostic> {
                         format!("edge `{}` has {end} `{id}`, which is not a node", e.id),
                     )
                     .node(id)
-                    .at(e.span)
+                    .edge(&e.id)
+                    .at(span.or(e.span))
                     .hint(format!(
                         "add a node with id `{id}` or point the edge's {end} at an existing node{}",
                         suggest(id, ids.iter().copied())
@@ -65,6 +70,7 @@ pub fn structure(wf: &Workflow) -> Vec<Diagnostic> {
                         ),
                     )
                     .node(&src.id)
+                    .edge(&e.id)
                     .at(e.span)
                     .hint(format!("set \"condition_value\" to one of: {}", routes.join(", "))),
                 ),
@@ -97,6 +103,56 @@ pub fn structure(wf: &Workflow) -> Vec<Diagnostic> {
         out.push(
             Diagnostic::error("E012", "the workflow has no nodes").hint("add at least one node"),
         );
+    }
+    // A graph (entries by incoming edges) with edges: a node with none starts a flow of its
+    // own, usually one never wired (W106); several start nodes run at once (W107).
+    if wf.start.is_none() && !wf.edges.is_empty() && !entries.is_empty() {
+        let isolated =
+            |id: &str| wf.incoming(id).next().is_none() && wf.outgoing(id).next().is_none();
+        for n in entries.iter().filter(|n| isolated(&n.id)) {
+            out.push(
+                Diagnostic::warning(
+                    "W106",
+                    format!(
+                        "node `{}` has no edges, so it runs as a start node of its own",
+                        n.id
+                    ),
+                )
+                .node(&n.id)
+                .at(n.span)
+                .hint("connect it with an edge, or remove it"),
+            );
+        }
+        let starts: Vec<&str> = entries
+            .iter()
+            .filter(|n| !isolated(&n.id))
+            .map(|n| n.id.as_str())
+            .collect();
+        if starts.len() > 1 {
+            let first = entries
+                .iter()
+                .find(|n| n.id == starts[0])
+                .and_then(|n| n.span);
+            out.push(
+                Diagnostic::warning(
+                    "W107",
+                    format!(
+                        "{} start nodes (no incoming edge), which run at once: {}",
+                        starts.len(),
+                        starts.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
+                    ),
+                )
+                .node(starts[0])
+                .at(first)
+                .hint(format!(
+                    "fine for a fan-out from the start; to start at `{}` alone, add edges from it to the others",
+                    starts[0]
+                )),
+            );
+        }
+    }
+    if let Some(schema) = &wf.input_schema {
+        undeclared_input(wf, schema.source(), &mut out);
     }
     // Reachability from the entries.
     let reach = reachable(wf, entries.iter().map(|n| n.id.as_str()));
@@ -140,6 +196,68 @@ pub fn structure(wf: &Workflow) -> Vec<Diagnostic> {
         }
     }
     out
+}
+
+/// W108: templates that read `input.KEY` for a key the `input` schema's `properties` lack.
+fn undeclared_input(wf: &Workflow, schema: &serde_json::Value, out: &mut Vec<Diagnostic>) {
+    let Some(props) = schema
+        .get("properties")
+        .and_then(serde_json::Value::as_object)
+    else {
+        return;
+    };
+    static BLOCK: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"(?s)\{\{.*?\}\}|\{%.*?%\}").expect("a valid regex")
+    });
+    static KEY: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r#"\binput(?:\.([A-Za-z_][A-Za-z0-9_]*)|\[\s*["']([^"']+)["']\s*\])"#)
+            .expect("a valid regex")
+    });
+    for n in &wf.nodes {
+        let Ok(kind) = serde_json::to_value(&n.kind) else {
+            continue;
+        };
+        let mut texts = Vec::new();
+        strings(&kind, &mut texts);
+        let mut reported: BTreeSet<String> = BTreeSet::new();
+        for t in texts {
+            for block in BLOCK.find_iter(t) {
+                for c in KEY.captures_iter(block.as_str()) {
+                    let Some(key) = c.get(1).or_else(|| c.get(2)).map(|m| m.as_str()) else {
+                        continue;
+                    };
+                    if props.contains_key(key) || !reported.insert(key.to_string()) {
+                        continue;
+                    }
+                    let declared: Vec<&str> = props.keys().map(String::as_str).collect();
+                    out.push(
+                        Diagnostic::warning(
+                            "W108",
+                            format!("a template of `{}` reads `input.{key}`, which the input schema does not declare", n.id),
+                        )
+                        .node(&n.id)
+                        .at(n.span)
+                        .hint(format!(
+                            "add `{key}` to the input schema's properties, or fix the name{}",
+                            match suggest(key, declared.iter().copied()) {
+                                s if s.is_empty() => format!(" (declared: {})", declared.join(", ")),
+                                s => s,
+                            }
+                        )),
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn strings<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a str>) {
+    match v {
+        serde_json::Value::String(s) => out.push(s),
+        serde_json::Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+        serde_json::Value::Object(m) => m.values().for_each(|x| strings(x, out)),
+        _ => {}
+    }
 }
 
 /// Checks that every tool exists and every model can be routed.
@@ -223,21 +341,34 @@ pub fn capabilities(
                         out.push(
                             Diagnostic::error("E015", format!("{role} `{model}` cannot be used: {why}"))
                                 .node(&n.id)
-                                .at(n.span)
+                                .at(n.model_span.or(n.span))
                                 .hint("use a claude-*, gpt-*, o1*/o3*/o4* model, `mock`, or a provider:model name"),
                         );
-                    } else if let Err(why) = models.check_policy(model) {
-                        let d = if i == 0 {
-                            Diagnostic::error("E018", format!("model `{model}` is not allowed: {why}"))
+                    } else {
+                        if let Some(hint) = models.unknown_model(model) {
+                            out.push(
+                                Diagnostic::warning(
+                                    "W105",
+                                    format!("{role} `{model}` is not a model weir knows"),
+                                )
+                                .node(&n.id)
+                                .at(n.model_span.or(n.span))
+                                .hint(hint),
+                            );
+                        }
+                        if let Err(why) = models.check_policy(model) {
+                            let d = if i == 0 {
+                                Diagnostic::error("E018", format!("model `{model}` is not allowed: {why}"))
                                 .hint("pick an allowed model or extend [models] allow / [providers] allow in weir.toml")
-                        } else {
-                            Diagnostic::warning(
+                            } else {
+                                Diagnostic::warning(
                                 "W104",
                                 format!("fallback model `{model}` is not allowed and will be skipped: {why}"),
                             )
                             .hint("remove it from fallback_models or allow it in weir.toml")
-                        };
-                        out.push(d.node(&n.id).at(n.span));
+                            };
+                            out.push(d.node(&n.id).at(n.model_span.or(n.span)));
+                        }
                     }
                 }
             }
@@ -279,7 +410,8 @@ pub fn suggest<'a>(word: &str, candidates: impl Iterator<Item = &'a str>) -> Str
         .unwrap_or_default()
 }
 
-fn edit_distance(a: &str, b: &str) -> usize {
+/// Levenshtein distance, in characters.
+pub fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

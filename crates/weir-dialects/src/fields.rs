@@ -212,7 +212,7 @@ impl Cx {
                 self.err(
                     "E009",
                     None,
-                    v.span,
+                    v.key_span.or(v.span),
                     format!(
                         "unknown top-level key `{k}`{}",
                         weir_core::validate::suggest(k, allowed.iter().copied())

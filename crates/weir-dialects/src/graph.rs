@@ -188,7 +188,7 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
             cx.err(
                 "E009",
                 Some(&id),
-                v.span,
+                v.key_span.or(v.span),
                 format!("unknown node field `{k}`"),
                 "a node has id, type, position and config; type-specific keys go inside config",
             );
@@ -196,6 +196,7 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
     }
     let ty = cx.node_type(&id, item, span, NODE_TYPES)?;
     let empty = tree::Node {
+        key_span: None,
         span: None,
         kind: Kind::Map(Vec::new()),
     };
@@ -239,7 +240,7 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
             cx.err(
                 "E009",
                 Some(&id),
-                v.span,
+                v.key_span.or(v.span),
                 format!(
                     "unknown config key `{k}` for {ty} nodes{}",
                     suggest(k, all.iter().copied())
@@ -414,6 +415,7 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
         policy,
         output_key,
         span,
+        model_span: cfg.get("model").and_then(|v| v.span),
     })
 }
 
@@ -433,7 +435,7 @@ fn lower_edge(cx: &mut Cx, item: &tree::Node, index: usize) -> Option<Edge> {
             cx.err(
                 "E009",
                 None,
-                v.span,
+                v.key_span.or(v.span),
                 format!("unknown edge field `{k}`"),
                 "an edge has id, source, target, condition_value and label",
             );
@@ -464,5 +466,7 @@ fn lower_edge(cx: &mut Cx, item: &tree::Node, index: usize) -> Option<Edge> {
         target,
         selector: text("condition_value").or_else(|| text("label")),
         span: item.span,
+        source_span: item.get("source").and_then(|v| v.span),
+        target_span: item.get("target").and_then(|v| v.span),
     })
 }

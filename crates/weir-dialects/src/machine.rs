@@ -179,7 +179,7 @@ fn lower_node(cx: &mut Cx, id: &str, body: &tree::Node, ids: &[&str]) -> Option<
             cx.err(
                 "E009",
                 Some(id),
-                v.span,
+                v.key_span.or(v.span),
                 format!(
                     "unknown key `{k}` for {ty} nodes{}",
                     suggest(k, all.iter().copied())
@@ -372,6 +372,7 @@ fn lower_node(cx: &mut Cx, id: &str, body: &tree::Node, ids: &[&str]) -> Option<
         policy,
         output_key: None,
         span,
+        model_span: body.get("model").and_then(|v| v.span),
     };
     let edges = transitions(cx, &node, body, ids);
     Some((node, edges))
@@ -400,7 +401,7 @@ fn validator(cx: &mut Cx, id: &str, v: &tree::Node, consensus: bool) -> Option<E
     };
     for (k, val) in v.as_map().unwrap_or_default() {
         if !["kind", "routes", "threshold", "choices"].contains(&k.as_str()) {
-            cx.err("E009", Some(id), val.span, format!("unknown validator key `{k}`"), "a validator has kind, and routes (enum), threshold (confidence) or choices (answer)");
+            cx.err("E009", Some(id), val.key_span.or(val.span), format!("unknown validator key `{k}`"), "a validator has kind, and routes (enum), threshold (confidence) or choices (answer)");
         }
     }
     let Some(kind) = cx.string(id, v, "kind") else {
@@ -455,7 +456,7 @@ fn validator(cx: &mut Cx, id: &str, v: &tree::Node, consensus: bool) -> Option<E
             cx.err(
                 "E009",
                 Some(id),
-                x.span,
+                x.key_span.or(x.span),
                 format!("`{key}` does not apply to the {kind} validator"),
                 "remove it",
             );
@@ -641,6 +642,8 @@ fn transitions(cx: &mut Cx, node: &Node, body: &tree::Node, ids: &[&str]) -> Vec
                     }
                     if let Some(to) = target(cx, t, &format!("on.{k}")) {
                         edges.push(Edge {
+                            source_span: None,
+                            target_span: None,
                             id: format!("{id}.on.{k}"),
                             source: id.to_string(),
                             target: to,
@@ -658,6 +661,8 @@ fn transitions(cx: &mut Cx, node: &Node, body: &tree::Node, ids: &[&str]) -> Vec
         && let Some(to) = target(cx, n, "next")
     {
         edges.push(Edge {
+            source_span: None,
+            target_span: None,
             id: format!("{id}.next"),
             source: id.to_string(),
             target: to,

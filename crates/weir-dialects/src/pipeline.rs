@@ -97,6 +97,8 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
         };
         if let Some(next) = nodes.get(i + 1) {
             edges.push(Edge {
+                source_span: None,
+                target_span: None,
                 id: format!("{}.continue", n.id),
                 source: n.id.clone(),
                 target: next.id.clone(),
@@ -107,6 +109,8 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
         for route in spec.routes() {
             if let Some(target) = route.strip_prefix("jump:") {
                 edges.push(Edge {
+                    source_span: None,
+                    target_span: None,
                     id: format!("{}.{route}", n.id),
                     source: n.id.clone(),
                     target: target.to_string(),
@@ -167,7 +171,7 @@ fn lower_step(
             cx.err(
                 "E009",
                 Some(id),
-                v.span,
+                v.key_span.or(v.span),
                 format!(
                     "unknown step key `{k}`{}",
                     suggest(k, STEP_KEYS.iter().copied())
@@ -227,6 +231,7 @@ fn lower_step(
         policy,
         output_key: None,
         span,
+        model_span: item.get("model").and_then(|v| v.span),
     })
 }
 
@@ -273,7 +278,7 @@ fn lower_field(cx: &mut Cx, id: &str, f: &tree::Node, ids: &[String]) -> Option<
             cx.err(
                 "E009",
                 Some(id),
-                v.span,
+                v.key_span.or(v.span),
                 format!("unknown field key `{k}`"),
                 "a field has name, type, from and fallback",
             );
@@ -430,7 +435,7 @@ fn lower_gate(cx: &mut Cx, id: &str, g: &tree::Node, ids: &[String]) -> Option<G
         .collect();
     for (k, v) in g.as_map().unwrap_or_default() {
         if !CONDITIONS.contains(&k.as_str()) && k != "then" && k != "else" {
-            cx.err("E009", Some(id), v.span, format!("unknown gate key `{k}`{}", suggest(k, CONDITIONS.iter().copied())), "a gate has one condition (integerRange, jsonMatches, contains, regex, expression) and then/else");
+            cx.err("E009", Some(id), v.key_span.or(v.span), format!("unknown gate key `{k}`{}", suggest(k, CONDITIONS.iter().copied())), "a gate has one condition (integerRange, jsonMatches, contains, regex, expression) and then/else");
         }
     }
     if present.len() != 1 {

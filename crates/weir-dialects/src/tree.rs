@@ -13,6 +13,8 @@ use weir_core::Span;
 #[derive(Debug, Clone)]
 pub struct Node {
     pub span: Option<Span>,
+    /// For a map's value, where its key is written (unknown-key diagnostics point there).
+    pub key_span: Option<Span>,
     pub kind: Kind,
 }
 
@@ -87,7 +89,11 @@ impl Node {
                     .collect(),
             ),
         };
-        Node { span: None, kind }
+        Node {
+            span: None,
+            key_span: None,
+            kind,
+        }
     }
 }
 
@@ -101,6 +107,7 @@ impl<'de> Deserialize<'de> for Node {
         });
         Ok(Node {
             span,
+            key_span: None,
             kind: s.value,
         })
     }
@@ -159,8 +166,14 @@ impl<'de> Visitor<'de> for KindVisitor {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kind, A::Error> {
         let mut out: Vec<(String, Node)> = Vec::new();
-        while let Some(k) = map.next_key::<String>()? {
-            let v = map.next_value::<Node>()?;
+        while let Some(key) = map.next_key::<Spanned<String>>()? {
+            let mut v = map.next_value::<Node>()?;
+            let loc = key.referenced;
+            v.key_span = (loc.line() > 0).then(|| Span {
+                line: loc.line() as usize,
+                column: loc.column() as usize,
+            });
+            let k = key.value;
             if out.iter().any(|(ek, _)| *ek == k) {
                 return Err(de::Error::custom(format!("duplicate key `{k}`")));
             }

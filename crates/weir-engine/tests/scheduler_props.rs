@@ -82,6 +82,8 @@ fn random_graph(rng: &mut Rng) -> Workflow {
                 continue;
             }
             edges.push(Edge {
+                source_span: None,
+                target_span: None,
                 id,
                 source: nodes[i].id.clone(),
                 target: nodes[j].id.clone(),

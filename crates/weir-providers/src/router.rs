@@ -277,4 +277,27 @@ impl ModelClient for Router {
         let (provider, _, _) = self.route(model)?;
         self.settings.allows(model, provider)
     }
+
+    /// A built-in provider's model (routed by its name, not as `provider:model`) that neither
+    /// the price table nor `[pricing]` knows: most likely a typo; the nearest known name.
+    fn unknown_model(&self, model: &str) -> Option<String> {
+        if self.force.is_some() || model.contains(':') || model.contains('/') {
+            return None;
+        }
+        let (provider, _, _) = self.route(model).ok()?;
+        if !matches!(provider, "anthropic" | "openai") || self.pricing.cost(model, 0, 0).is_some() {
+            return None;
+        }
+        let near = crate::pricing::known_models()
+            .map(|k| (weir_core::validate::edit_distance(model, k), k))
+            .min()
+            .filter(|(d, _)| *d <= 3)
+            .map(|(_, k)| k);
+        Some(match near {
+            Some(k) => format!(
+                "did you mean `{k}`? A model that is new to weir's price table takes a price under [pricing] in weir.toml"
+            ),
+            None => "check the name; a model that is new to weir's price table takes a price under [pricing] in weir.toml (its calls are recorded unpriced until then)".into(),
+        })
+    }
 }

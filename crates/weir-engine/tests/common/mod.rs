@@ -41,6 +41,7 @@ pub fn node(id: &str, kind: NodeKind) -> Node {
         policy: AttemptPolicy::default(),
         output_key: None,
         span: None,
+        model_span: None,
     }
 }
 
