@@ -3,16 +3,22 @@
 //! (DESIGN §10): 0 succeeded, 1 failed, 2 invalid workflow or usage, 3 paused, 4 aborted,
 //! 5 conflict, 130 interrupted.
 
+mod doctor;
+mod explain;
+mod help;
 mod init;
 mod output;
 mod runs;
 mod serve;
+mod trace;
 mod validate;
 mod wiring;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+
+use help::*;
 
 /// mimalloc (v2) instead of glibc's malloc: a step leaves many small allocations (records,
 /// events, JSON values), and mimalloc takes about a quarter off a node's instructions
@@ -21,7 +27,12 @@ use clap::{Parser, Subcommand};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
-#[command(name = "weir", version, about = "A workflow engine for AI agents")]
+#[command(
+    name = "weir",
+    version,
+    about = "A workflow engine for AI agents",
+    after_help = TOP_HELP
+)]
 struct Cli {
     /// Run store: a SQLite path, sqlite://path or sqlite::memory: (default: $WEIR_DB, else
     /// ~/.local/share/weir/weir.db)
@@ -41,7 +52,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a workflow to its end (or to a human gate)
+    #[command(after_help = RUN_HELP)]
     Run {
+        /// The workflow file (.yaml, .yml or .json; graph, machine or pipeline dialect)
         file: String,
         /// Run input: a JSON object, or @path to a JSON file
         #[arg(long, value_name = "JSON")]
@@ -51,6 +64,7 @@ enum Command {
         json: bool,
     },
     /// Write a small workflow that runs offline, to start from
+    #[command(after_help = INIT_HELP)]
     Init {
         /// Where to write it
         #[arg(default_value = "hello.yaml")]
@@ -63,61 +77,83 @@ enum Command {
         force: bool,
     },
     /// Check workflow files and report every error and warning
+    #[command(after_help = VALIDATE_HELP)]
     Validate {
-        #[arg(required = true)]
+        /// Workflow files; NAME.input.json and NAME.mock.json companions are skipped
+        #[arg(required = true, value_name = "FILE")]
         files: Vec<String>,
+        /// Fail (exit 2) on warnings too, not only on errors
+        #[arg(long)]
+        deny_warnings: bool,
+        /// Print a JSON array, one entry per file, with its errors and warnings
         #[arg(long)]
         json: bool,
     },
     /// Approve the pending human gate of a paused run and continue it
+    #[command(after_help = APPROVE_HELP)]
     Approve {
+        /// The paused run: its id or a unique prefix of it
         run_id: String,
         /// The gate to decide (default: the only, or oldest, waiting gate)
         #[arg(long, value_name = "NODE_ID")]
         gate: Option<String>,
-        /// A JSON object merged into the run's state
+        /// A JSON object merged into the run's state, or @path to a JSON file
         #[arg(long, value_name = "JSON")]
         input: Option<String>,
-        #[arg(long)]
+        /// A note recorded with the decision
+        #[arg(long, value_name = "TEXT")]
         comment: Option<String>,
         /// Who decided (default: $USER)
-        #[arg(long)]
+        #[arg(long, value_name = "NAME")]
         by: Option<String>,
+        /// Print the run record as JSON once the run stops again
         #[arg(long)]
         json: bool,
     },
     /// Reject the pending human gate of a paused run (the run fails)
+    #[command(after_help = REJECT_HELP)]
     Reject {
+        /// The paused run: its id or a unique prefix of it
         run_id: String,
         /// The gate to decide (default: the only, or oldest, waiting gate)
         #[arg(long, value_name = "NODE_ID")]
         gate: Option<String>,
-        #[arg(long)]
+        /// Why: recorded with the decision (asked for on a terminal when left out)
+        #[arg(long, value_name = "TEXT")]
         reason: Option<String>,
-        #[arg(long)]
+        /// Who decided (default: $USER)
+        #[arg(long, value_name = "NAME")]
         by: Option<String>,
+        /// Print the run record as JSON
         #[arg(long)]
         json: bool,
     },
     /// Continue a run whose driver stopped (interrupted, or died and its lease expired)
+    #[command(after_help = RESUME_HELP)]
     Resume {
+        /// The run: its id or a unique prefix of it
         run_id: String,
+        /// Print the run record as JSON once the run stops
         #[arg(long)]
         json: bool,
     },
     /// Cancel a run: at once when queued or paused, else its driver stops in-flight steps
+    #[command(after_help = CANCEL_HELP)]
     Cancel {
+        /// The run: its id or a unique prefix of it
         run_id: String,
         /// Who cancelled (default: $USER)
-        #[arg(long)]
+        #[arg(long, value_name = "NAME")]
         by: Option<String>,
     },
     /// Inspect recorded runs
+    #[command(after_help = RUNS_HELP)]
     Runs {
         #[command(subcommand)]
         command: RunsCommand,
     },
     /// Serve the HTTP API, with in-process workers driving the runs
+    #[command(after_help = SERVE_HELP)]
     Serve {
         /// Address to listen on (port 0: any free port)
         #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
@@ -136,6 +172,7 @@ enum Command {
         grace: f64,
     },
     /// Drive runs from the store without serving HTTP
+    #[command(after_help = WORKER_HELP)]
     Worker {
         /// Runs driven at once
         #[arg(long, default_value_t = 8, value_name = "N")]
@@ -147,7 +184,31 @@ enum Command {
         #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
         grace: f64,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    #[command(after_help = COMPLETIONS_HELP)]
+    Completions {
+        /// The shell to complete for
+        shell: clap_complete::Shell,
+    },
+    /// Print the page of a diagnostic code (E003, W105) or a run error code (node_failed)
+    #[command(after_help = EXPLAIN_HELP)]
+    Explain {
+        /// The code, as `weir validate` or a run's error prints it
+        #[arg(required_unless_present = "list")]
+        code: Option<String>,
+        /// List every code with its title
+        #[arg(long)]
+        list: bool,
+    },
+    /// Check this machine for what weir needs: database, settings, bun, API keys
+    #[command(after_help = DOCTOR_HELP)]
+    Doctor {
+        /// Print the checks as a JSON array
+        #[arg(long)]
+        json: bool,
+    },
     /// Manage API tokens
+    #[command(after_help = TOKENS_HELP)]
     Tokens {
         #[command(subcommand)]
         command: TokensCommand,
@@ -157,27 +218,37 @@ enum Command {
 #[derive(Subcommand)]
 enum TokensCommand {
     /// Make a token; its value is printed this once
+    #[command(after_help = TOKENS_HELP)]
     Create {
         /// read, run, approve or admin (each includes the ones before it)
         #[arg(long, default_value = "read")]
         scope: String,
+        /// A name to tell the token by in lists
         #[arg(long)]
         name: String,
+        /// Print the token (with its value) as JSON
         #[arg(long)]
         json: bool,
     },
     /// Every token (never its value)
+    #[command(after_help = TOKENS_HELP)]
     List {
+        /// Print the tokens as a JSON array
         #[arg(long)]
         json: bool,
     },
     /// Revoke a token by id
-    Revoke { id: String },
+    #[command(after_help = TOKENS_HELP)]
+    Revoke {
+        /// The token's id, as `weir tokens list` prints it
+        id: String,
+    },
 }
 
 #[derive(Subcommand)]
 enum RunsCommand {
     /// Newest first: run id, workflow, status, start, duration, steps, cost, error
+    #[command(after_help = RUNS_LIST_HELP)]
     List {
         /// At most this many runs
         #[arg(long, default_value_t = 50, value_name = "N")]
@@ -196,13 +267,22 @@ enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// One run's record, with every step and attempt
+    /// One run as a trace: every step, attempt and model call, with prompts and replies
+    #[command(after_help = RUNS_SHOW_HELP)]
     Show {
+        /// The run: its id or a unique prefix of it (8 characters, as lists print it)
         run_id: String,
+        /// Only this step, shown whole: its number (3 or #3) or a node id (every visit)
+        step: Option<String>,
+        /// Print prompts, replies and outputs whole instead of folding them to one line
+        #[arg(long)]
+        full: bool,
+        /// Print the run record as JSON (with STEP: that step's records, as an array)
         #[arg(long)]
         json: bool,
     },
     /// Delete runs that ended longer ago than an age (never paused, queued or running ones)
+    #[command(after_help = RUNS_PRUNE_HELP)]
     Prune {
         /// An age: 30d, 12h, 90m, 45s, 2w
         #[arg(long, value_name = "AGE")]
@@ -210,6 +290,7 @@ enum RunsCommand {
         /// Only runs that ended so: succeeded, failed, aborted, cancelled (repeatable)
         #[arg(long, value_name = "STATUS")]
         status: Vec<String>,
+        /// Print how many runs were deleted as JSON
         #[arg(long)]
         json: bool,
     },
@@ -234,7 +315,8 @@ impl Command {
             | Command::Validate { json, .. }
             | Command::Approve { json, .. }
             | Command::Reject { json, .. }
-            | Command::Resume { json, .. } => *json,
+            | Command::Resume { json, .. }
+            | Command::Doctor { json } => *json,
             Command::Runs { command } => match command {
                 RunsCommand::List { json, .. }
                 | RunsCommand::Show { json, .. }
@@ -280,8 +362,11 @@ fn main() -> ExitCode {
         "WEIR_DB"
     };
     let db = cli.db.clone().unwrap_or_else(weir_store::default_url);
-    let settings = match wiring::settings(cli.config.as_deref()) {
-        Ok(s) => s,
+    // A bad weir.toml stops every command but `weir doctor`, which reports it.
+    let is_doctor = matches!(cli.command, Command::Doctor { .. });
+    let (settings, settings_state) = match wiring::settings(cli.config.as_deref()) {
+        Ok(s) => (s, Ok(wiring::settings_path(cli.config.as_deref()))),
+        Err(e) if is_doctor => (Default::default(), Err(format!("{e:#}"))),
         Err(e) => {
             if as_json {
                 let body = serde_json::json!({
@@ -303,7 +388,17 @@ fn main() -> ExitCode {
     let db_line = format!("{} (from {db_from})", wiring::redact_url(&env.db));
     let result = rt.block_on(async move {
         match cli.command {
-            Command::Validate { files, json } => validate::run(&env, &files, json),
+            Command::Validate {
+                files,
+                deny_warnings,
+                json,
+            } => validate::run(&env, &files, deny_warnings, json),
+            Command::Explain { code, list } => explain::run(code.as_deref(), list),
+            Command::Completions { shell } => {
+                clap_complete::generate(shell, &mut Cli::command(), "weir", &mut std::io::stdout());
+                Ok(0)
+            }
+            Command::Doctor { json } => doctor::run(&env, settings_state, json).await,
             Command::Init {
                 file,
                 dialect,
@@ -372,8 +467,14 @@ fn main() -> ExitCode {
                 runs::list(&env, filter, json).await
             }
             Command::Runs {
-                command: RunsCommand::Show { run_id, json },
-            } => runs::show(&env, &run_id, json).await,
+                command:
+                    RunsCommand::Show {
+                        run_id,
+                        step,
+                        full,
+                        json,
+                    },
+            } => runs::show(&env, &run_id, step.as_deref(), full, json).await,
             Command::Runs {
                 command:
                     RunsCommand::Prune {

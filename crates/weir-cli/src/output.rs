@@ -124,7 +124,7 @@ fn fmt_wait(ms: u64) -> String {
     }
 }
 
-fn fmt_ms(ms: u64) -> String {
+pub fn fmt_ms(ms: u64) -> String {
     if ms < 1000 {
         format!("{ms} ms")
     } else {
@@ -162,8 +162,18 @@ pub fn exit_code(status: RunStatus) -> u8 {
 pub struct Hint(pub String);
 
 fn summary(r: &RunRecord, db: &Hint) {
+    let mut out = String::new();
+    summary_into(&mut out, r, db);
+    print!("{out}");
+}
+
+/// How the run ended and why: status, time, steps and cost; the error; the gate it waits at
+/// with the commands that decide it; the output.
+pub fn summary_into(out: &mut String, r: &RunRecord, db: &Hint) {
+    use std::fmt::Write as _;
     let took = r.duration_ms.map(fmt_ms).unwrap_or_default();
-    println!(
+    let _ = writeln!(
+        out,
         "run {} {} {}· {} step{} · ${:.6}",
         short(&r.run_id),
         r.status.as_str(),
@@ -177,23 +187,28 @@ fn summary(r: &RunRecord, db: &Hint) {
         r.cost_usd
     );
     if let Some(e) = &r.error {
-        println!("error [{}]: {}", e.code, e.message);
+        let _ = writeln!(out, "error [{}]: {}", e.code, e.message);
     }
     if let Some(g) = &r.pending_gate {
-        println!("paused at human gate `{}`: {}", g.node_id, g.prompt);
+        let _ = writeln!(out, "paused at human gate `{}`: {}", g.node_id, g.prompt);
         let id = short(&r.run_id);
-        println!("  approve: weir approve {id}{} [--input JSON]", db.0);
-        println!("  reject:  weir reject {id}{} --reason TEXT", db.0);
+        let _ = writeln!(out, "  approve: weir approve {id}{} [--input JSON]", db.0);
+        let _ = writeln!(out, "  reject:  weir reject {id}{} --reason TEXT", db.0);
     }
     if r.status == RunStatus::Succeeded && !r.output.is_null() {
-        let out = match &r.output {
+        let text = match &r.output {
             serde_json::Value::String(s) => s.clone(),
             other => serde_json::to_string(other).unwrap_or_default(),
         };
-        let short: String = out.chars().take(500).collect();
-        println!(
-            "output: {short}{}",
-            if out.chars().count() > 500 { "…" } else { "" }
+        let cut: String = text.chars().take(500).collect();
+        let _ = writeln!(
+            out,
+            "output: {cut}{}",
+            if text.chars().count() > 500 {
+                "…"
+            } else {
+                ""
+            }
         );
     }
 }
@@ -256,48 +271,5 @@ pub fn runs_table(runs: &[RunSummary], maybe_more: bool) {
     }
     if maybe_more {
         println!("(the newest {}; --limit N shows more)", runs.len());
-    }
-}
-
-pub fn show(r: &RunRecord, db: &Hint) {
-    summary(r, db);
-    println!(
-        "run id {}; workflow {} ({}) started {}",
-        r.run_id, r.workflow, r.dialect, r.started_at
-    );
-    println!(
-        "{:>4}  {:<20}  {:<10}  {:<9}  {:<10}  {:>8}  {:>10}  {:>8}",
-        "SEQ", "NODE", "TYPE", "STATUS", "ROUTE", "TIME", "COST", "ATTEMPTS"
-    );
-    for s in &r.steps {
-        println!(
-            "{:>4}  {:<20}  {:<10}  {:<9}  {:<10}  {:>8}  {:>10}  {:>8}",
-            s.seq,
-            s.node_id,
-            s.node_type,
-            s.status.as_str(),
-            s.route.as_deref().unwrap_or("-"),
-            s.duration_ms.map(fmt_ms).unwrap_or_default(),
-            format!("${:.6}", s.cost_usd),
-            s.attempts.len()
-        );
-        for a in &s.attempts {
-            if let Some(e) = &a.error {
-                println!("        attempt {}: {} ({} ms)", a.n, e, a.duration_ms);
-            }
-        }
-        if let Some(e) = &s.error
-            && s.attempts.iter().all(|a| a.error.as_deref() != Some(e))
-        {
-            println!("        {e}");
-        }
-    }
-    for e in r.events.iter().filter(|e| {
-        !matches!(
-            e["type"].as_str(),
-            Some("step_started" | "step_finished" | "run_created" | "run_started")
-        )
-    }) {
-        println!("event: {e}");
     }
 }

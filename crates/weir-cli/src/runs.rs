@@ -13,7 +13,7 @@ use weir_engine::{CancelOutcome, Decision, Engine, Lease, RunOutcome, Services, 
 
 use crate::output::{self, Hint, Progress};
 use crate::wiring::Env;
-use crate::{Usage, exit, validate, wiring};
+use crate::{Usage, exit, trace, validate, wiring};
 
 fn parse_input(raw: Option<&str>, limit: usize) -> Result<Value> {
     let Some(raw) = raw else {
@@ -180,6 +180,11 @@ pub async fn decide(
     let store = wiring::store(env, wiring::Open::MustExist).await?;
     let run_id = &wiring::resolve_run(env, store.as_ref(), run_id).await?;
     let stored = store.load_run(run_id).await?;
+    // A rejection says why; asked for on a terminal, else required as --reason.
+    let comment = match comment {
+        None if !approved && stored.status == RunStatus::Paused => Some(ask_reason(run_id)?),
+        c => c,
+    };
     let services = wiring::services_on(env, store, Some(&stored.source_path))?;
     let eng = engine(env, services, as_json);
     let wf = stored_workflow(env, &stored)?;
@@ -205,6 +210,29 @@ pub async fn decide(
     }
     let lease = eng.claim(run_id).await?;
     drive(env, &eng, wf, lease, as_json).await
+}
+
+/// The reason for a rejection, read from the terminal; without one, a usage error.
+fn ask_reason(run_id: &str) -> Result<String> {
+    use std::io::{BufRead, IsTerminal, Write};
+    let needed = || {
+        Usage(format!(
+            "a rejection needs a reason: weir reject {} --reason TEXT",
+            output::short(run_id)
+        ))
+    };
+    if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+        return Err(needed().into());
+    }
+    eprint!("reason for rejecting: ");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    let reason = line.trim();
+    if reason.is_empty() {
+        return Err(needed().into());
+    }
+    Ok(reason.to_string())
 }
 
 async fn outcome_of(eng: &Engine, run_id: &str) -> Result<RunOutcome> {
@@ -335,14 +363,33 @@ pub async fn list(env: &Env, args: ListArgs, as_json: bool) -> Result<u8> {
 
 /// Prints a run's record; exits like `run` would for its status (0 while it is still
 /// queued or running).
-pub async fn show(env: &Env, run_id: &str, as_json: bool) -> Result<u8> {
+/// `weir runs show ID [STEP] [--full]`: the run as a readable trace (or its record with
+/// `--json`; with a STEP, that step's records).
+pub async fn show(
+    env: &Env,
+    run_id: &str,
+    step: Option<&str>,
+    full: bool,
+    as_json: bool,
+) -> Result<u8> {
     let services = wiring::services(env, wiring::Open::MustExist, None).await?;
     let run_id = &wiring::resolve_run(env, services.store.as_ref(), run_id).await?;
     let record = services.store.get_record(run_id).await?;
+    let only = match step {
+        Some(s) => Some(trace::select(&record, s).map_err(Usage)?),
+        None => None,
+    };
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&record)?);
+        match &only {
+            Some(steps) => println!("{}", serde_json::to_string_pretty(steps)?),
+            None => println!("{}", serde_json::to_string_pretty(&record)?),
+        }
     } else {
-        output::show(&record, &hint(env));
+        let fold = trace::Fold { full };
+        print!(
+            "{}",
+            trace::render(&record, &hint(env), only.as_deref(), fold)
+        );
     }
     Ok(match record.status {
         RunStatus::Queued | RunStatus::Running => 0,

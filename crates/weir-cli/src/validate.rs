@@ -55,7 +55,7 @@ pub fn companion(path: &str) -> Option<&'static str> {
     }
 }
 
-pub fn run(env: &Env, files: &[String], as_json: bool) -> Result<u8> {
+pub fn run(env: &Env, files: &[String], deny_warnings: bool, as_json: bool) -> Result<u8> {
     let mut reports = Vec::new();
     let mut any_error = false;
     // `weir validate examples/graph/*.json` names the companions too: they are skipped, and
@@ -91,15 +91,21 @@ pub fn run(env: &Env, files: &[String], as_json: bool) -> Result<u8> {
             ),
         };
         let (errors, warnings) = diag::count(&diags);
-        any_error |= errors > 0;
+        let valid = errors == 0 && !(deny_warnings && warnings > 0);
+        any_error |= !valid;
         if as_json {
             let (e, w): (Vec<_>, Vec<_>) = diags.iter().partition(|d| d.is_error());
-            reports.push(json!({"file": f, "valid": errors == 0, "errors": e, "warnings": w}));
+            reports.push(json!({"file": f, "valid": valid, "errors": e, "warnings": w}));
         } else {
             for d in &diags {
                 eprint!("{}", d.render(Some(&text)));
             }
-            if errors == 0 {
+            if errors == 0 && !valid {
+                println!(
+                    "{f}: {warnings} warning{} (--deny-warnings)",
+                    if warnings == 1 { "" } else { "s" }
+                );
+            } else if errors == 0 {
                 println!(
                     "{f}: ok ({warnings} warning{})",
                     if warnings == 1 { "" } else { "s" }

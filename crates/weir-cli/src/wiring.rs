@@ -54,17 +54,24 @@ pub fn lease_timing(s: &Settings) -> weir_engine::LeaseTiming {
 
 /// Reads `weir.toml`: `--config`, else `$WEIR_CONFIG`, else `./weir.toml` when it exists.
 pub fn settings(flag: Option<&str>) -> Result<Settings> {
-    let path = match flag
-        .map(str::to_string)
-        .or_else(|| std::env::var("WEIR_CONFIG").ok().filter(|s| !s.is_empty()))
-    {
-        Some(p) => p,
-        None if std::path::Path::new("weir.toml").exists() => "weir.toml".to_string(),
-        None => return Ok(Settings::default()),
+    let Some(path) = settings_path(flag) else {
+        return Ok(Settings::default());
     };
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading settings {path}"))?;
     Settings::parse(&text).map_err(|e| anyhow::anyhow!("{path}: {e}"))
+}
+
+/// Which settings file applies: `--config`, else `$WEIR_CONFIG`, else `./weir.toml` when it
+/// exists; `None`: the built-in defaults.
+pub fn settings_path(flag: Option<&str>) -> Option<String> {
+    flag.map(str::to_string)
+        .or_else(|| std::env::var("WEIR_CONFIG").ok().filter(|s| !s.is_empty()))
+        .or_else(|| {
+            std::path::Path::new("weir.toml")
+                .exists()
+                .then(|| "weir.toml".to_string())
+        })
 }
 
 /// The model router for a drive of the workflow file `workflow`: the mock scripted by

@@ -54,10 +54,7 @@ pub struct Bun {
 impl Bun {
     pub fn from_env() -> Self {
         Self {
-            program: std::env::var_os("WEIR_BUN")
-                .filter(|p| !p.is_empty())
-                .map(PathBuf::from)
-                .unwrap_or_else(find_bun),
+            program: find_bun().unwrap_or_else(|| PathBuf::from("bun")),
             env: Vec::new(),
         }
     }
@@ -75,25 +72,24 @@ impl Default for Bun {
     }
 }
 
-/// `bun` on `PATH`, else the one `scripts/test` installed, else plain `bun` (whose failure
-/// to start names the fix).
-fn find_bun() -> PathBuf {
-    let on_path = std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("bun").is_file()));
-    if !on_path {
-        let tools = std::env::var_os("WEIR_TOOLS_DIR")
-            .filter(|p| !p.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/weir-tools"))
-            });
-        if let Some(bun) = tools.map(|t| t.join("node_modules/.bin/bun"))
-            && bun.is_file()
-        {
-            return bun;
-        }
+/// The bun a script runs with: `WEIR_BUN`, else `bun` on `PATH`, else the one `scripts/test`
+/// installed (`$WEIR_TOOLS_DIR` or `~/.cache/weir-tools`); `None` when there is none (a
+/// script's failure to start then names the fix).
+pub fn find_bun() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("WEIR_BUN").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
     }
-    PathBuf::from("bun")
+    if let Some(path) = std::env::var_os("PATH")
+        && let Some(dir) = std::env::split_paths(&path).find(|dir| dir.join("bun").is_file())
+    {
+        return Some(dir.join("bun"));
+    }
+    let tools = std::env::var_os("WEIR_TOOLS_DIR")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/weir-tools")))?;
+    let bun = tools.join("node_modules/.bin/bun");
+    bun.is_file().then_some(bun)
 }
 
 fn runtime(e: impl std::fmt::Display) -> ScriptError {

@@ -148,7 +148,11 @@ fn runs_list_and_show() {
     let table = w.run(&["runs", "list"]);
     assert!(table.stdout.contains("RUN ") && table.stdout.contains("one"));
     let human = w.run(&["runs", "show", first["run_id"].as_str().unwrap()]);
-    assert!(human.stdout.contains("succeeded") && human.stdout.contains("ATTEMPTS"));
+    assert!(
+        human.stdout.contains("succeeded") && human.stdout.contains("#1 a · agent · succeeded"),
+        "{}",
+        human.stdout
+    );
 }
 
 #[test]
