@@ -209,16 +209,20 @@ impl Cx {
     pub(crate) fn top_level(&mut self, doc: &tree::Node, allowed: &[&str], hint: &str) {
         for (k, v) in doc.as_map().unwrap_or_default() {
             if !allowed.contains(&k.as_str()) {
-                self.err(
-                    "E009",
-                    None,
-                    v.key_span.or(v.span),
-                    format!(
-                        "unknown top-level key `{k}`{}",
-                        weir_core::validate::suggest(k, allowed.iter().copied())
+                let (msg, hint) = match cross_dialect(k, allowed) {
+                    Some((other, why)) => (
+                        format!("`{k}` is a key of the {other} dialect, not of this file's"),
+                        why,
                     ),
-                    hint,
-                );
+                    None => (
+                        format!(
+                            "unknown top-level key `{k}`{}",
+                            weir_core::validate::suggest(k, allowed.iter().copied())
+                        ),
+                        hint.to_string(),
+                    ),
+                };
+                self.err("E009", None, v.key_span.or(v.span), msg, &hint);
             }
         }
     }
@@ -359,4 +363,28 @@ impl Cx {
             retry_count: retry_count.unwrap_or(0) as u32,
         }
     }
+}
+
+/// A top-level key of another dialect typed into this one (a machine's `start:` in a graph
+/// file): that dialect's name and a hint saying how this file is read and what to do.
+fn cross_dialect(key: &str, allowed: &[&str]) -> Option<(&'static str, String)> {
+    let this = if allowed.contains(&"edges") {
+        "a graph (its `nodes` is a list, joined by `edges`; it starts at every node without an incoming edge)"
+    } else if allowed.contains(&"steps") {
+        "a pipeline (its `steps` run in order)"
+    } else {
+        "a machine (its `nodes` is a map of states, `start:` names the first)"
+    };
+    let other = match key {
+        "start" | "input" => "machine",
+        "edges" => "graph",
+        "steps" | "model" => "pipeline",
+        _ => return None,
+    };
+    Some((
+        other,
+        format!(
+            "this file is read as {this}; write it in one dialect (docs/{other}.md), or set `dialect: {other}` and use that dialect's shape"
+        ),
+    ))
 }

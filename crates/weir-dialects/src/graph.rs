@@ -185,12 +185,21 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
     let span = item.get("id").and_then(|v| v.span).or(item.span);
     for (k, v) in fields {
         if !["id", "type", "position", "config"].contains(&k.as_str()) {
+            let hint = match k.as_str() {
+                "next" | "on" => format!(
+                    "`{k}` is how a machine state names what follows; a graph says it with edges: {{id: e1, source: {id}, target: NEXT}} (or write the file as a machine: docs/machine.md)"
+                ),
+                _ => {
+                    "a node has id, type, position and config; type-specific keys go inside config"
+                        .into()
+                }
+            };
             cx.err(
                 "E009",
                 Some(&id),
                 v.key_span.or(v.span),
                 format!("unknown node field `{k}`"),
-                "a node has id, type, position and config; type-specific keys go inside config",
+                &hint,
             );
         }
     }

@@ -311,3 +311,41 @@ fn the_caret_underlines_the_whole_value() {
         "{src}\n{carets}"
     );
 }
+
+/// A machine's key typed into a graph file is named as such, with the way a graph says it,
+/// instead of errors worded as if the key were a typo.
+#[test]
+fn a_key_of_another_dialect_is_named_with_its_dialect() {
+    let w = Weir::new();
+    let f = w.file(
+        "x.yaml",
+        "name: loop
+start: a
+nodes:
+  - {id: a, type: agent, next: b, config: {model: mock, user_message: hi}}
+  - {id: b, type: agent, config: {model: mock, user_message: hi}}
+edges:
+  - {id: e1, source: a, target: b}
+  - {id: e2, source: b, target: a}
+",
+    );
+    let ran = w.run(&["validate", &f]);
+    assert_eq!(ran.code, 2);
+    let err = &ran.stderr;
+    assert!(
+        err.contains("error[E009]: `start` is a key of the machine dialect, not of this file's"),
+        "{err}"
+    );
+    assert!(err.contains("this file is read as a graph"), "{err}");
+    assert!(
+        err.contains("a graph says it with edges: {id: e1, source: a, target: NEXT}"),
+        "{err}"
+    );
+    // No follow-on finding about entry nodes, worded for graphs.
+    assert!(!err.contains("E012"), "{err}");
+    assert!(
+        ran.stdout.contains("2 errors, 0 warnings"),
+        "{}",
+        ran.stdout
+    );
+}
