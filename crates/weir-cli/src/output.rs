@@ -4,22 +4,48 @@
 use std::io::IsTerminal;
 
 use anyhow::Result;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use weir_core::event::{EventKind, RunEvent};
 use weir_core::record::{RunRecord, RunStatus, RunSummary, StepStatus};
 use weir_engine::EventSink;
 
 /// Live progress on stderr, from the run's event log as the store commits it: the run id
 /// as soon as the run exists, a line per finished step, and each retry when it happens.
+///
+/// On a terminal (and not `TERM=dumb`) the running steps are a redrawn area below the
+/// finished ones: one line per running step with its timer, and a footer with how many run,
+/// the time since the run started and its cost so far. Piped, or with `TERM=dumb`, every
+/// line is printed once, in order, without redrawing. `NO_COLOR` turns colours off.
 pub struct Progress {
     steps: bool,
     color: bool,
+    live: Option<Live>,
+}
+
+/// The redrawn area: a spinner line per running step and the footer.
+struct Live {
+    area: MultiProgress,
+    footer: ProgressBar,
+    state: std::sync::Mutex<LiveState>,
+}
+
+#[derive(Default)]
+struct LiveState {
+    /// Running steps by step number.
+    running: std::collections::BTreeMap<u32, ProgressBar>,
+    cost_usd: f64,
+    done: u32,
 }
 
 impl Progress {
     pub fn new(steps: bool) -> Self {
+        let terminal = std::io::stderr().is_terminal();
+        let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
+        let live = (steps && terminal && !dumb).then(Live::new);
         Self {
             steps,
-            color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+            color: terminal && !dumb && std::env::var_os("NO_COLOR").is_none(),
+            live,
         }
     }
 
@@ -31,19 +57,42 @@ impl Progress {
         }
     }
 
+    /// A line above the live area (or just on stderr).
+    fn line(&self, text: &str) {
+        match &self.live {
+            Some(l) if !l.area.is_hidden() => {
+                let _ = l.area.println(text);
+            }
+            _ => eprintln!("{text}"),
+        }
+    }
+
     fn event(&self, run_id: &str, e: &RunEvent) {
         match &e.kind {
-            EventKind::RunCreated { .. } => eprintln!("run {run_id}"),
-            EventKind::RunResumed {
-                took_over_from: Some(from),
-                ..
-            } if self.steps => {
-                eprintln!("  took over from {from}, whose lease expired");
+            EventKind::RunCreated { .. } => self.line(&format!("run {run_id}")),
+            EventKind::RunStarted { .. } | EventKind::RunResumed { .. } => {
+                if let EventKind::RunResumed {
+                    took_over_from: Some(from),
+                    ..
+                } = &e.kind
+                    && self.steps
+                {
+                    self.line(&format!("  took over from {from}, whose lease expired"));
+                }
+                if let Some(l) = &self.live {
+                    l.footer.reset_elapsed();
+                    l.update_footer();
+                }
             }
             EventKind::StepStarted {
-                node_id, node_type, ..
-            } if self.steps && std::io::stderr().is_terminal() => {
-                eprintln!("  {} {} ({})", self.paint("2", "…"), node_id, node_type);
+                step,
+                node_id,
+                node_type,
+                ..
+            } if self.steps => {
+                if let Some(l) = &self.live {
+                    l.start(*step, &format!("{node_id} ({node_type})"));
+                }
             }
             EventKind::AttemptFailed {
                 node_id,
@@ -52,16 +101,40 @@ impl Progress {
                 error,
                 ..
             } if self.steps => {
-                eprintln!(
+                self.line(&format!(
                     "  {} {} {}, retry in {}: {}",
                     self.paint("33", "↻"),
                     node_id,
                     error_class,
                     fmt_wait(*backoff_ms),
                     error
-                );
+                ));
+            }
+            EventKind::ModelFallback {
+                node_id,
+                model,
+                error_class,
+                next,
+            } if self.steps => {
+                self.line(&format!(
+                    "  {} {node_id} {model} failed ({error_class}), fell back to {next}",
+                    self.paint("33", "↪"),
+                ));
+            }
+            EventKind::ModelFallbackBlocked {
+                node_id,
+                model,
+                reason,
+                ..
+            } if self.steps => {
+                self.line(&format!(
+                    "  {} {} fallback `{model}` skipped: {reason}",
+                    self.paint("33", "↷"),
+                    node_id
+                ));
             }
             EventKind::StepFinished {
+                step,
                 node_id,
                 node_type,
                 status,
@@ -70,7 +143,6 @@ impl Progress {
                 duration_ms,
                 cost_usd,
                 attempts,
-                ..
             } if self.steps => {
                 let (mark, code) = match status {
                     StepStatus::Succeeded => ("✓", "32"),
@@ -94,16 +166,115 @@ impl Progress {
                 if *attempts > 1 {
                     line.push_str(&format!("  ({attempts} attempts)"));
                 }
-                eprintln!("{line}");
                 if let Some(e) = error {
-                    eprintln!("      {}", self.paint("31", e));
+                    line.push_str(&format!("\n      {}", self.paint("31", e)));
+                }
+                self.line(&line);
+                if let Some(l) = &self.live {
+                    l.finish(*step, *cost_usd);
                 }
             }
             EventKind::CancelRequested { by } if self.steps => {
-                eprintln!("  cancel requested by {by}");
+                self.line(&format!("  cancel requested by {by}"));
+            }
+            EventKind::RunFinished { .. }
+            | EventKind::RunPaused { .. }
+            | EventKind::RunReleased { .. } => {
+                if let Some(l) = &self.live {
+                    l.clear();
+                }
             }
             _ => {}
         }
+    }
+}
+
+impl Live {
+    fn new() -> Self {
+        let area = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(10));
+        let footer = area.add(ProgressBar::new_spinner());
+        footer.set_style(
+            ProgressStyle::with_template("  {msg} · {secs}")
+                .expect("a valid template")
+                .with_key("secs", secs),
+        );
+        footer.enable_steady_tick(std::time::Duration::from_millis(200));
+        let live = Self {
+            area,
+            footer,
+            state: Default::default(),
+        };
+        live.update_footer();
+        live
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, LiveState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn start(&self, step: u32, what: &str) {
+        let bar = self
+            .area
+            .insert_before(&self.footer, ProgressBar::new_spinner());
+        bar.set_style(
+            ProgressStyle::with_template("  {spinner} {msg} {secs}")
+                .expect("a valid template")
+                .with_key("secs", secs)
+                .tick_chars("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏ "),
+        );
+        bar.set_message(what.to_string());
+        bar.enable_steady_tick(std::time::Duration::from_millis(100));
+        self.state().running.insert(step, bar);
+        self.update_footer();
+    }
+
+    fn finish(&self, step: u32, cost_usd: f64) {
+        {
+            let mut st = self.state();
+            if let Some(bar) = st.running.remove(&step) {
+                bar.finish_and_clear();
+                self.area.remove(&bar);
+            }
+            st.cost_usd += cost_usd;
+            st.done += 1;
+        }
+        self.update_footer();
+    }
+
+    fn update_footer(&self) {
+        let st = self.state();
+        self.footer.set_message(format!(
+            "{} running · {} done · ${:.6}",
+            st.running.len(),
+            st.done,
+            st.cost_usd
+        ));
+    }
+
+    /// The run stopped (ended, paused, released): the area goes, the printed lines stay.
+    fn clear(&self) {
+        let mut st = self.state();
+        for (_, bar) in std::mem::take(&mut st.running) {
+            bar.finish_and_clear();
+        }
+        self.footer.finish_and_clear();
+        let _ = self.area.clear();
+    }
+}
+
+/// A live timer in tenths of a second (`3.4 s`), minutes past a minute (`2m 05s`).
+fn secs(state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write) {
+    let t = state.elapsed();
+    let _ = if t.as_secs() >= 60 {
+        write!(w, "{}m {:02}s", t.as_secs() / 60, t.as_secs() % 60)
+    } else {
+        write!(w, "{:.1} s", t.as_secs_f64())
+    };
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.clear();
     }
 }
 

@@ -108,6 +108,7 @@ fn noteworthy(e: &Value) -> bool {
                 | "run_started"
                 | "attempt_failed"
                 | "gate_decided"
+                | "model_fallback"
                 | "run_finished"
                 | "run_paused"
         )

@@ -93,6 +93,15 @@ pub enum EventKind {
         from_run: String,
         from_step: u32,
     },
+    /// A model call failed with a class that fails over, and the next model was tried.
+    ModelFallback {
+        node_id: String,
+        /// The model that failed, and how.
+        model: String,
+        error_class: String,
+        /// The model tried next.
+        next: String,
+    },
     ModelFallbackBlocked {
         node_id: String,
         model: String,
@@ -124,6 +133,12 @@ impl EventKind {
     pub fn governance(node_id: &str, v: &Value) -> Self {
         let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
         match s("type").as_deref() {
+            Some("model_fallback") => EventKind::ModelFallback {
+                node_id: node_id.to_string(),
+                model: s("model").unwrap_or_default(),
+                error_class: s("error_class").unwrap_or_default(),
+                next: s("next").unwrap_or_default(),
+            },
             Some("model_fallback_blocked") => EventKind::ModelFallbackBlocked {
                 node_id: node_id.to_string(),
                 model: s("model").unwrap_or_default(),
@@ -155,6 +170,7 @@ impl EventKind {
             EventKind::AttemptFailed { .. } => "attempt_failed",
             EventKind::GateDecided { .. } => "gate_decided",
             EventKind::StepReused { .. } => "step_reused",
+            EventKind::ModelFallback { .. } => "model_fallback",
             EventKind::ModelFallbackBlocked { .. } => "model_fallback_blocked",
             EventKind::StaleWriteRefused { .. } => "stale_write_refused",
             EventKind::Legacy { .. } => "legacy",

@@ -249,6 +249,12 @@ impl ModelClient for Router {
                         reply: None,
                     });
                     let fail_over = approved.contains(&e.class);
+                    if fail_over && let Some(next) = candidates.get(i + 1) {
+                        events.push(json!({
+                            "type": "model_fallback", "model": model,
+                            "error_class": e.class, "next": next
+                        }));
+                    }
                     last = Some(e);
                     if !fail_over {
                         break;

@@ -15,6 +15,7 @@ mod machine;
 mod newcomer;
 mod pipeline;
 mod postgres;
+mod progress;
 mod providers;
 mod scheduling;
 mod secrets;

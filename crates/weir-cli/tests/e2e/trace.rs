@@ -58,6 +58,12 @@ fn the_trace_shows_each_call_with_its_model_tokens_cost_error_and_repair() {
     );
     let ran = w.run(&["run", &f, "--input", r#"{"lead": "Ada"}"#]);
     assert_eq!(ran.code, 3, "{}", ran.stderr);
+    // The fallback was said while the run went, before its step's line.
+    let fell = ran
+        .stderr
+        .find("↪ write claude-haiku-4-5 failed (rate_limit), fell back to mock")
+        .expect(&ran.stderr);
+    assert!(fell < ran.stderr.find("✓ write").expect(&ran.stderr));
     let id = last_run(&w);
     let short = &id[..8];
 
