@@ -332,7 +332,23 @@ impl Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind as K;
+            let asked_json = std::env::args().skip(1).any(|a| a == "--json");
+            let is_usage = !matches!(e.kind(), K::DisplayHelp | K::DisplayVersion)
+                && !matches!(e.kind(), K::DisplayHelpOnMissingArgumentOrSubcommand);
+            if asked_json && is_usage {
+                let text = e.to_string();
+                let first = text.lines().next().unwrap_or_default();
+                let message = first.strip_prefix("error: ").unwrap_or(first);
+                let body = serde_json::json!({"error": {"code": "usage", "message": message}});
+                println!("{body}");
+            }
+            e.exit();
+        }
+    };
     let as_json = cli.command.json();
     // One TLS crypto provider for every HTTP client in the process (ring).
     let _ = rustls::crypto::ring::default_provider().install_default();

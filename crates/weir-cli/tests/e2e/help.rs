@@ -349,3 +349,32 @@ edges:
         ran.stdout
     );
 }
+
+/// Under `--json`, even an error in how weir was called (an unknown flag, a missing value)
+/// is one JSON object on stdout; clap's own text stays on stderr.
+#[test]
+fn usage_errors_under_json_are_json_too() {
+    let w = Weir::new();
+    for args in [
+        vec!["run", "--json", "--bogus", "x.yaml"],
+        vec!["runs", "list", "--json", "--status"],
+    ] {
+        let ran = w.run(&args);
+        assert_eq!(ran.code, 2, "{args:?}");
+        let body = ran.json();
+        assert_eq!(body["error"]["code"], "usage", "{args:?}: {body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains("--"),
+            "{body}"
+        );
+        assert!(
+            ran.stderr.contains("For more information, try '--help'"),
+            "{}",
+            ran.stderr
+        );
+    }
+    // Without --json nothing but clap's text.
+    let ran = w.run(&["run", "--bogus", "x.yaml"]);
+    assert_eq!(ran.code, 2);
+    assert!(ran.stdout.is_empty());
+}
