@@ -372,6 +372,15 @@ pub fn now_rfc3339() -> String {
 pub fn format_millis(ms: i64) -> String {
     thread_local! {
         static LAST: std::cell::Cell<(i64, [u8; 24])> = const { std::cell::Cell::new((i64::MIN, [0; 24])) };
+        /// The last millisecond formatted, and its text: steps run microseconds apart, so
+        /// most timestamps repeat the previous one and are a copy of it.
+        static LAST_MS: std::cell::RefCell<(i64, String)> = const { std::cell::RefCell::new((i64::MIN, String::new())) };
+    }
+    if let Some(hit) = LAST_MS.with(|l| {
+        let l = l.borrow();
+        (l.0 == ms).then(|| l.1.clone())
+    }) {
+        return hit;
     }
     let second = ms.div_euclid(1000);
     let mut buf = LAST.with(|last| {
@@ -386,9 +395,15 @@ pub fn format_millis(ms: i64) -> String {
     });
     let milli = ms.rem_euclid(1000);
     put_digits(&mut buf[20..23], milli);
-    std::str::from_utf8(&buf)
+    let text = std::str::from_utf8(&buf)
         .expect("timestamps are ASCII")
-        .to_owned()
+        .to_owned();
+    LAST_MS.with(|l| {
+        let mut l = l.borrow_mut();
+        l.0 = ms;
+        l.1.clone_from(&text);
+    });
+    text
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.000Z` for a Unix second.

@@ -40,11 +40,19 @@ pub(crate) fn fire(
             continue;
         };
         if matches!(target.kind, NodeKind::Merge) {
-            snapshot
-                .arrivals
-                .entry(target.id.clone())
-                .or_default()
-                .insert(e.id.clone());
+            // An entry by its id, without copying the id when the merge has one already.
+            match snapshot.arrivals.get_mut(&target.id) {
+                Some(a) => {
+                    if !a.contains(&e.id) {
+                        a.insert(e.id.clone());
+                    }
+                }
+                None => {
+                    snapshot
+                        .arrivals
+                        .insert(target.id.clone(), [e.id.clone()].into());
+                }
+            }
         } else if (revisit || !snapshot.completed.contains(&target.id))
             && !snapshot.pending.contains(&target.id)
         {
@@ -60,37 +68,36 @@ fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &FastMap<Stri
         return;
     }
     loop {
-        let mut changed = false;
-        let waiting: Vec<String> = snapshot
-            .arrivals
-            .iter()
-            .filter(|(m, a)| {
-                !a.is_empty() && !snapshot.pending.contains(m) && !snapshot.completed.contains(*m)
-            })
-            .map(|(m, _)| m.clone())
-            .collect();
-        for m in waiting {
-            let arrived = snapshot.arrivals.get(&m);
-            let open: Vec<&weir_core::ir::Edge> = wf
-                .incoming(&m)
-                .filter(|e| !arrived.is_some_and(|a| a.contains(&e.id)))
-                .collect();
+        // Decided against the state at the start of the pass, then applied: a merge made
+        // ready in this pass is still among the arrivals, so it counts as live for the
+        // others (as a pending one would), and the next pass sees it pending.
+        let mut ready: Vec<String> = Vec::new();
+        for (m, arrived) in &snapshot.arrivals {
+            if arrived.is_empty() || snapshot.pending.contains(m) || snapshot.completed.contains(m)
+            {
+                continue;
+            }
+            let mut open = wf.incoming(m).filter(|e| !arrived.contains(&e.id));
             // The common case of a fan-out: a branch still running or about to run blocks
             // the merge without a walk of the graph.
-            let direct = open.iter().any(|e| {
-                e.source != m
+            let direct = open.any(|e| {
+                e.source != *m
                     && (in_flight.contains_key(&e.source) || snapshot.pending.contains(&e.source))
             });
             let blocked = direct || {
-                let live = live_from_frontier(wf, snapshot, in_flight, &m);
-                open.iter()
+                let live = live_from_frontier(wf, snapshot, in_flight, m);
+                wf.incoming(m)
+                    .filter(|e| !arrived.contains(&e.id))
                     .any(|e| wf.position(&e.source).is_some_and(|i| live[i]))
             };
             if !blocked {
-                snapshot.arrivals.remove(&m);
-                snapshot.pending.push(m);
-                changed = true;
+                ready.push(m.clone());
             }
+        }
+        let changed = !ready.is_empty();
+        for m in ready {
+            snapshot.arrivals.remove(&m);
+            snapshot.pending.push(m);
         }
         if !changed {
             // Merges that wait on each other (possible only through cycles) must not
