@@ -150,3 +150,17 @@ pub const EXPLAIN_HELP: &str = "Examples:
   weir explain E003
   weir explain w104
   weir explain --list";
+
+pub const REPLAY_HELP: &str = "Examples:
+  weir replay 1a2b3c4d                              the recorded workflow: nothing should differ
+  weir replay 1a2b3c4d --workflow triage.yaml       did my prompt change alter last week's run?
+  weir replay 1a2b3c4d --json | jq '.differences[].kind'
+
+No model, tool or script is called: every call is answered from the run's record, matched
+by node, visit and attempt; a call the record cannot answer fails its step (\"not in the
+recording\"). Human gates are decided as they were.
+
+Exit codes:
+  0  nothing differs
+  1  something differs (a prompt, a route, an output, a step, the status)
+  2  no such run, a workflow that does not compile, or a run still queued or running";

@@ -8,6 +8,7 @@ mod explain;
 mod help;
 mod init;
 mod output;
+mod replay;
 mod runs;
 mod serve;
 mod trace;
@@ -184,6 +185,19 @@ enum Command {
         #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
         grace: f64,
     },
+    /// Run a recorded run again, offline, every call answered from its record, and report
+    /// what differs
+    #[command(after_help = REPLAY_HELP)]
+    Replay {
+        /// The recorded run: its id or a unique prefix of it
+        run_id: String,
+        /// Replay this (changed) workflow file instead of the version the run recorded
+        #[arg(long, value_name = "FILE")]
+        workflow: Option<String>,
+        /// Print the comparison as one JSON object
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
     #[command(after_help = COMPLETIONS_HELP)]
     Completions {
@@ -316,7 +330,8 @@ impl Command {
             | Command::Approve { json, .. }
             | Command::Reject { json, .. }
             | Command::Resume { json, .. }
-            | Command::Doctor { json } => *json,
+            | Command::Doctor { json }
+            | Command::Replay { json, .. } => *json,
             Command::Runs { command } => match command {
                 RunsCommand::List { json, .. }
                 | RunsCommand::Show { json, .. }
@@ -410,6 +425,11 @@ fn main() -> ExitCode {
                 json,
             } => validate::run(&env, &files, deny_warnings, json),
             Command::Explain { code, list } => explain::run(code.as_deref(), list),
+            Command::Replay {
+                run_id,
+                workflow,
+                json,
+            } => replay::run(&env, &run_id, workflow.as_deref(), json).await,
             Command::Completions { shell } => {
                 clap_complete::generate(shell, &mut Cli::command(), "weir", &mut std::io::stdout());
                 Ok(0)

@@ -34,7 +34,19 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
             lease.still_held(ctx.services.store.as_ref()).await;
             started = Instant::now();
         }
-        let result = match tokio::time::timeout(policy.timeout, nodes::execute(ctx)).await {
+        let run = async {
+            if ctx.replay {
+                let site = crate::replay::CallSite {
+                    node_id: ctx.node().id.clone(),
+                    visit: ctx.visit,
+                    attempt: n,
+                };
+                crate::replay::at(site, nodes::execute(ctx)).await
+            } else {
+                nodes::execute(ctx).await
+            }
+        };
+        let result = match tokio::time::timeout(policy.timeout, run).await {
             Ok(r) => r,
             Err(_) => Err(Failure {
                 message: format!("attempt timed out after {}", humanize(policy.timeout)),
@@ -101,7 +113,9 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
                     error_class: f.class.clone(),
                     backoff_ms: wait.as_millis() as u64,
                 });
-                tokio::time::sleep(wait).await;
+                if !ctx.replay {
+                    tokio::time::sleep(wait).await;
+                }
                 n += 1;
             }
         }

@@ -18,6 +18,7 @@ mod attempt;
 mod decide;
 mod heartbeat;
 pub mod nodes;
+pub mod replay;
 mod routing;
 mod scheduler;
 pub mod structured;
@@ -204,6 +205,10 @@ pub struct Engine {
     /// Set while shutting down gracefully: drives start no new steps, and release their run
     /// once the steps in flight have finished.
     pub drain: Arc<std::sync::atomic::AtomicBool>,
+    /// Replaying a recorded run (`weir replay`): each attempt runs with its
+    /// [`replay::CallSite`] set for the replay clients, and retries do not wait out their
+    /// backoff.
+    pub replay: bool,
 }
 
 pub fn now() -> String {
@@ -238,6 +243,7 @@ impl Engine {
             leases: Arc::default(),
             max_input_bytes: 1 << 20,
             drain: Arc::default(),
+            replay: false,
         }
     }
 

@@ -426,6 +426,7 @@ impl<'e> Run<'e> {
                 progress: self.progress.clone(),
                 lease: self.held.clone(),
                 services: self.engine.services.clone(),
+                replay: self.engine.replay,
             };
             self.in_flight.insert(
                 node_id.clone(),

@@ -161,6 +161,32 @@ fn every_example_runs_as_its_readme_says() {
                     );
                 }
             }
+            // Replayed unchanged, offline: no provider reachable, no bun, no fake URL
+            // called again; nothing differs.
+            let calls_before = fake.seen("/zen").len() + fake.seen("/hook").len();
+            let replayed = w.run_with(
+                &["replay", &run_id],
+                &[
+                    ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9"),
+                    ("OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
+                    ("WEIR_BUN", "/nonexistent/bun"),
+                ],
+            );
+            assert_eq!(
+                replayed.code, 0,
+                "{key}: replay of {run_id} differs:\n{}{}",
+                replayed.stdout, replayed.stderr
+            );
+            assert!(
+                replayed.stdout.contains("identical: "),
+                "{key}: {}",
+                replayed.stdout
+            );
+            assert_eq!(
+                fake.seen("/zen").len() + fake.seen("/hook").len(),
+                calls_before,
+                "{key}: the replay called out"
+            );
             checked += 1;
         }
     }

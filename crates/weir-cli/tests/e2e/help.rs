@@ -19,6 +19,7 @@ const COMMANDS: &[&[&str]] = &[
     &["worker"],
     &["explain"],
     &["doctor"],
+    &["replay"],
     &["completions"],
     &["tokens", "create"],
     &["tokens", "list"],

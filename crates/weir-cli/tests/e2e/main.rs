@@ -17,6 +17,7 @@ mod pipeline;
 mod postgres;
 mod progress;
 mod providers;
+mod replay;
 mod scheduling;
 mod secrets;
 mod serve;

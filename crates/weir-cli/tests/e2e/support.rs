@@ -289,6 +289,20 @@ impl Weir {
         }
     }
 
+    /// [`run`](Self::run) with extra environment variables.
+    pub fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> Ran {
+        let mut c = self.command(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out: Output = c.output().expect("run weir");
+        Ran {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
     pub fn spawn(&self, args: &[&str]) -> Child {
         self.command(args)
             .stdout(Stdio::piped())

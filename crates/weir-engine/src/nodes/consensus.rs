@@ -53,24 +53,49 @@ pub async fn execute(ctx: &NodeCtx, spec: &ConsensusSpec) -> Result<Outcome, Fai
         fallback_error_classes: None,
         response_schema: Some(env.schema()),
     };
-    let mut agents = JoinSet::new();
-    for i in 0..spec.agent_count {
-        let models = ctx.services.models.clone();
-        let req = base.clone();
-        let env = env.clone();
-        let retries = spec.max_retries;
-        agents.spawn(async move {
+    // The agents ask at once; their results are taken in agent order, so the record lists
+    // each agent's calls together and in that order (and a replay, which asks one agent
+    // after another, finds each agent's own).
+    let mut results: Vec<Option<_>> = (0..spec.agent_count).map(|_| None).collect();
+    if ctx.replay {
+        for slot in results.iter_mut() {
             let mut spent = Spent::default();
-            let r = structured::ask(models.as_ref(), req, &env, retries, &mut spent).await;
-            (i, r, spent)
-        });
+            let r = structured::ask(
+                ctx.services.models.as_ref(),
+                base.clone(),
+                &env,
+                spec.max_retries,
+                &mut spent,
+            )
+            .await;
+            *slot = Some((r, spent));
+        }
+    } else {
+        let mut agents = JoinSet::new();
+        for i in 0..spec.agent_count {
+            let models = ctx.services.models.clone();
+            let req = base.clone();
+            let env = env.clone();
+            let retries = spec.max_retries;
+            agents.spawn(async move {
+                let mut spent = Spent::default();
+                let r = structured::ask(models.as_ref(), req, &env, retries, &mut spent).await;
+                (i, r, spent)
+            });
+        }
+        // A panicked agent leaves its vote missing; it is reported below, never dropped.
+        while let Some(joined) = agents.join_next().await {
+            if let Ok((i, r, s)) = joined {
+                results[i as usize] = Some((r, s));
+            }
+        }
     }
     let mut spent = Spent::default();
     let mut answers: BTreeMap<u32, Value> = BTreeMap::new();
     let mut failure = None;
-    while let Some(joined) = agents.join_next().await {
-        // A panicked agent leaves its vote missing; it is reported below, never dropped.
-        let Ok((i, result, s)) = joined else { continue };
+    for (i, slot) in results.into_iter().enumerate() {
+        let Some((result, s)) = slot else { continue };
+        let i = i as u32;
         spent.merge(s);
         match result {
             Ok(a) => {

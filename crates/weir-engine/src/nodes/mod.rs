@@ -51,6 +51,8 @@ pub struct NodeCtx {
     pub(crate) lease: Option<Arc<crate::heartbeat::Held>>,
     /// Shared by every node of every run: one reference count, not one per service.
     pub services: Arc<Services>,
+    /// The engine is replaying a recorded run (see [`crate::replay`]).
+    pub replay: bool,
 }
 
 /// Where the run goes after a node.

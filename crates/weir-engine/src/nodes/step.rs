@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use weir_core::ModelRequest;
 use weir_core::expr;
 use weir_core::ir::{EndStatus, FieldSource, GateAction, GateCondition, LoopRef, StepSpec};
-use weir_core::model::Message;
+use weir_core::model::{Message, ModelError, ModelResponse};
 use weir_core::schema::extract_json;
 
 use super::{Failure, NodeCtx, Outcome, Route, Spent, model_failure};
@@ -141,10 +141,11 @@ fn matches(cond: &GateCondition, out: &str, index: usize) -> Result<bool, Failur
 pub async fn execute(ctx: &NodeCtx, spec: &StepSpec) -> Result<Outcome, Failure> {
     let mut calls = JoinSet::new();
     let mut requests = Vec::new();
+    let mut asks = Vec::new();
     for i in 0..spec.nodes as usize {
         let user = message(ctx, spec, i)?;
         requests.push(json!({"node": i + 1, "user": user}));
-        let req = ModelRequest {
+        asks.push(ModelRequest {
             model: spec.model.clone(),
             system: spec.system_prompt.clone(),
             messages: vec![Message::user(user)],
@@ -154,29 +155,46 @@ pub async fn execute(ctx: &NodeCtx, spec: &StepSpec) -> Result<Outcome, Failure>
             fallback_models: Vec::new(),
             fallback_error_classes: None,
             response_schema: None,
-        };
-        let models = ctx.services.models.clone();
-        calls.spawn(async move { (i, models.complete(req).await) });
+        });
     }
     let request = json!({"model": spec.model, "system": spec.system_prompt, "nodes": requests});
+    // The calls run at once; their results are taken in node order, so the record lists
+    // them in that order (and a replay, which asks one after another, finds each node's).
+    let mut results: Vec<Option<Result<ModelResponse, ModelError>>> =
+        (0..spec.nodes).map(|_| None).collect();
+    if ctx.replay {
+        for (i, req) in asks.into_iter().enumerate() {
+            results[i] = Some(ctx.services.models.complete(req).await);
+        }
+    } else {
+        for (i, req) in asks.into_iter().enumerate() {
+            let models = ctx.services.models.clone();
+            calls.spawn(async move { (i, models.complete(req).await) });
+        }
+        // A panicked call leaves its reply missing; it is reported below, never judged as
+        // an empty reply.
+        while let Some(joined) = calls.join_next().await {
+            if let Ok((i, result)) = joined {
+                results[i] = Some(result);
+            }
+        }
+    }
     let mut spent = Spent::default();
     let mut texts: Vec<Option<String>> = vec![None; spec.nodes as usize];
     let mut failed = None;
-    while let Some(joined) = calls.join_next().await {
-        // A panicked call leaves its reply missing; it is reported below, never judged as
-        // an empty reply.
-        let Ok((i, result)) = joined else { continue };
+    for (i, result) in results.into_iter().enumerate() {
         match result {
-            Ok(r) => {
+            Some(Ok(r)) => {
                 spent.add(&r.calls, &r.events);
                 texts[i] = Some(r.text);
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 spent.add(&e.calls, &e.events);
                 if failed.is_none() {
                     failed = Some((i, e));
                 }
             }
+            None => {}
         }
     }
     if let Some((i, e)) = failed {
