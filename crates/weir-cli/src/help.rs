@@ -164,3 +164,17 @@ Exit codes:
   0  nothing differs
   1  something differs (a prompt, a route, an output, a step, the status)
   2  no such run, a workflow that does not compile, or a run still queued or running";
+
+pub const TEST_HELP: &str = "Examples:
+  weir test                                   every *.test.yaml under this folder
+  weir test examples/graph/approval.test.yaml
+  weir test --record 1a2b3c4d                 NAME.test.yaml from what the run did
+
+A test runs its workflow in memory: every model call answered by the test's mock rules
+(whatever model a node names), every tool node by its scripted result, every human gate by
+its decision; nothing is written to the database and no provider is called.
+
+Exit codes:
+  0  every test passed
+  1  a test failed
+  2  no test files, or a file that is not a test file";

@@ -11,6 +11,7 @@ mod output;
 mod replay;
 mod runs;
 mod serve;
+mod testing;
 mod trace;
 mod validate;
 mod wiring;
@@ -197,6 +198,16 @@ enum Command {
         /// Print the comparison as one JSON object
         #[arg(long)]
         json: bool,
+    },
+    /// Run workflow tests (NAME.test.yaml beside NAME.yaml), or write one from a run
+    #[command(after_help = TEST_HELP)]
+    Test {
+        /// Test files, or folders to find *.test.yaml in (default: the current folder); with
+        /// --record, where to write the test (default: NAME.test.yaml beside the workflow)
+        paths: Vec<String>,
+        /// Write a test that expects what this recorded run did, instead of running tests
+        #[arg(long, value_name = "RUN_ID")]
+        record: Option<String>,
     },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
     #[command(after_help = COMPLETIONS_HELP)]
@@ -425,6 +436,7 @@ fn main() -> ExitCode {
                 json,
             } => validate::run(&env, &files, deny_warnings, json),
             Command::Explain { code, list } => explain::run(code.as_deref(), list),
+            Command::Test { paths, record } => testing::run(&env, &paths, record.as_deref()).await,
             Command::Replay {
                 run_id,
                 workflow,

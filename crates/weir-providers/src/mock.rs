@@ -70,6 +70,11 @@ impl Mock {
         Ok((Self::default(), None))
     }
 
+    /// Rules given as JSON text (a test file's `mock:`); `origin` names them in errors.
+    pub fn from_rules(text: &str, origin: &str) -> Result<Self, String> {
+        Self::parse(text, origin)
+    }
+
     /// `WEIR_MOCK`'s value: inline JSON (starting with `[`) or a file path.
     fn from_spec(spec: &str) -> Result<Self, String> {
         if spec.trim_start().starts_with('[') {

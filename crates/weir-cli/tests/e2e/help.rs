@@ -20,6 +20,7 @@ const COMMANDS: &[&[&str]] = &[
     &["explain"],
     &["doctor"],
     &["replay"],
+    &["test"],
     &["completions"],
     &["tokens", "create"],
     &["tokens", "list"],
