@@ -276,8 +276,8 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// The workflow a test file tests and the file itself.
 fn load(file: &Path) -> Result<(PathBuf, TestFile)> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| Usage(format!("{}: {e}", file.display())))?;
+    let text =
+        std::fs::read_to_string(file).map_err(|e| Usage(format!("{}: {e}", file.display())))?;
     let parsed: TestFile = serde_saphyr::from_str(&text)
         .map_err(|e| Usage(format!("{}: not a test file: {e}", file.display())))?;
     let dir = file.parent().unwrap_or(Path::new("."));
@@ -319,8 +319,8 @@ async fn run_case(env: &Env, wf_path: &Path, case: &Case) -> Result<Outcome> {
         }
     };
     let rules = serde_json::to_string(&case.mock)?;
-    let mock = weir_providers::mock::Mock::from_rules(&rules, "the test's mock rules")
-        .map_err(Usage)?;
+    let mock =
+        weir_providers::mock::Mock::from_rules(&rules, "the test's mock rules").map_err(Usage)?;
     let models = weir_providers::Router::with_mock(env.settings.clone(), mock)
         .forcing("mock")
         .map_err(Usage)?;
@@ -466,10 +466,7 @@ fn check(e: &Expect, r: &RunRecord, out: &mut Vec<String>) {
         ));
     }
     for (path, want) in &e.state {
-        let got = path
-            .split('.')
-            .try_fold(&r.state, |v, k| v.get(k))
-            .cloned();
+        let got = path.split('.').try_fold(&r.state, |v, k| v.get(k)).cloned();
         match got {
             Some(g) if g == *want => {}
             Some(g) => out.push(format!(
@@ -617,7 +614,10 @@ async fn write_recorded(env: &Env, run_id: &str, paths: &[String]) -> Result<u8>
             );
         }
         if let Some(route) = &s.route {
-            routes.entry(s.node_id.clone()).or_insert_with(Vec::new).push(Value::from(route.clone()));
+            routes
+                .entry(s.node_id.clone())
+                .or_insert_with(Vec::new)
+                .push(Value::from(route.clone()));
         }
     }
     let (models, tool_calls) = counts(&r);
@@ -643,7 +643,16 @@ async fn write_recorded(env: &Env, run_id: &str, paths: &[String]) -> Result<u8>
             status: Some(r.status.as_str().to_string()),
             routes: routes
                 .into_iter()
-                .map(|(k, mut v)| (k, if v.len() == 1 { v.remove(0) } else { Value::Array(v) }))
+                .map(|(k, mut v)| {
+                    (
+                        k,
+                        if v.len() == 1 {
+                            v.remove(0)
+                        } else {
+                            Value::Array(v)
+                        },
+                    )
+                })
                 .collect(),
             output: (!r.output.is_null()).then(|| r.output.clone()),
             state: BTreeMap::new(),
@@ -655,11 +664,13 @@ async fn write_recorded(env: &Env, run_id: &str, paths: &[String]) -> Result<u8>
         },
     };
     // Named only when the default (NAME.yaml beside NAME.test.yaml) would not find it.
-    let beside = target
-        .file_name()
-        .map(|n| n.to_string_lossy().trim_end_matches(".test.yaml").to_string())
-        == Some(stem.clone())
-        && abs(target.parent().unwrap_or(Path::new("."))) == abs(source.parent().unwrap_or(Path::new(".")));
+    let beside = target.file_name().map(|n| {
+        n.to_string_lossy()
+            .trim_end_matches(".test.yaml")
+            .to_string()
+    }) == Some(stem.clone())
+        && abs(target.parent().unwrap_or(Path::new(".")))
+            == abs(source.parent().unwrap_or(Path::new(".")));
     let workflow = (!beside).then(|| {
         let (p, d) = (abs(&source), abs(target.parent().unwrap_or(Path::new("."))));
         match (p, d) {

@@ -50,6 +50,8 @@ pub fn companion(path: &str) -> Option<&'static str> {
         Some("a run input (for --input @FILE)")
     } else if path.ends_with(".mock.json") {
         Some("a mock model script (used by `weir run` of the workflow beside it)")
+    } else if path.ends_with(".test.yaml") || path.ends_with(".test.yml") {
+        Some("a workflow test (run it with `weir test`)")
     } else {
         None
     }

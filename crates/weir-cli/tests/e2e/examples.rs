@@ -79,6 +79,7 @@ fn every_example_runs_as_its_readme_says() {
             let name = path.file_name().unwrap().to_string_lossy().to_string();
             if name.ends_with(".input.json")
                 || name.ends_with(".mock.json")
+                || name.ends_with(".test.yaml")
                 || !(name.ends_with(".json") || name.ends_with(".yaml"))
             {
                 continue;

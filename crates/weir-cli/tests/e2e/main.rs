@@ -22,5 +22,6 @@ mod scheduling;
 mod secrets;
 mod serve;
 mod support;
+mod testing;
 mod tools;
 mod trace;
