@@ -34,19 +34,18 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
             lease.still_held(ctx.services.store.as_ref()).await;
             started = Instant::now();
         }
-        let run = async {
-            if ctx.replay {
-                let site = crate::replay::CallSite {
-                    node_id: ctx.node().id.clone(),
-                    visit: ctx.visit,
-                    attempt: n,
-                };
-                crate::replay::at(site, nodes::execute(ctx)).await
-            } else {
-                nodes::execute(ctx).await
-            }
+        // Replaying, the attempt runs with its call site set; a live drive pays nothing.
+        let timed = if ctx.replay {
+            let site = crate::replay::CallSite {
+                node_id: ctx.node().id.clone(),
+                visit: ctx.visit,
+                attempt: n,
+            };
+            tokio::time::timeout(policy.timeout, crate::replay::at(site, nodes::execute(ctx))).await
+        } else {
+            tokio::time::timeout(policy.timeout, nodes::execute(ctx)).await
         };
-        let result = match tokio::time::timeout(policy.timeout, run).await {
+        let result = match timed {
             Ok(r) => r,
             Err(_) => Err(Failure {
                 message: format!("attempt timed out after {}", humanize(policy.timeout)),
