@@ -100,6 +100,8 @@ async fn report(
         return Ok(exit::INTERRUPTED);
     }
     let record = eng.store().get_record(&outcome.run_id).await?;
+    // An ended run's trace goes to the OTLP endpoint when one is configured.
+    weir_server::otel::export(&record).await;
     output::finish(&record, as_json, &hint(env))
 }
 

@@ -61,6 +61,14 @@ pub fn render(r: &RunRecord, db: &Hint, only: Option<&[&StepRecord]>, fold: Fold
             .replace('T', " "),
         r.run_id
     );
+    if weir_server::otel::enabled()
+        && let Some(t) = weir_server::otel::trace_id(&r.run_id)
+    {
+        let _ = writeln!(
+            out,
+            "trace {t} (OpenTelemetry; exported once the run ended)"
+        );
+    }
     let decisions: Vec<&Value> = r
         .events
         .iter()

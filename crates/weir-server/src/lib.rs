@@ -9,6 +9,7 @@ mod error;
 mod examples;
 mod meta;
 mod openapi;
+pub mod otel;
 pub mod retention;
 mod runs;
 pub mod runtime;

@@ -392,6 +392,15 @@ async fn decide(
     app.hub.changed(id);
     if decided.status == RunStatus::Queued {
         app.wake();
+    } else if decided.status.is_terminal() && crate::otel::enabled() {
+        // A rejection ends the run here, not in a worker: its trace goes from here.
+        let store = app.store.clone();
+        let run_id = decided.run_id.clone();
+        tokio::spawn(async move {
+            if let Ok(record) = store.get_record(&run_id).await {
+                crate::otel::export(&record).await;
+            }
+        });
     }
     Ok(Json(Decided {
         run_id: decided.run_id,

@@ -406,11 +406,15 @@ impl App {
             }
         };
         match rt.workflow(&stored.source_path, &stored.source_text) {
-            Ok(wf) => {
-                if let Err(e) = rt.engine.drive_loaded(wf, lease, stored).await {
-                    tracing::warn!("worker: run {run_id}: {e}");
+            Ok(wf) => match rt.engine.drive_loaded(wf, lease, stored).await {
+                Ok(o) if o.status.is_terminal() && crate::otel::enabled() => {
+                    if let Ok(record) = self.store.get_record(&run_id).await {
+                        crate::otel::export(&record).await;
+                    }
                 }
-            }
+                Ok(_) => {}
+                Err(e) => tracing::warn!("worker: run {run_id}: {e}"),
+            },
             Err(diags) => {
                 // A run whose pinned workflow no longer compiles (a tool or model removed
                 // from the workspace) fails once, instead of being claimed forever.

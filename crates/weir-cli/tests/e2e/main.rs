@@ -13,6 +13,7 @@ mod json_contract;
 mod lifecycle;
 mod machine;
 mod newcomer;
+mod otel;
 mod pipeline;
 mod postgres;
 mod progress;

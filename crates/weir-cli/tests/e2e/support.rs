@@ -21,6 +21,8 @@ pub struct Seen {
     pub query: String,
     pub headers: HashMap<String, String>,
     pub body: String,
+    /// The body's bytes (a protobuf body is not text).
+    pub raw: Vec<u8>,
     /// When the request arrived.
     pub at: std::time::Instant,
 }
@@ -170,6 +172,7 @@ async fn handle(script: Arc<Mutex<Script>>, req: Request<Body>) -> Response<Body
             query,
             headers,
             body: String::from_utf8_lossy(&body).into_owned(),
+            raw: body.to_vec(),
             at: std::time::Instant::now(),
         });
         let queued = s.queued.get_mut(&path).and_then(VecDeque::pop_front);
