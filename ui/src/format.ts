@@ -16,3 +16,8 @@ export function since(at: string): string {
   if (s < 86400) return `${Math.round(s / 3600)} h ago`;
   return new Date(at).toLocaleString();
 }
+
+/** A run's OpenTelemetry trace id: its id's 128 bits as 32 hex digits (docs/observability.md). */
+export function traceId(runId: string): string {
+  return runId.replace(/-/g, "").toLowerCase();
+}

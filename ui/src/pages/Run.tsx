@@ -4,7 +4,7 @@
 import { Fragment, useEffect, useMemo, useRef, useState } from "react";
 import { allows, type RunRecord } from "../api";
 import { useSession } from "../App";
-import { duration, money } from "../format";
+import { duration, money, traceId } from "../format";
 import { Canvas } from "../Canvas";
 import { parseDocument, toGraph, type Graph } from "../graph";
 import { consensusVotes, live, nodeStatus, pipelinePass, timeline, type StepRow } from "../timeline";
@@ -77,7 +77,10 @@ export function RunPage({ id }: { id: string }) {
       </h2>
       <p className="muted">
         run <code>{run.run_id}</code> · started {new Date(run.started_at).toLocaleString()} ·{" "}
-        {duration(run.duration_ms)} · {money(run.cost_usd)}
+        {duration(run.duration_ms)} · {money(run.cost_usd)} ·{" "}
+        <span title="OpenTelemetry trace id: the run's trace, exported when the server has OTEL_EXPORTER_OTLP_ENDPOINT set">
+          trace <code>{traceId(run.run_id)}</code>
+        </span>
       </p>
       {run.error && (
         <p className="error">
