@@ -62,6 +62,24 @@ pub struct ModelRequest {
     /// with a valid instance; real providers get it in the prompt).
     #[serde(skip)]
     pub response_schema: Option<Value>,
+    /// Told as it happens when the call fails over to the next model (the failed model, its
+    /// error class, the next one), so the run's log and progress show the fallback before
+    /// the step ends. Without it the gateway reports the fallback in the response's events.
+    #[serde(skip)]
+    pub on_fallback: Option<OnFallback>,
+}
+
+/// What [`OnFallback`] calls: the failed model, its error class, the model tried next.
+pub type FallbackFn = dyn Fn(&str, ErrorClass, &str) + Send + Sync;
+
+/// See [`ModelRequest::on_fallback`].
+#[derive(Clone)]
+pub struct OnFallback(pub std::sync::Arc<FallbackFn>);
+
+impl std::fmt::Debug for OnFallback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnFallback")
+    }
 }
 
 impl ModelRequest {

@@ -248,6 +248,14 @@ impl<'e> Run<'e> {
                 }
                 next = tasks.next() => {
                     let Some((node_id, joined)) = next else { break };
+                    // What a node told while it ran (a fallback) but the loop has not read
+                    // yet goes in with its step, before the step's end.
+                    while let Ok(mut ev) = progress.try_recv() {
+                        if let EventKind::AttemptFailed { error, .. } = &mut ev {
+                            self.engine.redactor.string(error);
+                        }
+                        self.events.push(ev);
+                    }
                     match joined {
                         Ok(r) => self.finish(&node_id, r),
                         Err(_) => {

@@ -250,10 +250,13 @@ impl ModelClient for Router {
                     });
                     let fail_over = approved.contains(&e.class);
                     if fail_over && let Some(next) = candidates.get(i + 1) {
-                        events.push(json!({
-                            "type": "model_fallback", "model": model,
-                            "error_class": e.class, "next": next
-                        }));
+                        match &req.on_fallback {
+                            Some(tell) => (tell.0)(model, e.class, next),
+                            None => events.push(json!({
+                                "type": "model_fallback", "model": model,
+                                "error_class": e.class, "next": next
+                            })),
+                        }
                     }
                     last = Some(e);
                     if !fail_over {

@@ -80,3 +80,48 @@ fn piped_progress_is_plain_lines_in_order() {
     assert!(lines[1].starts_with("  ✓ wait "), "{}", ran.stderr);
     assert!(lines[2].starts_with("  ✓ after "), "{}", ran.stderr);
 }
+
+/// A fallback is in the log when it happens, not when its step ends: with a fallback model
+/// that takes 1.2 s, the `model_fallback` event is stamped a second before the step's end.
+#[test]
+fn a_fallback_is_logged_as_it_happens() {
+    let w = Weir::new()
+        .env("ANTHROPIC_API_KEY", "sk-ant-test")
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .env(
+            "WEIR_MOCK",
+            r#"[{"match": "slowly", "reply": "done", "delay_ms": 1200}]"#,
+        );
+    let f = w.file(
+        "fb.json",
+        r#"{"nodes": [{"id": "ask", "type": "agent", "config": {"model": "claude-haiku-4-5",
+            "fallback_models": ["mock"], "user_message": "answer slowly"}}], "edges": []}"#,
+    );
+    let ran = w.run(&["run", &f, "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let r = ran.json();
+    let events = r["events"].as_array().unwrap();
+    let at = |t: &str| {
+        let e = events
+            .iter()
+            .find(|e| e["type"] == t)
+            .unwrap_or_else(|| panic!("no {t}: {r}"));
+        chrono::DateTime::parse_from_rfc3339(e["at"].as_str().unwrap()).unwrap()
+    };
+    let fell = events
+        .iter()
+        .find(|e| e["type"] == "model_fallback")
+        .unwrap();
+    assert_eq!(fell["model"], "claude-haiku-4-5");
+    assert_eq!(fell["error_class"], "network");
+    assert_eq!(fell["next"], "mock");
+    let gap = at("step_finished") - at("model_fallback");
+    assert!(
+        gap.num_milliseconds() >= 1000,
+        "logged {gap} before the step ended"
+    );
+    assert!(
+        ran.stderr.is_empty() || !ran.stderr.contains("↪"),
+        "--json prints no progress"
+    );
+}

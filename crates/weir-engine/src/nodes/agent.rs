@@ -42,6 +42,19 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
         fallback_models: spec.fallback_models.clone(),
         fallback_error_classes: spec.fallback_error_classes.clone(),
         response_schema: spec.response_schema.as_ref().map(|s| s.source().clone()),
+        // A fallback reaches the log (and `weir run`'s progress) when it happens.
+        on_fallback: (!spec.fallback_models.is_empty()).then(|| {
+            let progress = ctx.progress.clone();
+            let node_id = ctx.node().id.clone();
+            weir_core::model::OnFallback(std::sync::Arc::new(move |model, class, next| {
+                let _ = progress.send(weir_core::event::EventKind::ModelFallback {
+                    node_id: node_id.clone(),
+                    model: model.to_string(),
+                    error_class: class.as_str().to_string(),
+                    next: next.to_string(),
+                });
+            }))
+        }),
     };
     let mut spent = Spent::default();
     let models = ctx.services.models.as_ref();

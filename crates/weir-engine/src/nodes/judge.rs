@@ -36,6 +36,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &JudgeSpec) -> Result<Outcome, Failure
         fallback_models: Vec::new(),
         fallback_error_classes: None,
         response_schema: Some(envelope.schema()),
+        on_fallback: None,
     };
     let mut spent = Spent::default();
     let answer = match structured::ask(

@@ -155,6 +155,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &StepSpec) -> Result<Outcome, Failure>
             fallback_models: Vec::new(),
             fallback_error_classes: None,
             response_schema: None,
+            on_fallback: None,
         });
     }
     let request = json!({"model": spec.model, "system": spec.system_prompt, "nodes": requests});
