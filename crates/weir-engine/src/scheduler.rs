@@ -41,8 +41,11 @@ use crate::nodes::{NodeCtx, Route};
 use crate::routing::fire;
 use crate::{Engine, Error, RunOutcome, now};
 
-type Tasks =
-    FuturesUnordered<Pin<Box<dyn Future<Output = (String, std::thread::Result<Attempts>)> + Send>>>;
+/// A node's result is boxed where it is made: it passes through several futures and the
+/// select on its way to `finish`, and a box moves as one pointer, not a few hundred bytes.
+type Tasks = FuturesUnordered<
+    Pin<Box<dyn Future<Output = (String, std::thread::Result<Box<Attempts>>)> + Send>>,
+>;
 
 pub struct InFlight {
     step: StepRecord,
@@ -257,7 +260,7 @@ impl<'e> Run<'e> {
                         self.events.push(ev);
                     }
                     match joined {
-                        Ok(r) => self.finish(&node_id, r),
+                        Ok(r) => self.finish(&node_id, *r),
                         Err(_) => {
                             // A panicking node is a bug, but it must not take the run down
                             // silently.
@@ -452,11 +455,12 @@ impl<'e> Run<'e> {
                         attempts: Vec::new(),
                         spent: Default::default(),
                     };
-                    return (node_id, Ok(done));
+                    return (node_id, Ok(Box::new(done)));
                 }
-                let result = std::panic::AssertUnwindSafe(attempt::run(&ctx))
-                    .catch_unwind()
-                    .await;
+                let result =
+                    std::panic::AssertUnwindSafe(async { Box::new(attempt::run(&ctx).await) })
+                        .catch_unwind()
+                        .await;
                 (node_id, result)
             }));
         }
