@@ -7,7 +7,7 @@ macro_rules! exit_codes {
   1    the run failed or was cancelled (or weir itself failed)
   2    invalid workflow, input or usage (unknown run id, bad flag)
   3    the run is paused at a human gate (approve or reject it)
-  4    the run aborted (a machine reached a FAILURE state)
+  4    the run aborted (it reached an `end` with status aborted)
   5    conflict: already decided, driven elsewhere, or not in a state that allows it
   130  interrupted (Ctrl-C): the run was released; `weir resume ID` continues it"
     };
@@ -20,13 +20,16 @@ pub const TOP_HELP: &str = concat!(
   weir runs list --status failed --since 1d         what failed today
   weir runs show 1a2b3c4d                           one run, step by step
   weir explain E003                                 what a diagnostic code means
+  weir test                                         every NAME.test.yaml here, offline
+  weir replay 1a2b3c4d --workflow flow.yaml         did my change alter a recorded run?
   weir doctor                                       check bun, API keys, the database
 
 ",
     exit_codes!(),
     "
 
-Docs: docs/cli.md (every command), docs/errors/ (every code, also `weir explain CODE`)"
+Docs: docs/cli.md (every command), docs/testing.md (test, replay), docs/observability.md
+(OpenTelemetry), docs/errors/ (every code, also `weir explain CODE`)"
 );
 
 pub const RUN_HELP: &str = concat!(
