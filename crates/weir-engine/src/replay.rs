@@ -57,7 +57,11 @@ impl Recording {
         let steps = record
             .steps
             .iter()
-            .map(|s| ((s.node_id.clone(), s.visit), s.clone()))
+            .map(|s| {
+                let mut s = s.clone();
+                reused_as_attempt(&mut s);
+                ((s.node_id.clone(), s.visit), s)
+            })
             .collect();
         Arc::new(Self {
             steps,
@@ -118,6 +122,43 @@ impl Recording {
         }
         out
     }
+}
+
+/// A step a re-run reused (no attempts, its output taken from an earlier run) answers a
+/// replay as one attempt that returned that output: a tool's or script's result as it is,
+/// an agent's reply as one model call rebuilt from its output.
+fn reused_as_attempt(s: &mut StepRecord) {
+    if !s.attempts.is_empty() || s.status != StepStatus::Succeeded {
+        return;
+    }
+    let out = s.output.as_ref();
+    let calls = match (out["text"].as_str(), out["model"].as_str()) {
+        (Some(text), Some(model)) => vec![serde_json::json!({
+            "model": model,
+            "provider": out["provider"].as_str().unwrap_or("replay"),
+            "status": "succeeded",
+            "error_class": null,
+            "error": null,
+            "input_tokens": out["input_tokens"].as_u64().unwrap_or(0),
+            "output_tokens": out["output_tokens"].as_u64().unwrap_or(0),
+            "cost_usd": 0.0,
+            "priced": true,
+            "duration_ms": 0,
+            "reply": text,
+        })],
+        _ => Vec::new(),
+    };
+    s.attempts.push(Attempt {
+        n: 1,
+        status: StepStatus::Succeeded,
+        error: None,
+        error_class: None,
+        duration_ms: 0,
+        request: None,
+        response: out["text"].as_str().map(str::to_string),
+        calls,
+        cost_usd: 0.0,
+    });
 }
 
 fn site_or(what: &str) -> Result<CallSite, String> {

@@ -221,3 +221,49 @@ fn a_call_the_record_cannot_answer_is_reported_not_made() {
         human.stdout
     );
 }
+
+/// A re-run's reused steps (no attempts, outputs from the earlier run) replay as what they
+/// returned: the re-run replays identical.
+#[test]
+fn a_rerun_with_reused_steps_replays_identical() {
+    use crate::serve::{Client, Server, block};
+    let w = Weir::new();
+    let server = Server::start(&w, &[]);
+    let token = server.first_token().unwrap();
+    let (first, rerun) = block(async {
+        let api = Client::new(&server, &token);
+        let (status, created) = api
+            .post(
+                "/api/workflows/support-triage/runs",
+                json!({"input": {"customer": "Ada", "ticket": "refund please"}}),
+            )
+            .await;
+        assert_eq!(status, 202, "{created}");
+        let first = created["run_id"].as_str().unwrap().to_string();
+        api.wait_for(&first, |s| s == "succeeded").await;
+        let (status, again) = api
+            .post(
+                &format!("/api/runs/{first}/rerun"),
+                json!({"from": "draft"}),
+            )
+            .await;
+        assert!(status == 201 || status == 202, "{status} {again}");
+        let rerun = again["run_id"].as_str().unwrap().to_string();
+        let record = api.wait_for(&rerun, |s| s == "succeeded").await;
+        assert!(
+            record["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["type"] == "step_reused"),
+            "{record}"
+        );
+        (first, rerun)
+    });
+    server.kill();
+    for id in [&first, &rerun] {
+        let ran = w.run(&["replay", id]);
+        assert_eq!(ran.code, 0, "{id}: {}{}", ran.stdout, ran.stderr);
+        assert!(ran.stdout.contains("identical: "), "{}", ran.stdout);
+    }
+}
