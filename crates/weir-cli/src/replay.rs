@@ -117,29 +117,17 @@ pub async fn run(env: &Env, run_id: &str, workflow: Option<&str>, as_json: bool)
         text,
         pin: None,
     };
-    let mut outcome = eng.start(wf.clone(), source, stored.input.clone()).await?;
+    let outcome = eng.start(wf.clone(), source, stored.input.clone()).await?;
     // Gates decided in the recording are decided the same way, visit by visit.
-    while outcome.status == RunStatus::Paused {
-        let record = eng.store().get_record(&outcome.run_id).await?;
-        let Some(gate) = record.pending_gate.as_ref() else {
-            break;
-        };
-        let visit = record
+    let outcome = through_gates(&eng, &wf, outcome, |gate, visit| {
+        let decided = recorded
             .steps
             .iter()
-            .find(|s| s.seq == gate.seq)
-            .map_or(1, |s| s.visit);
-        let Some(decided) = recorded
-            .steps
-            .iter()
-            .find(|s| s.node_id == gate.node_id && s.visit == visit)
-            .filter(|s| s.output.get("approved").is_some())
-        else {
-            break;
-        };
+            .find(|s| s.node_id == gate && s.visit == visit)
+            .filter(|s| s.output.get("approved").is_some())?;
         let o = &decided.output;
         let approved = o["approved"] == true;
-        let decision = Decision {
+        Some(Decision {
             approved,
             by: o["by"].as_str().unwrap_or("replay").to_string(),
             input: o.get("input").cloned(),
@@ -147,16 +135,9 @@ pub async fn run(env: &Env, run_id: &str, workflow: Option<&str>, as_json: bool)
                 .get(if approved { "comment" } else { "reason" })
                 .and_then(Value::as_str)
                 .map(str::to_string),
-        };
-        let d = eng
-            .decide(wf.clone(), &outcome.run_id, Some(&gate.node_id), decision)
-            .await?;
-        if d.status != RunStatus::Queued {
-            break;
-        }
-        let lease = eng.claim(&outcome.run_id).await?;
-        outcome = eng.drive(wf.clone(), lease).await?;
-    }
+        })
+    })
+    .await?;
     let replayed = eng.store().get_record(&outcome.run_id).await?;
     let differences = compare(&recorded, &replayed);
     let report = Report {
@@ -178,6 +159,40 @@ pub async fn run(env: &Env, run_id: &str, workflow: Option<&str>, as_json: bool)
     } else {
         exit::FAILED
     })
+}
+
+/// Drives a run on through its human gates: each gate it parks at (node id, visit) is
+/// decided by `decide`, and the run driven again, until it ends, or parks at a gate `decide`
+/// has no decision for (returned paused).
+pub async fn through_gates(
+    eng: &Engine,
+    wf: &Arc<weir_core::Workflow>,
+    mut outcome: weir_engine::RunOutcome,
+    mut decide: impl FnMut(&str, u32) -> Option<Decision>,
+) -> Result<weir_engine::RunOutcome> {
+    while outcome.status == RunStatus::Paused {
+        let record = eng.store().get_record(&outcome.run_id).await?;
+        let Some(gate) = record.pending_gate.as_ref() else {
+            break;
+        };
+        let visit = record
+            .steps
+            .iter()
+            .find(|s| s.seq == gate.seq)
+            .map_or(1, |s| s.visit);
+        let Some(decision) = decide(&gate.node_id, visit) else {
+            break;
+        };
+        let d = eng
+            .decide(wf.clone(), &outcome.run_id, Some(&gate.node_id), decision)
+            .await?;
+        if d.status != RunStatus::Queued {
+            break;
+        }
+        let lease = eng.claim(&outcome.run_id).await?;
+        outcome = eng.drive(wf.clone(), lease).await?;
+    }
+    Ok(outcome)
 }
 
 /// Every difference, in the recorded run's step order, then the replay's extra steps.

@@ -15,7 +15,7 @@ use anyhow::Result;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use weir_core::record::{Request, RunRecord, RunStatus, StepStatus};
+use weir_core::record::{Request, RunRecord, StepStatus};
 use weir_core::tool::{ToolCall, ToolError, ToolRunner};
 use weir_engine::{Decision, Engine, Quiet, Services, Source};
 
@@ -361,21 +361,16 @@ async fn run_case(env: &Env, wf_path: &Path, case: &Case) -> Result<Outcome> {
     } else {
         case.input.clone()
     };
-    let mut outcome = eng.start(wf.clone(), source, input).await?;
+    let outcome = eng.start(wf.clone(), source, input).await?;
     let mut failures = Vec::new();
-    while outcome.status == RunStatus::Paused {
-        let record = eng.store().get_record(&outcome.run_id).await?;
-        let Some(gate) = record.pending_gate.as_ref() else {
-            break;
-        };
-        let Some(g) = case.gates.get(&gate.node_id) else {
+    let outcome = crate::replay::through_gates(&eng, &wf, outcome, |gate, _| {
+        let Some(g) = case.gates.get(gate) else {
             failures.push(format!(
-                "the run paused at gate `{}`, and the test has no decision for it (gates: {{{}: {{approve: true}}}})",
-                gate.node_id, gate.node_id
+                "the run paused at gate `{gate}`, and the test has no decision for it (gates: {{{gate}: {{approve: true}}}})"
             ));
-            break;
+            return None;
         };
-        let decision = Decision {
+        Some(Decision {
             approved: g.approve,
             by: "weir test".into(),
             input: g.input.clone(),
@@ -384,16 +379,9 @@ async fn run_case(env: &Env, wf_path: &Path, case: &Case) -> Result<Outcome> {
             } else {
                 g.reason.clone().or_else(|| g.comment.clone())
             },
-        };
-        let d = eng
-            .decide(wf.clone(), &outcome.run_id, Some(&gate.node_id), decision)
-            .await?;
-        if d.status != RunStatus::Queued {
-            break;
-        }
-        let lease = eng.claim(&outcome.run_id).await?;
-        outcome = eng.drive(wf.clone(), lease).await?;
-    }
+        })
+    })
+    .await?;
     let record = eng.store().get_record(&outcome.run_id).await?;
     check(&case.expect, &record, &mut failures);
     Ok(Outcome {

@@ -5,18 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{Fake, Reply, Weir, steps};
-
-fn anthropic(text: &str, input: u64, output: u64) -> Reply {
-    Reply::json(
-        200,
-        json!({
-            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude",
-            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
-            "usage": {"input_tokens": input, "output_tokens": output}
-        }),
-    )
-}
+use crate::support::{Fake, Reply, Weir, anthropic, steps};
 
 fn anthropic_error(status: u16, kind: &str, message: &str) -> Reply {
     Reply::json(

@@ -4,18 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{Fake, Reply, Weir, repo_root};
-
-fn anthropic(text: &str) -> Reply {
-    Reply::json(
-        200,
-        json!({
-            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude",
-            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
-            "usage": {"input_tokens": 100, "output_tokens": 10}
-        }),
-    )
-}
+use crate::support::{Fake, Reply, Weir, anthropic, repo_root};
 
 /// The example's run recorded, then replayed on a copy with one prompt and one condition
 /// changed: exactly those differences, and what follows from them.
@@ -131,7 +120,7 @@ fn retries_and_fallbacks_replay_from_the_record_without_the_provider() {
                 500,
                 json!({"type": "error", "error": {"type": "api_error", "message": "boom"}}),
             ),
-            anthropic("first try"),
+            anthropic("first try", 100, 10),
         ],
     );
     let w = Weir::new()

@@ -33,6 +33,18 @@ impl Seen {
     }
 }
 
+/// An Anthropic Messages API reply with `text` and the given usage.
+pub fn anthropic(text: &str, input: u64, output: u64) -> Reply {
+    Reply::json(
+        200,
+        serde_json::json!({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude",
+            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+            "usage": {"input_tokens": input, "output_tokens": output}
+        }),
+    )
+}
+
 /// A scripted reply.
 #[derive(Debug, Clone)]
 pub struct Reply {

@@ -3,18 +3,7 @@
 
 use serde_json::json;
 
-use crate::support::{Fake, Reply, Weir, repo_root};
-
-fn anthropic(text: &str, input: u64, output: u64) -> Reply {
-    Reply::json(
-        200,
-        json!({
-            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude",
-            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
-            "usage": {"input_tokens": input, "output_tokens": output}
-        }),
-    )
-}
+use crate::support::{Fake, Reply, Weir, anthropic, repo_root};
 
 fn last_run(w: &Weir) -> String {
     w.run_ids().into_iter().next().expect("a run")
