@@ -88,6 +88,11 @@ struct Tables {
     /// Edge indexes by source and by target id.
     out: FastMap<String, Vec<usize>>,
     inc: FastMap<String, Vec<usize>>,
+    /// Positions of the entry nodes (see [`Workflow::entries`]): found once, not per run.
+    entries: Vec<usize>,
+    /// By node position: its outgoing edges with their targets' positions (edges to a
+    /// node that does not exist left out), for routing without a lookup per edge.
+    successors: Vec<Vec<(usize, usize)>>,
 }
 
 impl Workflow {
@@ -103,7 +108,25 @@ impl Workflow {
                 out.entry(e.source.clone()).or_default().push(i);
                 inc.entry(e.target.clone()).or_default().push(i);
             }
-            Tables { by_id, out, inc }
+            let mut successors = vec![Vec::new(); self.nodes.len()];
+            for (i, e) in self.edges.iter().enumerate() {
+                if let (Some(s), Some(t)) = (by_id.get(&e.source), by_id.get(&e.target)) {
+                    successors[*s].push((i, *t));
+                }
+            }
+            let entries = match &self.start {
+                Some(s) => by_id.get(s).copied().into_iter().collect(),
+                None => (0..self.nodes.len())
+                    .filter(|i| !inc.contains_key(&self.nodes[*i].id))
+                    .collect(),
+            };
+            Tables {
+                by_id,
+                out,
+                inc,
+                entries,
+                successors,
+            }
         })
     }
 
@@ -125,6 +148,17 @@ impl Workflow {
             .map(|i| &self.edges[*i])
     }
 
+    /// The outgoing edges of the node at `position`, each with its target node, in the
+    /// order of `edges`.
+    pub fn successors(&self, position: usize) -> impl Iterator<Item = (&Edge, &Node)> + '_ {
+        self.tables()
+            .successors
+            .get(position)
+            .into_iter()
+            .flatten()
+            .map(|(e, t)| (&self.edges[*e], &self.nodes[*t]))
+    }
+
     pub fn incoming<'a>(&'a self, id: &'a str) -> impl Iterator<Item = &'a Edge> + 'a {
         self.tables()
             .inc
@@ -135,14 +169,8 @@ impl Workflow {
     }
 
     /// Entry nodes: the explicit start, else those with no incoming edge.
-    pub fn entries(&self) -> Vec<&Node> {
-        if let Some(s) = &self.start {
-            return self.node(s).into_iter().collect();
-        }
-        self.nodes
-            .iter()
-            .filter(|n| self.incoming(&n.id).next().is_none())
-            .collect()
+    pub fn entries(&self) -> impl Iterator<Item = &Node> + '_ {
+        self.tables().entries.iter().map(|i| &self.nodes[*i])
     }
 }
 

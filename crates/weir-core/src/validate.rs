@@ -92,7 +92,7 @@ pub fn structure(wf: &Workflow) -> Vec<Diagnostic> {
             }
         }
     }
-    let entries = wf.entries();
+    let entries: Vec<&crate::ir::Node> = wf.entries().collect();
     if !wf.nodes.is_empty() && entries.is_empty() {
         out.push(
             Diagnostic::error("E012", "no entry node: every node has an incoming edge")

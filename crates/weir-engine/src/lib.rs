@@ -478,7 +478,7 @@ fn initial_snapshot(wf: &Workflow, input: &Value) -> Snapshot {
     }
     Snapshot {
         state: Arc::new(state),
-        pending: wf.entries().iter().map(|n| n.id.clone()).collect(),
+        pending: wf.entries().map(|n| n.id.clone()).collect(),
         next_seq: 1,
         ..Snapshot::default()
     }

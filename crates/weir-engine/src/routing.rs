@@ -15,19 +15,21 @@ use crate::scheduler::InFlight;
 /// Marks a human gate approved and fires its outgoing edges (a decision, with no driver).
 pub fn complete_gate(wf: &Workflow, snapshot: &mut Snapshot, gate_id: &str) {
     snapshot.completed.insert(gate_id.to_string());
-    fire(wf, snapshot, &FastMap::default(), gate_id, &Route::All);
+    if let Some(at) = wf.position(gate_id) {
+        fire(wf, snapshot, &FastMap::default(), at, &Route::All);
+    }
 }
 
 pub(crate) fn fire(
     wf: &Workflow,
     snapshot: &mut Snapshot,
     in_flight: &FastMap<String, InFlight>,
-    node_id: &str,
+    node: usize,
     route: &Route,
 ) {
     // In the state-machine layouts every transition runs its target again.
     let revisit = wf.layout == StateLayout::Variables;
-    for e in wf.outgoing(node_id) {
+    for (e, target) in wf.successors(node) {
         let fires = match route {
             Route::All => true,
             Route::Key(k) => e.matches(k),
@@ -36,9 +38,6 @@ pub(crate) fn fire(
         if !fires {
             continue;
         }
-        let Some(target) = wf.node(&e.target) else {
-            continue;
-        };
         if matches!(target.kind, NodeKind::Merge) {
             // An entry by its id, without copying the id when the merge has one already.
             match snapshot.arrivals.get_mut(&target.id) {

@@ -43,8 +43,9 @@ use crate::{Engine, Error, RunOutcome, now};
 
 /// A node's result is boxed where it is made: it passes through several futures and the
 /// select on its way to `finish`, and a box moves as one pointer, not a few hundred bytes.
+/// A task yields its node's position in the workflow, not a copy of its id.
 type Tasks = FuturesUnordered<
-    Pin<Box<dyn Future<Output = (String, std::thread::Result<Box<Attempts>>)> + Send>>,
+    Pin<Box<dyn Future<Output = (usize, std::thread::Result<Box<Attempts>>)> + Send>>,
 >;
 
 pub struct InFlight {
@@ -250,7 +251,7 @@ impl<'e> Run<'e> {
                     self.written(w);
                 }
                 next = tasks.next() => {
-                    let Some((node_id, joined)) = next else { break };
+                    let Some((index, joined)) = next else { break };
                     // What a node told while it ran (a fallback) but the loop has not read
                     // yet goes in with its step, before the step's end.
                     while let Ok(mut ev) = progress.try_recv() {
@@ -260,8 +261,9 @@ impl<'e> Run<'e> {
                         self.events.push(ev);
                     }
                     match joined {
-                        Ok(r) => self.finish(&node_id, *r),
+                        Ok(r) => self.finish(index, *r),
                         Err(_) => {
+                            let node_id = self.wf.nodes[index].id.clone();
                             // A panicking node is a bug, but it must not take the run down
                             // silently.
                             self.fail(RunError {
@@ -334,14 +336,15 @@ impl<'e> Run<'e> {
     }
 
     fn launch_ready(&mut self, tasks: &mut Tasks) {
-        let ready: Vec<String> = self
-            .snapshot
-            .pending
-            .iter()
-            .filter(|id| !self.in_flight.contains_key(*id))
-            .cloned()
-            .collect();
-        for node_id in ready {
+        // Launching changes neither `pending` nor its order: walked in place, each id
+        // copied once, for the in-flight table.
+        let mut at = 0;
+        while at < self.snapshot.pending.len() {
+            at += 1;
+            if self.in_flight.contains_key(&self.snapshot.pending[at - 1]) {
+                continue;
+            }
+            let node_id = self.snapshot.pending[at - 1].clone();
             if self.in_flight.len() >= self.engine.max_concurrency {
                 break;
             }
@@ -387,7 +390,7 @@ impl<'e> Run<'e> {
             };
             let step = StepRecord {
                 seq,
-                node_id: node_id.clone(),
+                node_id: node.id.clone(),
                 node_type: node.type_name().into(),
                 visit,
                 status: StepStatus::Running,
@@ -411,7 +414,7 @@ impl<'e> Run<'e> {
             };
             self.events.push(EventKind::StepStarted {
                 step: seq,
-                node_id: node_id.clone(),
+                node_id: node.id.clone(),
                 node_type: step.node_type.clone(),
                 visit,
             });
@@ -427,7 +430,7 @@ impl<'e> Run<'e> {
                 layout: self.wf.layout,
                 pass: self.snapshot.pass.max(1),
                 history: if self.snapshot.history.is_empty() {
-                    Arc::default()
+                    no_history()
                 } else {
                     Arc::new(self.snapshot.history.clone())
                 },
@@ -440,7 +443,7 @@ impl<'e> Run<'e> {
                 replay: self.engine.replay,
             };
             self.in_flight.insert(
-                node_id.clone(),
+                node_id,
                 InFlight {
                     step,
                     started: Instant::now(),
@@ -455,13 +458,13 @@ impl<'e> Run<'e> {
                         attempts: Vec::new(),
                         spent: Default::default(),
                     };
-                    return (node_id, Ok(Box::new(done)));
+                    return (index, Ok(Box::new(done)));
                 }
                 let result =
                     std::panic::AssertUnwindSafe(async { Box::new(attempt::run(&ctx).await) })
                         .catch_unwind()
                         .await;
-                (node_id, result)
+                (index, result)
             }));
         }
     }
@@ -490,7 +493,10 @@ impl<'e> Run<'e> {
     }
 
     /// Records a finished node and routes from it, in one committed step.
-    fn finish(&mut self, node_id: &str, mut result: Attempts) {
+    fn finish(&mut self, index: usize, mut result: Attempts) {
+        let wf = self.wf.clone();
+        let node = &wf.nodes[index];
+        let node_id = node.id.as_str();
         let Some(InFlight { mut step, started }) = self.in_flight.remove(node_id) else {
             return;
         };
@@ -515,10 +521,6 @@ impl<'e> Run<'e> {
         for event in &result.spent.events {
             self.events.push(EventKind::governance(node_id, event));
         }
-        let wf = self.wf.clone();
-        let node = wf
-            .node(node_id)
-            .expect("in-flight nodes come from the workflow");
         let redactor = &self.engine.redactor;
         match &mut result.result {
             Ok(outcome) => {
@@ -589,7 +591,7 @@ impl<'e> Run<'e> {
                             &self.wf,
                             &mut self.snapshot,
                             &self.in_flight,
-                            node_id,
+                            index,
                             &outcome.route,
                         );
                     }
@@ -842,6 +844,14 @@ impl<'e> Run<'e> {
         self.written(w);
         Ok(outcome)
     }
+}
+
+/// The pipeline history of a run that has none, shared: most nodes of most runs see it.
+fn no_history() -> Arc<std::collections::BTreeMap<String, Vec<weir_core::record::StepPass>>> {
+    static EMPTY: std::sync::OnceLock<
+        Arc<std::collections::BTreeMap<String, Vec<weir_core::record::StepPass>>>,
+    > = std::sync::OnceLock::new();
+    EMPTY.get_or_init(Arc::default).clone()
 }
 
 /// The `step_finished` event of a step record.
