@@ -12,8 +12,8 @@ use crate::record::{RunError, RunStatus, StepStatus};
 pub struct RunEvent {
     /// 1, 2, 3 … per run, gap-free, in commit order.
     pub seq: u64,
-    /// RFC 3339, when the store wrote it.
-    pub at: String,
+    /// When the store wrote it (RFC 3339 text in JSON).
+    pub at: crate::store::Stamp,
     #[serde(flatten)]
     pub kind: EventKind,
 }

@@ -371,7 +371,6 @@ pub fn now_rfc3339() -> String {
 /// timestamps within the same second); only the milliseconds change in between.
 pub fn format_millis(ms: i64) -> String {
     thread_local! {
-        static LAST: std::cell::Cell<(i64, [u8; 24])> = const { std::cell::Cell::new((i64::MIN, [0; 24])) };
         /// The last millisecond formatted, and its text: steps run microseconds apart, so
         /// most timestamps repeat the previous one and are a copy of it.
         static LAST_MS: std::cell::RefCell<(i64, String)> = const { std::cell::RefCell::new((i64::MIN, String::new())) };
@@ -381,6 +380,23 @@ pub fn format_millis(ms: i64) -> String {
         (l.0 == ms).then(|| l.1.clone())
     }) {
         return hit;
+    }
+    let buf = millis_text(ms);
+    let text = std::str::from_utf8(&buf)
+        .expect("timestamps are ASCII")
+        .to_owned();
+    LAST_MS.with(|l| {
+        let mut l = l.borrow_mut();
+        l.0 = ms;
+        l.1.clone_from(&text);
+    });
+    text
+}
+
+/// The text of [`format_millis`], without allocating.
+fn millis_text(ms: i64) -> [u8; 24] {
+    thread_local! {
+        static LAST: std::cell::Cell<(i64, [u8; 24])> = const { std::cell::Cell::new((i64::MIN, [0; 24])) };
     }
     let second = ms.div_euclid(1000);
     let mut buf = LAST.with(|last| {
@@ -393,17 +409,109 @@ pub fn format_millis(ms: i64) -> String {
             buf
         }
     });
-    let milli = ms.rem_euclid(1000);
-    put_digits(&mut buf[20..23], milli);
-    let text = std::str::from_utf8(&buf)
-        .expect("timestamps are ASCII")
-        .to_owned();
-    LAST_MS.with(|l| {
-        let mut l = l.borrow_mut();
-        l.0 = ms;
-        l.1.clone_from(&text);
-    });
-    text
+    put_digits(&mut buf[20..23], ms.rem_euclid(1000));
+    buf
+}
+
+/// A record timestamp: Unix milliseconds, written as [`format_millis`]'s RFC 3339 text only
+/// when it is serialized or displayed (taking one costs a clock read, not a formatted
+/// string). A stored text that is not in that exact form is kept as it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp(StampRepr);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum StampRepr {
+    Millis(i64),
+    Text(Box<str>),
+}
+
+impl Stamp {
+    pub fn now() -> Self {
+        Self::from_millis(now_ms())
+    }
+
+    pub fn from_millis(ms: i64) -> Self {
+        Self(StampRepr::Millis(ms))
+    }
+
+    /// Unix milliseconds, unless the stamp is a text of another form.
+    pub fn millis(&self) -> Option<i64> {
+        match &self.0 {
+            StampRepr::Millis(ms) => Some(*ms),
+            StampRepr::Text(_) => None,
+        }
+    }
+
+    fn with_text<T>(&self, f: impl FnOnce(&str) -> T) -> T {
+        match &self.0 {
+            StampRepr::Millis(ms) => {
+                let buf = millis_text(*ms);
+                f(std::str::from_utf8(&buf).expect("timestamps are ASCII"))
+            }
+            StampRepr::Text(t) => f(t),
+        }
+    }
+}
+
+impl From<&str> for Stamp {
+    /// Milliseconds when `text` is exactly what [`format_millis`] writes for them, else the
+    /// text itself.
+    fn from(text: &str) -> Self {
+        match parse_millis(text) {
+            Some(ms) if millis_text(ms) == text.as_bytes() => Self::from_millis(ms),
+            _ => Self(StampRepr::Text(text.into())),
+        }
+    }
+}
+
+impl From<String> for Stamp {
+    fn from(text: String) -> Self {
+        Self::from(text.as_str())
+    }
+}
+
+impl std::fmt::Display for Stamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.with_text(|t| f.write_str(t))
+    }
+}
+
+impl serde::Serialize for Stamp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.with_text(|t| s.serialize_str(t))
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Stamp {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        Ok(Self::from(text.as_ref()))
+    }
+}
+
+/// Unix milliseconds of `YYYY-MM-DDTHH:MM:SS.mmmZ` (fields in range are checked by the
+/// caller's round trip).
+fn parse_millis(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    if b.len() != 24 {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        b[r].iter().try_fold(0i64, |n, c| {
+            c.is_ascii_digit().then(|| n * 10 + i64::from(c - b'0'))
+        })
+    };
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, sec, ms) = (num(11..13)?, num(14..16)?, num(17..19)?, num(20..23)?);
+    // Days since 1970-01-01 from a civil date (H. Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 86_400 + h * 3600 + mi * 60 + sec) * 1000) + ms)
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.000Z` for a Unix second.
@@ -467,5 +575,38 @@ mod tests {
             ms += 86_399_999 * 3 + 7;
         }
         assert_eq!(format_millis(951_782_400_123), "2000-02-29T00:00:00.123Z");
+    }
+
+    /// A stamp reads back the text it was written as: the milliseconds for weir's own form,
+    /// any other text kept as it was.
+    #[test]
+    fn stamps_round_trip_their_text() {
+        use super::Stamp;
+        let mut ms: i64 = 0;
+        while ms < 7_258_118_400_000 {
+            let text = format_millis(ms);
+            let stamp = Stamp::from(text.as_str());
+            assert_eq!(stamp.millis(), Some(ms), "{text}");
+            assert_eq!(
+                serde_json::to_string(&stamp).unwrap(),
+                format!("\"{text}\"")
+            );
+            assert_eq!(Stamp::from_millis(ms), stamp);
+            ms += 86_399_999 * 3 + 7;
+        }
+        for other in [
+            "",
+            "2026-12-01T08:00:00Z",
+            "2026-02-30T00:00:00.000Z",
+            "yesterday",
+        ] {
+            let stamp: Stamp = serde_json::from_str(&format!("\"{other}\"")).unwrap();
+            assert_eq!(stamp.millis(), None, "{other}");
+            assert_eq!(stamp.to_string(), other);
+            assert_eq!(
+                serde_json::to_string(&stamp).unwrap(),
+                format!("\"{other}\"")
+            );
+        }
     }
 }

@@ -41,7 +41,7 @@ pub(crate) fn parse<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, StoreE
 /// The stored body of an event: everything but its sequence number, which is the row's key.
 #[derive(serde::Serialize)]
 pub(crate) struct Body<'a> {
-    pub(crate) at: &'a str,
+    pub(crate) at: &'a weir_core::store::Stamp,
     #[serde(flatten)]
     pub(crate) kind: &'a EventKind,
 }
@@ -63,13 +63,17 @@ pub(crate) fn event_of(seq: i64, body: &str) -> Result<RunEvent, StoreError> {
 }
 
 /// `kinds` as the events they became: numbered from `first`, all stamped `at`.
-pub(crate) fn numbered(first: i64, at: &str, kinds: Vec<EventKind>) -> Vec<RunEvent> {
+pub(crate) fn numbered(
+    first: i64,
+    at: &weir_core::store::Stamp,
+    kinds: Vec<EventKind>,
+) -> Vec<RunEvent> {
     kinds
         .into_iter()
         .enumerate()
         .map(|(i, kind)| RunEvent {
             seq: (first + i as i64) as u64,
-            at: at.to_string(),
+            at: at.clone(),
             kind,
         })
         .collect()

@@ -13,7 +13,7 @@ use weir_core::record::{
 };
 use weir_core::store::{
     CancelOutcome, Claim, Created, GateDecision, Lease, NewRun, Pin, RunFilter, RunStore,
-    RunUpdate, StepCommit, StoreError, StoredRun, Written, now_ms, now_rfc3339,
+    RunUpdate, StepCommit, StoreError, StoredRun, Written, now_ms,
 };
 
 use crate::rules::{self, ClaimView};
@@ -77,7 +77,7 @@ impl MemRun {
         if kinds.is_empty() {
             return;
         }
-        let at = now_rfc3339();
+        let at = weir_core::store::Stamp::now();
         for kind in kinds {
             self.event_seq += 1;
             let e = RunEvent {
@@ -118,12 +118,12 @@ impl MemRun {
 
     /// Ends the run as cancelled at once (no driver holds it).
     fn cancel_now(&mut self, by: &str, w: &mut Written) {
-        let at = now_rfc3339();
+        let at = weir_core::store::Stamp::now();
         for s in self.steps.values_mut() {
             if matches!(s.status, StepStatus::Running | StepStatus::Waiting) {
                 s.status = StepStatus::Cancelled;
                 s.error = Some(format!("cancelled by {by}"));
-                s.finished_at = Some(at.clone());
+                s.finished_at = Some(at.to_string());
             }
         }
         self.snapshot.gates.clear();
@@ -135,7 +135,7 @@ impl MemRun {
             node_id: None,
         };
         self.error = Some(error.clone());
-        self.finished_at = Some(at);
+        self.finished_at = Some(at.to_string());
         self.lease_expires_at = None;
         self.append(
             vec![

@@ -2,7 +2,7 @@
 //! runnable runs (workers), with `FOR UPDATE SKIP LOCKED` so no claim waits on another.
 
 use sqlx::{PgConnection, Row};
-use weir_core::store::{Claim, Lease, StoreError, Written, now_ms, now_rfc3339};
+use weir_core::store::{Claim, Lease, StoreError, Written, now_ms};
 
 use super::write::insert_events;
 use super::{Postgres, in_tx, not_found};
@@ -98,7 +98,7 @@ impl Postgres {
                 return Ok(Vec::new());
             }
             self.faults.hit("claim", 1)?;
-            let at = now_rfc3339();
+            let at = weir_core::store::Stamp::now();
             let mut out = Vec::with_capacity(rows.len());
             let (mut ids, mut seqs, mut bodies_) = (Vec::new(), Vec::new(), Vec::new());
             for r in &rows {
@@ -189,7 +189,7 @@ impl Postgres {
         .await
         .map_err(backend)?;
         self.faults.hit("claim", 2)?;
-        let at = now_rfc3339();
+        let at = weir_core::store::Stamp::now();
         let seq: i64 = r.get(0);
         insert_events(tx, &row.id, seq, &at, std::slice::from_ref(&kind)).await?;
         Ok(Some((

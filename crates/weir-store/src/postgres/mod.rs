@@ -30,7 +30,7 @@ use weir_core::record::{
 };
 use weir_core::store::{
     CancelOutcome, Claim, Created, GateDecision, Lease, NewRun, RunFilter, RunStore, RunUpdate,
-    StepCommit, StoreError, StoredRun, WakeFn, Written, now_ms, now_rfc3339,
+    StepCommit, StoreError, StoredRun, WakeFn, Written, now_ms,
 };
 
 use crate::rules::{self};
@@ -211,7 +211,7 @@ impl RunStore for Postgres {
 
     async fn create_run(&self, run: &NewRun) -> Result<Created, StoreError> {
         let now = now_ms();
-        let at = now_rfc3339();
+        let at = weir_core::store::Stamp::now();
         let mut kinds = vec![EventKind::RunCreated {
             workflow: run.workflow.clone(),
         }];
@@ -488,7 +488,7 @@ impl RunStore for Postgres {
                 .await
                 .map_err(backend)?;
             self.faults.hit("decide", 2)?;
-            let at = now_rfc3339();
+            let at = weir_core::store::Stamp::now();
             insert_events(&mut *tx, &d.run_id, last - n + 1, &at, &d.events).await?;
             self.faults.hit("decide", 3)?;
             if d.status == RunStatus::Queued {
@@ -545,7 +545,7 @@ impl RunStore for Postgres {
                 .get::<Option<i64>, _>("lease")
                 .is_some_and(|at| at > now_ms());
             let requested = EventKind::CancelRequested { by: by.to_string() };
-            let at = now_rfc3339();
+            let at = weir_core::store::Stamp::now();
             if status == RunStatus::Running && live {
                 let events = if row.get::<bool, _>("cancel_requested") {
                     Vec::new()
@@ -586,7 +586,7 @@ impl RunStore for Postgres {
                  WHERE id = $4 RETURNING event_seq",
             )
             .bind(json(&error)?)
-            .bind(at.as_str())
+            .bind(at.to_string())
             .bind(json(&snapshot)?)
             .bind(run_id)
             .fetch_one(&mut *tx)
@@ -603,7 +603,7 @@ impl RunStore for Postgres {
             ] {
                 let mut q = sqlx::query(sql).bind(run_id);
                 if bind {
-                    q = q.bind(format!("cancelled by {by}")).bind(at.as_str());
+                    q = q.bind(format!("cancelled by {by}")).bind(at.to_string());
                 }
                 q.execute(&mut *tx).await.map_err(backend)?;
             }

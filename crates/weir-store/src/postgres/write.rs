@@ -5,14 +5,17 @@ use sqlx::{PgConnection, Row};
 use weir_core::event::EventKind;
 use weir_core::patch::Patch;
 use weir_core::record::{RunError, RunStatus, Snapshot, StepRecord};
-use weir_core::store::{Lease, StoreError, Written, now_ms, now_rfc3339};
+use weir_core::store::{Lease, StoreError, Written, now_ms};
 
 use super::{Postgres, in_tx};
 use crate::rules;
 use crate::{Body, backend, json, numbered};
 
 /// Event bodies for `kinds`, all stamped `at`.
-pub(super) fn bodies(at: &str, kinds: &[EventKind]) -> Result<Vec<String>, StoreError> {
+pub(super) fn bodies(
+    at: &weir_core::store::Stamp,
+    kinds: &[EventKind],
+) -> Result<Vec<String>, StoreError> {
     kinds.iter().map(|kind| json(&Body { at, kind })).collect()
 }
 
@@ -248,7 +251,7 @@ pub(super) fn upsert_sql() -> &'static str {
 impl Postgres {
     pub(super) async fn fenced(&self, w: Fence<'_>) -> Result<Written, StoreError> {
         self.faults.hit("commit", 0)?;
-        let at = now_rfc3339();
+        let at = weir_core::store::Stamp::now();
         let n = w.events.len() as i64;
         let (patch, clear) = rules::snapshot_write(w.snapshot.is_some(), w.patch, w.clear, n > 0);
         let patch = patch.map(json).transpose()?;
@@ -331,7 +334,14 @@ impl Postgres {
             .await
             .map_err(backend)?
             .get(0);
-            insert_events(&mut *tx, &lease.run_id, seq, &now_rfc3339(), &[kind]).await?;
+            insert_events(
+                &mut *tx,
+                &lease.run_id,
+                seq,
+                &weir_core::store::Stamp::now(),
+                &[kind],
+            )
+            .await?;
             Ok(Some((current, true)))
         })
         .await?;
@@ -349,7 +359,7 @@ pub(super) async fn insert_events(
     conn: &mut PgConnection,
     run_id: &str,
     first: i64,
-    at: &str,
+    at: &weir_core::store::Stamp,
     kinds: &[EventKind],
 ) -> Result<(), StoreError> {
     if kinds.is_empty() {

@@ -327,7 +327,7 @@ fn refuse(tx: &Conn<'_>, run_id: &str, epoch: i64, owner: &str, write: &str) -> 
                 tx,
                 f.key,
                 f.event_seq,
-                &weir_core::store::now_rfc3339(),
+                &weir_core::store::Stamp::now(),
                 kind,
             )
         })
@@ -426,7 +426,7 @@ pub fn claim_next(
         }
     }
     found.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
-    let at = weir_core::store::now_rfc3339();
+    let at = weir_core::store::Stamp::now();
     let mut out = Vec::new();
     for (_, _, row) in found.into_iter().take(limit as usize) {
         out.extend(claim_one(&held, &row, claim, &at)?);
@@ -453,7 +453,7 @@ fn claim_one(
     tx: &Conn<'_>,
     row: &crate::rules::ClaimRow,
     claim: &weir_core::store::Claim,
-    at: &str,
+    at: &weir_core::store::Stamp,
 ) -> Result<Option<(weir_core::store::Lease, weir_core::store::Written)>, StoreError> {
     let epoch = row.epoch + 1;
     let kind = rules::claim_event(&row.view(), &claim.owner, epoch);
@@ -499,7 +499,7 @@ fn insert_event(
     tx: &Conn<'_>,
     run_key: i64,
     seq: i64,
-    at: &str,
+    at: &weir_core::store::Stamp,
     kind: weir_core::event::EventKind,
 ) -> Result<weir_core::event::RunEvent, StoreError> {
     let body = serde_json::to_string(&crate::Body { at, kind: &kind }).map_err(backend)?;
@@ -508,7 +508,7 @@ fn insert_event(
         .map_err(backend)?;
     Ok(weir_core::event::RunEvent {
         seq: seq as u64,
-        at: at.to_string(),
+        at: at.clone(),
         kind,
     })
 }
@@ -566,7 +566,7 @@ pub fn create_run(
     tx.prepare("INSERT INTO run_sources (run_key, source_text, input) VALUES (?1, ?2, ?3)")?
         .execute(params![key, run.source_text, input])
         .map_err(backend)?;
-    let at = weir_core::store::now_rfc3339();
+    let at = weir_core::store::Stamp::now();
     let mut events = vec![insert_event(
         tx,
         key,
@@ -625,7 +625,7 @@ pub fn claim_run(
     if let Some(refusal) = rules::claim_refusal(&row.view(), weir_core::store::now_ms()) {
         return Err(refusal);
     }
-    let at = weir_core::store::now_rfc3339();
+    let at = weir_core::store::Stamp::now();
     let out = claim_one(&Conn::new(&tx), &row, claim, &at)?
         .ok_or_else(|| StoreError::Conflict(format!("run {run_id} was claimed by someone else")))?;
     tx.commit().map_err(backend)?;

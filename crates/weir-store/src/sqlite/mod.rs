@@ -19,7 +19,7 @@ use weir_core::record::{
 };
 use weir_core::store::{
     CancelOutcome, Claim, Created, GateDecision, Lease, NewRun, RunFilter, RunStore, RunUpdate,
-    StepCommit, StoreError, StoredRun, Written, now_ms, now_rfc3339,
+    StepCommit, StoreError, StoredRun, Written, now_ms,
 };
 
 use crate::rules;
@@ -446,7 +446,7 @@ impl RunStore for Sqlite {
         let mut snapshot = crate::cols::snapshot(&row)?;
         snapshot.gates.clear();
         snapshot.pending.clear();
-        let at = now_rfc3339();
+        let at = weir_core::store::Stamp::now();
         let error = RunError {
             code: ErrorCode::Cancelled,
             message: format!("cancelled by {by}"),
@@ -458,7 +458,7 @@ impl RunStore for Sqlite {
              WHERE id = ? RETURNING event_seq",
         )
         .bind(json(&error)?)
-        .bind(at.as_str())
+        .bind(at.to_string())
         .bind(json(&snapshot)?)
         .bind(run_id)
         .fetch_one(&mut *tx)
@@ -472,7 +472,7 @@ impl RunStore for Sqlite {
         ))
         .bind(run_id)
         .bind(format!("cancelled by {by}"))
-        .bind(at.as_str())
+        .bind(at.to_string())
         .execute(&mut *tx)
         .await
         .map_err(backend)?;

@@ -8,7 +8,7 @@ use sqlx::{QueryBuilder, Sqlite as Db, SqliteConnection};
 use weir_core::event::{EventKind, RunEvent};
 use weir_core::patch::Patch;
 use weir_core::record::{Snapshot, StepRecord};
-use weir_core::store::{Lease, RunUpdate, StoreError, Written, now_rfc3339};
+use weir_core::store::{Lease, RunUpdate, StoreError, Written};
 
 use super::Sqlite;
 use super::drive::{self, EndRow, FencedWrite, StepRow};
@@ -91,7 +91,7 @@ pub(super) async fn insert_events(
     if kinds.is_empty() {
         return Ok(Vec::new());
     }
-    let at = now_rfc3339();
+    let at = weir_core::store::Stamp::now();
     let mut rows = Vec::with_capacity(kinds.len());
     for (i, kind) in kinds.iter().enumerate() {
         rows.push((first + i as i64, json(&Body { at: &at, kind })?));
@@ -156,7 +156,7 @@ pub(super) fn step_row(s: &StepRecord) -> Result<StepRow, StoreError> {
 impl Sqlite {
     /// Serializes one write of a drive and runs it on the writer thread.
     pub(super) async fn fenced(&self, w: Fenced<'_>) -> Result<Written, StoreError> {
-        let at = now_rfc3339();
+        let at = weir_core::store::Stamp::now();
         let (patch, clear) = crate::rules::snapshot_write(
             w.snapshot.is_some(),
             w.patch,

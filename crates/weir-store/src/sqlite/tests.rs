@@ -182,7 +182,7 @@ async fn a_stale_drive_whose_runs_key_was_reused_is_refused() {
     let done = RunUpdate {
         status: RunStatus::Succeeded,
         error: None,
-        finished_at: Some(now_rfc3339()),
+        finished_at: Some(weir_core::store::now_rfc3339()),
         snapshot: Default::default(),
     };
     other.finish_run(&taker, &done, Vec::new()).await.unwrap();
