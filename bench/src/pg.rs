@@ -326,8 +326,8 @@ async fn raw_commits(store: Arc<Postgres>) {
             cost_usd: 0.0,
             tokens: Default::default(),
             attempts: vec![],
-            started_at: weir_core::store::now_rfc3339(),
-            finished_at: Some(weir_core::store::now_rfc3339()),
+            started_at: weir_core::store::Stamp::now(),
+            finished_at: Some(weir_core::store::Stamp::now()),
             duration_ms: Some(0),
         };
         store

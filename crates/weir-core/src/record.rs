@@ -277,8 +277,9 @@ pub struct StepRecord {
     pub cost_usd: f64,
     pub tokens: Tokens,
     pub attempts: Vec<Attempt>,
-    pub started_at: String,
-    pub finished_at: Option<String>,
+    /// Taken as a clock reading; written as RFC 3339 text.
+    pub started_at: crate::store::Stamp,
+    pub finished_at: Option<crate::store::Stamp>,
     pub duration_ms: Option<u64>,
 }
 

@@ -82,7 +82,7 @@ impl Engine {
         snapshot.gates.remove(index);
         let at = now();
         let mut step = store.get_step(run_id, pending.seq).await?;
-        step.finished_at = Some(at.clone());
+        step.finished_at = Some(at.as_str().into());
         let key = format!("approval_{}", pending.node_id);
         let decided_event = EventKind::GateDecided {
             node_id: pending.node_id.clone(),
@@ -143,7 +143,7 @@ impl Engine {
                     "cancelled: gate `{}` was rejected",
                     pending.node_id
                 ));
-                s.finished_at = Some(at.clone());
+                s.finished_at = Some(at.as_str().into());
                 also.push(s);
             }
             snapshot.pending.clear();

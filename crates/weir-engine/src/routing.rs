@@ -103,16 +103,19 @@ fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &FastMap<Stri
             // stall the run: once nothing else can make progress, release the first.
             let stalled =
                 snapshot.pending.is_empty() && in_flight.is_empty() && snapshot.gates.is_empty();
+            if !stalled {
+                break;
+            }
             let first = wf.nodes.iter().find(|n| {
                 snapshot.arrivals.get(&n.id).is_some_and(|a| !a.is_empty())
                     && !snapshot.completed.contains(&n.id)
             });
             match first {
-                Some(m) if stalled => {
+                Some(m) => {
                     snapshot.arrivals.remove(&m.id);
                     snapshot.pending.push(m.id.clone());
                 }
-                _ => break,
+                None => break,
             }
         }
     }

@@ -33,7 +33,7 @@ use weir_core::patch::Tracker;
 use weir_core::record::{
     ErrorCode, PendingGate, RunError, RunStatus, Snapshot, StepRecord, StepStatus, Tokens,
 };
-use weir_core::store::{Lease, RunUpdate, StepCommit, Written};
+use weir_core::store::{Lease, RunUpdate, Stamp, StepCommit, Written};
 
 use crate::attempt::{self, Attempts};
 use crate::heartbeat::Signal;
@@ -143,7 +143,7 @@ impl<'e> Run<'e> {
                 s.status = StepStatus::Cancelled;
                 s.error =
                     Some("interrupted: the driver of this step stopped; it runs again".into());
-                s.finished_at = Some(now());
+                s.finished_at = Some(Stamp::now());
                 s
             })
             .collect();
@@ -408,7 +408,7 @@ impl<'e> Run<'e> {
                 cost_usd: 0.0,
                 tokens: Tokens::default(),
                 attempts: Vec::new(),
-                started_at: now(),
+                started_at: Stamp::now(),
                 finished_at: None,
                 duration_ms: None,
             };
@@ -510,7 +510,7 @@ impl<'e> Run<'e> {
                 self.snapshot.visits.insert(node_id.to_string(), 1);
             }
         }
-        step.finished_at = Some(now());
+        step.finished_at = Some(Stamp::now());
         step.duration_ms = Some(started.elapsed().as_millis() as u64);
         step.attempts = result.attempts;
         // Every attempt's model calls are charged, failed attempts included.
@@ -716,7 +716,7 @@ impl<'e> Run<'e> {
             let mut step = f.step;
             step.status = StepStatus::Cancelled;
             step.error = Some(reason.clone());
-            step.finished_at = Some(now());
+            step.finished_at = Some(Stamp::now());
             step.duration_ms = Some(f.started.elapsed().as_millis() as u64);
             // An interrupted step stays pending: it runs again when the run is resumed.
             if !interrupted

@@ -193,11 +193,11 @@ pub fn spans(r: &RunRecord, content: bool) -> Vec<SpanData> {
         status,
     );
     for s in &r.steps {
-        let start = at(&s.started_at).unwrap_or(run_start);
+        let start = at(&s.started_at.to_string()).unwrap_or(run_start);
         let end = s
             .finished_at
-            .as_deref()
-            .and_then(at)
+            .as_ref()
+            .and_then(|t| at(&t.to_string()))
             .or_else(|| s.duration_ms.map(|d| start + Duration::from_millis(d)))
             .unwrap_or(start);
         let mut attrs = vec![

@@ -93,8 +93,8 @@ pub(crate) fn steps(
                 output: r.int("tokens_out") as u64,
             },
             attempts,
-            started_at: r.text("started_at"),
-            finished_at: r.opt_text("finished_at"),
+            started_at: r.text("started_at").into(),
+            finished_at: r.opt_text("finished_at").map(Into::into),
             duration_ms: r.opt_int("duration_ms").map(|d| d as u64),
         });
     }

@@ -123,7 +123,7 @@ impl MemRun {
             if matches!(s.status, StepStatus::Running | StepStatus::Waiting) {
                 s.status = StepStatus::Cancelled;
                 s.error = Some(format!("cancelled by {by}"));
-                s.finished_at = Some(at.to_string());
+                s.finished_at = Some(at.clone());
             }
         }
         self.snapshot.gates.clear();

@@ -163,7 +163,7 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
     .unwrap();
     let mut a = a_run.clone();
     a.status = StepStatus::Succeeded;
-    a.finished_at = Some(weir_core::store::now_rfc3339());
+    a.finished_at = Some(weir_core::store::Stamp::now());
     a.attempts = vec![weir_core::Attempt {
         n: 1,
         status: StepStatus::Succeeded,
@@ -407,7 +407,7 @@ async fn a_crash_between_writes_leaves_a_run_that_continues(f: Fixture) {
             |s: Arc<dyn RunStore>, l: Lease| {
                 async move {
                     let mut a = step(1, "a", StepStatus::Succeeded);
-                    a.finished_at = Some(weir_core::store::now_rfc3339());
+                    a.finished_at = Some(weir_core::store::Stamp::now());
                     s.commit_step(
                         &l,
                         StepCommit {
@@ -427,7 +427,7 @@ async fn a_crash_between_writes_leaves_a_run_that_continues(f: Fixture) {
             |s: Arc<dyn RunStore>, l: Lease| {
                 async move {
                     let mut b = step(2, "b", StepStatus::Succeeded);
-                    b.finished_at = Some(weir_core::store::now_rfc3339());
+                    b.finished_at = Some(weir_core::store::Stamp::now());
                     s.commit_step(
                         &l,
                         StepCommit {

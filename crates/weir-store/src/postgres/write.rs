@@ -58,8 +58,9 @@ impl StepArrays {
             a.cost_usd.push(s.cost_usd);
             a.tokens_in.push(s.tokens.input as i64);
             a.tokens_out.push(s.tokens.output as i64);
-            a.started_at.push(s.started_at.clone());
-            a.finished_at.push(s.finished_at.clone());
+            a.started_at.push(s.started_at.to_string());
+            a.finished_at
+                .push(s.finished_at.as_ref().map(|t| t.to_string()));
             a.duration_ms.push(s.duration_ms.map(|d| d as i64));
             for at in &s.attempts {
                 a.a_seq.push(i64::from(s.seq));

@@ -56,8 +56,8 @@ pub(super) async fn insert_steps(
             .push_bind(s.cost_usd)
             .push_bind(s.tokens.input as i64)
             .push_bind(s.tokens.output as i64)
-            .push_bind(s.started_at.as_str())
-            .push_bind(s.finished_at.as_deref())
+            .push_bind(s.started_at.to_string())
+            .push_bind(s.finished_at.as_ref().map(|t| t.to_string()))
             .push_bind(s.duration_ms.map(|d| d as i64));
     });
     q.build().execute(&mut *conn).await.map_err(backend)?;
@@ -142,8 +142,8 @@ pub(super) fn step_row(s: &StepRecord) -> Result<StepRow, StoreError> {
         cost_usd: s.cost_usd,
         tokens_in: s.tokens.input as i64,
         tokens_out: s.tokens.output as i64,
-        started_at: s.started_at.clone(),
-        finished_at: s.finished_at.clone(),
+        started_at: s.started_at.to_string(),
+        finished_at: s.finished_at.as_ref().map(|t| t.to_string()),
         duration_ms: s.duration_ms.map(|d| d as i64),
         attempts: s
             .attempts

@@ -19,7 +19,7 @@ pub(super) async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
     for i in 1..=commits {
         let node = format!("n{i}");
         let mut st = step(i, &node, StepStatus::Succeeded);
-        st.finished_at = Some(weir_core::store::now_rfc3339());
+        st.finished_at = Some(weir_core::store::Stamp::now());
         let state = Arc::make_mut(&mut now.state);
         state.insert(
             format!("k{}", i % 4),

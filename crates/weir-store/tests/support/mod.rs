@@ -145,7 +145,7 @@ pub fn step(seq: u32, node: &str, status: StepStatus) -> StepRecord {
         cost_usd: 0.5,
         tokens: Tokens::default(),
         attempts: Vec::new(),
-        started_at: weir_core::store::now_rfc3339(),
+        started_at: weir_core::store::Stamp::now(),
         finished_at: None,
         duration_ms: None,
     }
