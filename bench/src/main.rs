@@ -279,10 +279,27 @@ async fn concurrent(bench: &str, e: Engine, runs: usize, n: usize, latency: Dura
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..runs {
         let (e, wf) = (e.clone(), wf.clone());
-        set.spawn(async move { run(&e, &wf, json!({"last": ""})).await.status });
+        set.spawn(async move {
+            let s = run(&e, &wf, json!({"last": ""})).await.status;
+            (s, t.elapsed())
+        });
     }
+    let spawned = t.elapsed();
+    let mut done = Vec::new();
     while let Some(r) = set.join_next().await {
-        assert_eq!(r.expect("task"), RunStatus::Succeeded);
+        let (s, at) = r.expect("task");
+        assert_eq!(s, RunStatus::Succeeded);
+        done.push(at);
+    }
+    done.sort();
+    if std::env::var("WEIR_BENCH_TAIL").is_ok() {
+        eprintln!(
+            "spawned {spawned:?} first {:?} p50 {:?} p99 {:?} last {:?}",
+            done[0],
+            done[done.len() / 2],
+            done[done.len() * 99 / 100],
+            done[done.len() - 1]
+        );
     }
     let dt = t.elapsed().as_secs_f64();
     let ideal = n as f64 * latency.as_secs_f64();

@@ -308,7 +308,7 @@ async fn raw_commits(store: Arc<Postgres>) {
         }),
         pin: None,
     };
-    let lease = store.create_run(&run).await.unwrap().lease.unwrap();
+    let lease = store.create_run(run.clone()).await.unwrap().lease.unwrap();
     let snap = weir_core::record::Snapshot::default();
     let n = 1000;
     let t = Instant::now();

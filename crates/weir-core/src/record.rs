@@ -352,7 +352,7 @@ pub struct Reused {
 }
 
 /// Everything the scheduler needs to continue a run, committed with each step.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     /// Public state: what templates and expressions see. Shared copy-on-write: nodes in
     /// flight hold the state they started with, and a write copies only while they do.
@@ -383,6 +383,30 @@ pub struct Snapshot {
     /// node's next executions reuse instead of running.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub reuse: BTreeMap<String, Vec<Reused>>,
+}
+
+/// Empty, its output the shared null (no allocation: every run starts from one).
+impl Default for Snapshot {
+    fn default() -> Self {
+        static EMPTY: std::sync::LazyLock<std::sync::Arc<Map<String, Value>>> =
+            std::sync::LazyLock::new(Default::default);
+        Self {
+            state: EMPTY.clone(),
+            loops: Default::default(),
+            pending: Default::default(),
+            completed: Default::default(),
+            arrivals: Default::default(),
+            hops: 0,
+            visits: Default::default(),
+            next_seq: 0,
+            cost_usd: 0.0,
+            output: no_output(),
+            gates: Default::default(),
+            pass: 0,
+            history: Default::default(),
+            reuse: Default::default(),
+        }
+    }
 }
 
 fn is_zero(n: &u32) -> bool {

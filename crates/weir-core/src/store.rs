@@ -259,7 +259,7 @@ pub trait RunStore: Send + Sync {
 
     /// Inserts the run `queued` (or claimed, with [`NewRun::claim`]) with a `run_created`
     /// event; a repeated idempotency key returns the first run.
-    async fn create_run(&self, run: &NewRun) -> Result<Created, StoreError>;
+    async fn create_run(&self, run: NewRun) -> Result<Created, StoreError>;
 
     /// Claims one run: it must be `queued`, or `running` with an expired lease (its driver
     /// died). A live lease, a paused or an ended run is a `Conflict` saying why.

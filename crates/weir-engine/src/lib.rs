@@ -353,7 +353,7 @@ impl Engine {
         let created = self
             .services
             .store
-            .create_run(&NewRun {
+            .create_run(NewRun {
                 run_id,
                 workflow: wf.name.clone(),
                 dialect: wf.dialect.as_str().into(),

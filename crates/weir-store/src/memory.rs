@@ -201,7 +201,7 @@ impl Memory {
 
 #[async_trait]
 impl RunStore for Memory {
-    async fn create_run(&self, new: &NewRun) -> Result<Created, StoreError> {
+    async fn create_run(&self, new: NewRun) -> Result<Created, StoreError> {
         let mut inner = self.inner.lock().expect("memory store lock");
         if let Some(key) = &new.idempotency_key
             && let Some(existing) = inner.keys.get(key)
@@ -219,20 +219,21 @@ impl RunStore for Memory {
                 new.run_id
             )));
         }
+        let workflow = new.workflow.clone();
         let mut run = MemRun {
-            workflow: new.workflow.clone(),
-            dialect: new.dialect.clone(),
-            source_path: new.source_path.clone(),
-            source_text: new.source_text.clone(),
-            input: new.input.clone(),
+            workflow: new.workflow,
+            dialect: new.dialect,
+            source_path: new.source_path,
+            source_text: new.source_text,
+            input: new.input,
             snapshot: if self.ephemeral {
                 Snapshot::default()
             } else {
-                new.snapshot.clone()
+                new.snapshot
             },
             status: RunStatus::Queued,
             error: None,
-            started_at: new.created_at.clone(),
+            started_at: new.created_at,
             finished_at: None,
             epoch: 0,
             owner: None,
@@ -243,15 +244,10 @@ impl RunStore for Memory {
             event_seq: 0,
             ephemeral: self.ephemeral,
             order: 0,
-            pin: new.pin.clone(),
+            pin: new.pin,
         };
         let mut w = Written::default();
-        run.append(
-            vec![EventKind::RunCreated {
-                workflow: new.workflow.clone(),
-            }],
-            &mut w,
-        );
+        run.append(vec![EventKind::RunCreated { workflow }], &mut w);
         let lease = new.claim.as_ref().map(|c| {
             let (lease, claimed) = run.claim(&new.run_id, c);
             w.events.extend(claimed.events);
@@ -262,11 +258,11 @@ impl RunStore for Memory {
         run.order = order;
         inner.order.insert(order, new.run_id.clone());
         inner.runs.insert(new.run_id.clone(), run);
-        if let Some(key) = &new.idempotency_key {
-            inner.keys.insert(key.clone(), new.run_id.clone());
+        if let Some(key) = new.idempotency_key {
+            inner.keys.insert(key, new.run_id.clone());
         }
         Ok(Created {
-            run_id: new.run_id.clone(),
+            run_id: new.run_id,
             created: true,
             lease,
             events: w.events,

@@ -31,7 +31,7 @@ use support::*;
 
 async fn claim_and_lease_conflict(f: Fixture) {
     let s = f.store;
-    let created = s.create_run(&new_run("r1")).await.unwrap();
+    let created = s.create_run(new_run("r1")).await.unwrap();
     assert!(created.created && created.lease.is_none());
     assert_eq!(s.load_run("r1").await.unwrap().status, RunStatus::Queued);
     let (lease, w) = s.claim_run("r1", &claim("alice", 30_000)).await.unwrap();
@@ -55,7 +55,7 @@ async fn claim_and_lease_conflict(f: Fixture) {
 
 async fn expired_lease_is_taken_over_and_the_old_one_fenced(f: Fixture) {
     let s = f.store;
-    s.create_run(&new_run("r1")).await.unwrap();
+    s.create_run(new_run("r1")).await.unwrap();
     let (mut old, _) = s.claim_run("r1", &claim("alice", 50)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(120)).await;
     let (new, w) = s.claim_run("r1", &claim("bob", 30_000)).await.unwrap();
@@ -147,7 +147,7 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
     let s = f.store;
     let mut n = new_run("r1");
     n.claim = Some(claim("alice", 30_000));
-    let lease = s.create_run(&n).await.unwrap().lease.unwrap();
+    let lease = s.create_run(n.clone()).await.unwrap().lease.unwrap();
     let a_run = step(1, "a", StepStatus::Running);
     s.start_steps(
         &lease,
@@ -262,8 +262,8 @@ async fn event_sequence_is_gap_free_and_ordered(f: Fixture) {
     let s = f.store;
     let mut n = new_run("r1");
     n.claim = Some(claim("alice", 30_000));
-    let lease = s.create_run(&n).await.unwrap().lease.unwrap();
-    s.create_run(&new_run("other")).await.unwrap();
+    let lease = s.create_run(n.clone()).await.unwrap().lease.unwrap();
+    s.create_run(new_run("other")).await.unwrap();
     for i in 0..20u32 {
         let kinds = vec![
             EventKind::StepStarted {
@@ -297,7 +297,7 @@ async fn idempotent_creation(f: Fixture) {
         tasks.push(tokio::spawn(async move {
             let mut n = new_run(&format!("run{i}"));
             n.idempotency_key = Some("key-1".into());
-            s.create_run(&n).await.unwrap()
+            s.create_run(n.clone()).await.unwrap()
         }));
     }
     let mut ids = Vec::new();
@@ -322,7 +322,7 @@ async fn idempotent_creation(f: Fixture) {
 
 async fn cancel_rules(f: Fixture) {
     let s = f.store;
-    s.create_run(&new_run("q")).await.unwrap();
+    s.create_run(new_run("q")).await.unwrap();
     let (out, _) = s.request_cancel("q", "me").await.unwrap();
     assert_eq!(out, CancelOutcome::Cancelled);
     assert_eq!(s.load_run("q").await.unwrap().status, RunStatus::Cancelled);
@@ -343,7 +343,7 @@ async fn cancel_rules(f: Fixture) {
     assert_eq!(r.steps[0].status, StepStatus::Cancelled);
     assert!(r.pending_gate.is_none());
 
-    s.create_run(&new_run("r")).await.unwrap();
+    s.create_run(new_run("r")).await.unwrap();
     let (mut lease, _) = s.claim_run("r", &claim("x", 30_000)).await.unwrap();
     let (out, _) = s.request_cancel("r", "me").await.unwrap();
     assert_eq!(out, CancelOutcome::Requested);
@@ -359,7 +359,7 @@ async fn cancel_rules(f: Fixture) {
 async fn claim_next_takes_runnable_runs_oldest_first(f: Fixture) {
     let s = f.store;
     for id in ["a", "b", "c"] {
-        s.create_run(&new_run(id)).await.unwrap();
+        s.create_run(new_run(id)).await.unwrap();
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     paused_run(s.as_ref(), "p").await;
@@ -394,7 +394,7 @@ async fn a_crash_between_writes_leaves_a_run_that_continues(f: Fixture) {
         let s = f.store.clone();
         let mut n = new_run(&id);
         n.claim = Some(claim("alice", 60));
-        let lease: Lease = s.create_run(&n).await.unwrap().lease.unwrap();
+        let lease: Lease = s.create_run(n.clone()).await.unwrap().lease.unwrap();
         let writes = [
             |s: Arc<dyn RunStore>, l: Lease| {
                 async move {
@@ -479,7 +479,7 @@ async fn concurrent_writes_of_many_runs_stand_or_fall_alone(f: Fixture) {
     let mut leases = Vec::new();
     for i in 0..40 {
         let id = format!("g{i}");
-        s.create_run(&new_run(&id)).await.unwrap();
+        s.create_run(new_run(&id)).await.unwrap();
         let (lease, _) = s.claim_run(&id, &claim("alice", 50)).await.unwrap();
         leases.push(lease);
     }
@@ -498,7 +498,7 @@ async fn concurrent_writes_of_many_runs_stand_or_fall_alone(f: Fixture) {
     // A duplicate creation in the same burst fails without taking the others with it.
     let dup = {
         let s = s.clone();
-        tokio::spawn(async move { s.create_run(&new_run("g3")).await })
+        tokio::spawn(async move { s.create_run(new_run("g3")).await })
     };
     let mut outcomes = Vec::new();
     while let Some(r) = tasks.join_next().await {

@@ -33,7 +33,7 @@ async fn postgres_crash_between_statements_leaves_every_run_continuable() {
     // Claims: the named claim, then the batch claim.
     for at in 0..3 {
         let id = format!("claim-{at}");
-        s.create_run(&new_run(&id)).await.unwrap();
+        s.create_run(new_run(&id)).await.unwrap();
         pg.faults.arm("claim", at);
         assert!(matches!(
             s.claim_run(&id, &claim("alice", 30_000)).await,
@@ -46,7 +46,7 @@ async fn postgres_crash_between_statements_leaves_every_run_continuable() {
     }
     for at in 1..3 {
         let id = format!("next-{at}");
-        s.create_run(&new_run(&id)).await.unwrap();
+        s.create_run(new_run(&id)).await.unwrap();
         pg.faults.arm("claim", at);
         assert!(s.claim_next(&claim("alice", 30_000), 10).await.is_err());
         assert_eq!(s.load_run(&id).await.unwrap().status, RunStatus::Queued);
@@ -58,7 +58,7 @@ async fn postgres_crash_between_statements_leaves_every_run_continuable() {
     // A fenced write stopped before its one statement changes nothing.
     let mut n = new_run("commit");
     n.claim = Some(claim("alice", 30_000));
-    let lease = s.create_run(&n).await.unwrap().lease.unwrap();
+    let lease = s.create_run(n.clone()).await.unwrap().lease.unwrap();
     let a = step(1, "a", StepStatus::Succeeded);
     let after_a = snap(&["a"], vec![]);
     let commit = || StepCommit {

@@ -209,7 +209,7 @@ impl RunStore for Postgres {
         true
     }
 
-    async fn create_run(&self, run: &NewRun) -> Result<Created, StoreError> {
+    async fn create_run(&self, run: NewRun) -> Result<Created, StoreError> {
         let now = now_ms();
         let at = weir_core::store::Stamp::now();
         let mut kinds = vec![EventKind::RunCreated {

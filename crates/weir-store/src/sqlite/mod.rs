@@ -199,9 +199,8 @@ impl RunStore for Sqlite {
         true
     }
 
-    async fn create_run(&self, run: &NewRun) -> Result<Created, StoreError> {
+    async fn create_run(&self, run: NewRun) -> Result<Created, StoreError> {
         let (input, snapshot) = (json(&run.input)?, json(&run.snapshot)?);
-        let run = run.clone();
         self.writer
             .grouped(true, move |c| drive::create_run(c, &run, &input, &snapshot))
             .await

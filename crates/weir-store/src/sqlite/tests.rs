@@ -87,7 +87,7 @@ async fn a_runs_source_is_kept_beside_it_and_pruned_with_it() {
         r#"{"name": "wf", "nodes": []}"#,
         serde_json::json!({"topic": "rivers"}),
     );
-    store.create_run(&run).await.unwrap();
+    store.create_run(run.clone()).await.unwrap();
     let stored = store.load_run("r1").await.unwrap();
     assert_eq!(stored.source_text, run.source_text);
     assert_eq!(stored.input, run.input);
@@ -119,7 +119,7 @@ async fn a_write_behind_another_connections_write_lock_waits_on_the_writer_threa
         tokio::time::sleep(Duration::from_millis(300)).await;
         tx.commit().await.unwrap();
     };
-    let (created, ()) = tokio::join!(store.create_run(&run), release);
+    let (created, ()) = tokio::join!(store.create_run(run.clone()), release);
     created.unwrap();
     assert_eq!(store.load_run("r1").await.unwrap().source_text, "{}");
 }
@@ -146,7 +146,7 @@ async fn a_write_that_panicked_in_place_leaves_the_writer_usable() {
     .await;
     assert!(panicked.is_err());
     let run = new_run("{}", serde_json::json!({}));
-    store.create_run(&run).await.unwrap();
+    store.create_run(run.clone()).await.unwrap();
     assert_eq!(store.load_run("r1").await.unwrap().source_text, "{}");
     let half: i64 = sqlx::query("SELECT COUNT(*) FROM tools WHERE name = 'half'")
         .fetch_one(&store.pool)
@@ -172,7 +172,7 @@ async fn a_stale_drive_whose_runs_key_was_reused_is_refused() {
     };
     let note = || vec![EventKind::CancelRequested { by: "test".into() }];
     store
-        .create_run(&new_run("{}", serde_json::json!({})))
+        .create_run(new_run("{}", serde_json::json!({})))
         .await
         .unwrap();
     let (stale, _) = store.claim_run("r1", &claim("a", 50)).await.unwrap();
@@ -192,7 +192,7 @@ async fn a_stale_drive_whose_runs_key_was_reused_is_refused() {
     );
     let mut second = new_run("{}", serde_json::json!({}));
     second.run_id = "r2".into();
-    other.create_run(&second).await.unwrap();
+    other.create_run(second.clone()).await.unwrap();
     let (fresh, _) = other.claim_run("r2", &claim("c", 60_000)).await.unwrap();
     assert_eq!(
         fresh.epoch, stale.epoch,

@@ -4,16 +4,16 @@ use super::*;
 
 pub(super) async fn retention_deletes_only_ended_runs(f: Fixture) {
     let s = f.store;
-    s.create_run(&new_run("queued")).await.unwrap();
+    s.create_run(new_run("queued")).await.unwrap();
     paused_run(s.as_ref(), "paused").await;
-    s.create_run(&new_run("cancelled")).await.unwrap();
+    s.create_run(new_run("cancelled")).await.unwrap();
     s.request_cancel("cancelled", "me").await.unwrap();
     let mut n = new_run("done");
     n.claim = Some(claim("driver", 30_000));
-    let lease = s.create_run(&n).await.unwrap().lease.unwrap();
+    let lease = s.create_run(n.clone()).await.unwrap().lease.unwrap();
     let mut running = new_run("running");
     running.claim = Some(claim("driver", 30_000));
-    s.create_run(&running).await.unwrap();
+    s.create_run(running.clone()).await.unwrap();
     s.finish_run(
         &lease,
         &RunUpdate {
@@ -75,7 +75,7 @@ pub(super) async fn run_listing_filters_and_pages(f: Fixture) {
                 version: 1,
             });
         }
-        s.create_run(&n).await.unwrap();
+        s.create_run(n.clone()).await.unwrap();
     }
     s.request_cancel("run-3", "me").await.unwrap();
     let counts = s.count_by_status().await.unwrap();
@@ -187,7 +187,7 @@ pub(super) async fn run_listing_filters_and_pages(f: Fixture) {
 pub(super) async fn short_ids_resolve_by_prefix(f: Fixture) {
     let s = f.store;
     for id in ["ab12-one", "ab12-two", "ab34-three", "abc", "b_%-odd"] {
-        s.create_run(&new_run(id)).await.unwrap();
+        s.create_run(new_run(id)).await.unwrap();
     }
     assert_eq!(
         s.run_ids_with_prefix("ab12", 10).await.unwrap(),

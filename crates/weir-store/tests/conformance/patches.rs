@@ -12,7 +12,7 @@ pub(super) async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
     n.claim = Some(claim("alice", 60));
     // An input no commit writes again: every patch leaves it out.
     Arc::make_mut(&mut n.snapshot.state).insert("input".into(), json!({"doc": "x".repeat(500)}));
-    let lease = s.create_run(&n).await.unwrap().lease.unwrap();
+    let lease = s.create_run(n.clone()).await.unwrap().lease.unwrap();
     let mut now = n.snapshot.clone();
     let mut tracker = Tracker::new();
     let commits = COMPACT_EVERY + 5;

@@ -169,7 +169,7 @@ pub fn snap(done: &[&str], gates: Vec<PendingGate>) -> Snapshot {
 pub async fn paused_run(store: &dyn RunStore, id: &str) -> u64 {
     let mut n = new_run(id);
     n.claim = Some(claim("driver", 30_000));
-    let lease = store.create_run(&n).await.unwrap().lease.unwrap();
+    let lease = store.create_run(n.clone()).await.unwrap().lease.unwrap();
     let gate = step(1, "g", StepStatus::Waiting);
     let gates = vec![PendingGate {
         node_id: "g".into(),
