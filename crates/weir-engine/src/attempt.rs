@@ -28,10 +28,12 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
     let mut n = 1;
     loop {
         let mut started = Instant::now();
+        // The rare awaits (a lease to renew, a replay) are boxed: a future is as large as
+        // all its awaits together, and the common one is moved at every launch.
         if let Some(lease) = &ctx.lease
             && !lease.fresh(started)
         {
-            lease.still_held(ctx.services.store.as_ref()).await;
+            Box::pin(lease.still_held(ctx.services.store.as_ref())).await;
             started = Instant::now();
         }
         // Replaying, the attempt runs with its call site set; a live drive pays nothing.
@@ -41,7 +43,11 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
                 visit: ctx.visit,
                 attempt: n,
             };
-            tokio::time::timeout(policy.timeout, crate::replay::at(site, nodes::execute(ctx))).await
+            Box::pin(tokio::time::timeout(
+                policy.timeout,
+                crate::replay::at(site, nodes::execute(ctx)),
+            ))
+            .await
         } else {
             tokio::time::timeout(policy.timeout, nodes::execute(ctx)).await
         };
@@ -113,7 +119,7 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
                     backoff_ms: wait.as_millis() as u64,
                 });
                 if !ctx.replay {
-                    tokio::time::sleep(wait).await;
+                    Box::pin(tokio::time::sleep(wait)).await;
                 }
                 n += 1;
             }

@@ -450,16 +450,18 @@ impl<'e> Run<'e> {
                 },
             );
             let wf = self.wf.clone();
-            let reused = self.take_reused(&wf.nodes[index], seq);
+            // A reused outcome is a future of its own: the node's future does not carry
+            // room for one.
+            if let Some(outcome) = self.take_reused(&wf.nodes[index], seq) {
+                let done = attempt::Attempts {
+                    result: Ok(outcome),
+                    attempts: Vec::new(),
+                    spent: Default::default(),
+                };
+                tasks.push(Box::pin(std::future::ready((index, Ok(Box::new(done))))));
+                continue;
+            }
             tasks.push(Box::pin(async move {
-                if let Some(outcome) = reused {
-                    let done = attempt::Attempts {
-                        result: Ok(outcome),
-                        attempts: Vec::new(),
-                        spent: Default::default(),
-                    };
-                    return (index, Ok(Box::new(done)));
-                }
                 let result =
                     std::panic::AssertUnwindSafe(async { Box::new(attempt::run(&ctx).await) })
                         .catch_unwind()
