@@ -78,6 +78,112 @@ async fn a_schema_3_database_migrates() {
     assert!(matches!(w.events[0].kind, EventKind::RunResumed { .. }));
 }
 
+/// A database of schema 10 (attempts a row each, patches indexed by run) migrates to one
+/// row per step's attempts and patches keyed by their rowid: every attempt comes back in
+/// order, and the snapshot is still the whole one with its patches applied, in order.
+#[tokio::test]
+async fn a_schema_10_database_keeps_its_attempts_and_patches() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v10.db");
+    {
+        let opts = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true);
+        let pool = SqlitePoolOptions::new().connect_with(opts).await.unwrap();
+        sqlx::query("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        for (v, sql) in MIGRATIONS.iter().filter(|(v, _)| *v <= 10) {
+            sqlx::raw_sql(*sql).execute(&pool).await.unwrap();
+            sqlx::query("INSERT INTO schema_version (version) VALUES (?)")
+                .bind(*v)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        let snapshot = serde_json::to_string(&Snapshot {
+            state: std::sync::Arc::new(
+                serde_json::json!({"topic": "rivers"})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            ),
+            next_seq: 2,
+            ..Snapshot::default()
+        })
+        .unwrap();
+        let patch = |topic: &str, hops: u32| {
+            serde_json::json!({
+                "state": [{"key": "topic", "value": topic}],
+                "loops": {}, "pending": [], "completed": [], "arrivals": {}, "hops": hops,
+                "visits": {}, "next_seq": 2 + hops, "cost_usd": 0.0, "gates": [], "pass": 0
+            })
+            .to_string()
+        };
+        let attempt = |n: u32, status: &str| {
+            serde_json::json!({"n": n, "status": status, "error": null, "error_class": null,
+                "duration_ms": 5, "request": null, "response": format!("reply {n}"),
+                "calls": [], "cost_usd": 0.0})
+            .to_string()
+        };
+        sqlx::query(
+            "INSERT INTO runs (key, id, workflow, dialect, status, source_path, snapshot, started_at, event_seq)
+             VALUES (7, 'old', 'wf', 'graph', 'queued', 'wf.json', ?1, '2026-01-01T00:00:00.000Z', 9)",
+        )
+        .bind(&snapshot)
+        .execute(&pool)
+        .await
+        .unwrap();
+        sqlx::query("INSERT INTO run_sources (run_key, source_text, input) VALUES (7, '{}', '{}')")
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO steps (id, node_id, node_type, visit, status, input, output, started_at)
+             VALUES (7 * 4294967296 + 1, 'a', 'agent', 1, 'succeeded', 'null', '\"hi\"',
+                     '2026-01-01T00:00:00.000Z')",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        // Written out of order: the migration orders them.
+        for (seq, body) in [(5, patch("seas", 2)), (3, patch("lakes", 1))] {
+            sqlx::query("INSERT INTO run_patches (run_key, seq, patch) VALUES (7, ?1, ?2)")
+                .bind(seq)
+                .bind(body)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        for (n, status) in [(2, "succeeded"), (1, "failed")] {
+            sqlx::query("INSERT INTO attempts (run_key, seq, n, body) VALUES (7, 1, ?1, ?2)")
+                .bind(n)
+                .bind(attempt(n, status))
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+    }
+    let store = Sqlite::open(Some(&path)).await.unwrap();
+    let step = store.get_step("old", 1).await.unwrap();
+    assert_eq!(
+        step.attempts
+            .iter()
+            .map(|a| (a.n, a.status, a.response.clone().unwrap()))
+            .collect::<Vec<_>>(),
+        [
+            (1, StepStatus::Failed, "reply 1".to_string()),
+            (2, StepStatus::Succeeded, "reply 2".to_string())
+        ]
+    );
+    let stored = store.load_run("old").await.unwrap();
+    assert_eq!(stored.snapshot.state["topic"], "seas");
+    assert_eq!(stored.snapshot.hops, 2);
+    let record = store.get_record("old").await.unwrap();
+    assert_eq!(record.steps[0].attempts.len(), 2);
+}
+
 /// A run's source and input live in `run_sources` (migration 9): written with the run, read
 /// back with it, and pruned with it.
 #[tokio::test]
