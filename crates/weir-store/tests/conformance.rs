@@ -354,6 +354,38 @@ async fn cancel_rules(f: Fixture) {
             .cancel_requested
     );
     assert_eq!(s.load_run("r").await.unwrap().status, RunStatus::Running);
+
+    // A drive that has written before a cancel request hears of it at its next write (a
+    // store that remembers the row its drive last wrote must notice someone else wrote
+    // since), and that write's events come after the request's.
+    s.create_run(new_run("w")).await.unwrap();
+    let (lease, _) = s.claim_run("w", &claim("x", 30_000)).await.unwrap();
+    let started = |step| {
+        vec![EventKind::StepStarted {
+            step,
+            node_id: "a".into(),
+            node_type: "agent".into(),
+            visit: 1,
+        }]
+    };
+    for step in 1..=2 {
+        let w = s.append_events(&lease, started(step)).await.unwrap();
+        assert!(!w.cancel_requested);
+    }
+    let (out, requested) = s.request_cancel("w", "me").await.unwrap();
+    assert_eq!(out, CancelOutcome::Requested);
+    let after = s.append_events(&lease, started(3)).await.unwrap();
+    assert!(after.cancel_requested);
+    let requested_at = requested.events.last().expect("the request's event").seq;
+    assert_eq!(after.events[0].seq, requested_at + 1);
+    let seqs: Vec<u64> = s
+        .events_after("w", 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
 }
 
 async fn claim_next_takes_runnable_runs_oldest_first(f: Fixture) {

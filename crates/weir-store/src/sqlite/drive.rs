@@ -42,12 +42,25 @@ pub enum EndRow {
     Release,
 }
 
+/// What the last write of a drive left in the run's row.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Seen {
+    /// The run's integer key (its child rows carry it).
+    pub key: i64,
+    /// The run's last event number, and its cancel flag, as that write left them.
+    pub event_seq: i64,
+    pub cancel: bool,
+}
+
 /// One fenced write of a drive, owned so it can travel to the writer thread.
 pub struct FencedWrite {
     pub run_id: String,
-    /// The run's key, when an earlier write of the drive learnt it: the fence then finds
-    /// the row through the integer primary key instead of the text index on `id`.
-    pub key: Option<i64>,
+    /// The run's row as the drive's last write left it, when there was one: the fence then
+    /// finds the row through the integer primary key instead of the text index on `id`,
+    /// and, when the row's event number is still the one seen (no one else wrote to the
+    /// run since: every other write, a cancel request included, adds an event), it needs
+    /// no read of the row after its `UPDATE`.
+    pub seen: Option<Seen>,
     pub epoch: i64,
     /// The lease's owner and what the write is, for the event a refusal leaves.
     pub owner: String,
@@ -68,8 +81,8 @@ pub struct FencedWrite {
 
 /// What a fenced write reports: the first event number it got, and the cancel flag.
 pub struct Fenced {
-    /// The run's key, for the drive's next writes.
-    pub key: i64,
+    /// The row as this write left it, for the drive's next writes.
+    pub seen: Seen,
     pub first_seq: i64,
     pub cancel_requested: bool,
 }
@@ -108,10 +121,17 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
                     " WHERE key = ?6 AND id = ?4 AND epoch = ?5 AND lease_expires_at IS NOT NULL",
                     $also
                 ),
+                concat!(
+                    "UPDATE runs SET ",
+                    $set,
+                    " WHERE key = ?6 AND id = ?4 AND epoch = ?5 AND lease_expires_at IS NOT NULL
+                        AND event_seq = ?7",
+                    $also
+                ),
             ]
         };
     }
-    let [by_id, by_key] = if snapshot.is_some() {
+    let [by_id, by_key, unchanged] = if snapshot.is_some() {
         fence!(
             "event_seq = event_seq + ?1, snapshot = ?2, cost_usd = ?3",
             ""
@@ -127,14 +147,38 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
             " AND ?2 IS NULL AND ?3 IS NULL"
         )
     };
-    let fence = match w.key {
-        Some(k) => update_then_read(
+    // The row as the drive last left it: one `UPDATE`, nothing to read back.
+    let same = match w.seen {
+        Some(seen) => {
+            let changed = tx
+                .prepare(unchanged)?
+                .execute(params![
+                    n,
+                    snapshot,
+                    cost,
+                    w.run_id,
+                    w.epoch,
+                    seen.key,
+                    seen.event_seq
+                ])
+                .map_err(backend)?;
+            (changed == 1).then_some(Fence {
+                key: seen.key,
+                event_seq: seen.event_seq + n,
+                cancel: i64::from(seen.cancel),
+            })
+        }
+        None => None,
+    };
+    let fence = match (same, w.seen) {
+        (Some(f), _) => Some(f),
+        (None, Some(seen)) => update_then_read(
             tx,
             by_key,
-            params![n, snapshot, cost, w.run_id, w.epoch, k],
-            Known::Key(k),
+            params![n, snapshot, cost, w.run_id, w.epoch, seen.key],
+            Known::Key(seen.key),
         )?,
-        None => update_then_read(
+        (None, None) => update_then_read(
             tx,
             by_id,
             params![n, snapshot, cost, w.run_id, w.epoch],
@@ -235,7 +279,11 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
         None => {}
     }
     Ok(Some(Fenced {
-        key,
+        seen: Seen {
+            key,
+            event_seq: last,
+            cancel: cancel != 0,
+        },
         first_seq: first,
         cancel_requested: cancel != 0,
     }))

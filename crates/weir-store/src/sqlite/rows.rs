@@ -166,7 +166,7 @@ impl Sqlite {
         let ends = w.end.is_some();
         let write = FencedWrite {
             run_id: w.lease.run_id.clone(),
-            key: self.keys.known(&w.lease.run_id),
+            seen: self.keys.known(&w.lease.run_id),
             epoch: w.lease.epoch as i64,
             owner: w.lease.owner.clone(),
             write: w.write,
@@ -202,7 +202,7 @@ impl Sqlite {
             .writer
             .grouped(!write.visible, move |c| drive::fenced(c, &write))
             .await??;
-        self.keys.learnt(&w.lease.run_id, done.key, ends);
+        self.keys.learnt(&w.lease.run_id, done.seen, ends);
         Ok(Written {
             events: crate::numbered(done.first_seq, &at, w.events),
             cancel_requested: done.cancel_requested,
@@ -215,12 +215,12 @@ impl Sqlite {
 /// on `id` (the fence checks the id as well). Forgotten when the drive ends; bounded for
 /// drives that stop without ending (a lost lease): at [`Keys::MAX`] entries it starts over.
 #[derive(Default)]
-pub struct Keys(Mutex<HashMap<String, i64>>);
+pub struct Keys(Mutex<HashMap<String, drive::Seen>>);
 
 impl Keys {
     const MAX: usize = 65_536;
 
-    pub fn known(&self, run_id: &str) -> Option<i64> {
+    pub fn known(&self, run_id: &str) -> Option<drive::Seen> {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -228,16 +228,18 @@ impl Keys {
             .copied()
     }
 
-    /// A write of the drive of `run_id` found its key; `ended`: the drive is over.
-    pub fn learnt(&self, run_id: &str, key: i64, ended: bool) {
+    /// A write of the drive of `run_id` left its row as `seen`; `ended`: the drive is over.
+    pub fn learnt(&self, run_id: &str, seen: drive::Seen, ended: bool) {
         let mut keys = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if ended {
             keys.remove(run_id);
-        } else if !keys.contains_key(run_id) {
+        } else if let Some(k) = keys.get_mut(run_id) {
+            *k = seen;
+        } else {
             if keys.len() >= Self::MAX {
                 keys.clear();
             }
-            keys.insert(run_id.to_string(), key);
+            keys.insert(run_id.to_string(), seen);
         }
     }
 }
