@@ -1,5 +1,26 @@
 use super::*;
 
+/// A database at `path` as a weir of schema `version` left it (its migrations up to it).
+async fn database_at_schema(path: &Path, version: i64) -> SqlitePool {
+    let opts = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true);
+    let pool = SqlitePoolOptions::new().connect_with(opts).await.unwrap();
+    sqlx::query("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    for (v, sql) in MIGRATIONS.iter().filter(|(v, _)| *v <= version) {
+        sqlx::raw_sql(*sql).execute(&pool).await.unwrap();
+        sqlx::query("INSERT INTO schema_version (version) VALUES (?)")
+            .bind(*v)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    pool
+}
+
 /// A database written by a weir before leases (schema 3) opens, migrates, and its runs
 /// go on: a run left `running` is claimable, its old events are kept as `legacy`.
 #[tokio::test]
@@ -7,22 +28,7 @@ async fn a_schema_3_database_migrates() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("old.db");
     {
-        let opts = SqliteConnectOptions::new()
-            .filename(&path)
-            .create_if_missing(true);
-        let pool = SqlitePoolOptions::new().connect_with(opts).await.unwrap();
-        sqlx::query("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
-            .execute(&pool)
-            .await
-            .unwrap();
-        for (v, sql) in &MIGRATIONS[..3] {
-            sqlx::raw_sql(*sql).execute(&pool).await.unwrap();
-            sqlx::query("INSERT INTO schema_version (version) VALUES (?)")
-                .bind(*v)
-                .execute(&pool)
-                .await
-                .unwrap();
-        }
+        let pool = database_at_schema(&path, 3).await;
         sqlx::raw_sql(
             r#"INSERT INTO runs (id, workflow, dialect, status, source_path, source_text, input, snapshot, started_at)
                VALUES ('old', 'wf', 'graph', 'running', 'wf.json', '{"name": "wf"}', '{"topic": "rivers"}', '{"state": {}, "loops": {}, "pending": ["a"], "completed": [], "arrivals": {}, "hops": 0, "visits": {}, "next_seq": 1, "cost_usd": 0.0, "output": null, "gates": [], "owner": "host:1"}', '2026-01-01T00:00:00.000Z');
@@ -86,22 +92,7 @@ async fn a_schema_10_database_keeps_its_attempts_and_patches() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v10.db");
     {
-        let opts = SqliteConnectOptions::new()
-            .filename(&path)
-            .create_if_missing(true);
-        let pool = SqlitePoolOptions::new().connect_with(opts).await.unwrap();
-        sqlx::query("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
-            .execute(&pool)
-            .await
-            .unwrap();
-        for (v, sql) in MIGRATIONS.iter().filter(|(v, _)| *v <= 10) {
-            sqlx::raw_sql(*sql).execute(&pool).await.unwrap();
-            sqlx::query("INSERT INTO schema_version (version) VALUES (?)")
-                .bind(*v)
-                .execute(&pool)
-                .await
-                .unwrap();
-        }
+        let pool = database_at_schema(&path, 10).await;
         let snapshot = serde_json::to_string(&Snapshot {
             state: std::sync::Arc::new(
                 serde_json::json!({"topic": "rivers"})
