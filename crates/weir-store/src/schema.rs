@@ -381,36 +381,4 @@ CREATE INDEX runs_queued ON runs (started_at) WHERE status = 'queued';
 CREATE INDEX runs_leased ON runs (lease_expires_at) WHERE status = 'running';
 "#,
     ),
-    (
-        11,
-        r#"
--- A step commit wrote about seven WAL frames, one per B-tree page it changed, and SQLite
--- writes each frame with two system calls: the pages are the cost of a durable step. Two
--- of them were index pages. Patches are keyed by their rowid, `run_key * 2^32 + seq` (as
--- steps are), and a step's attempts are one row keyed by the step's own id holding the
--- JSON array of its attempts (all of a step's attempts are written at once, when it ends):
--- one B-tree each, no separate key index to insert into.
-CREATE TABLE run_patches_v11 (
-    id       INTEGER PRIMARY KEY,
-    run_key  INTEGER GENERATED ALWAYS AS (id >> 32) VIRTUAL,
-    seq      INTEGER GENERATED ALWAYS AS (id & 4294967295) VIRTUAL,
-    patch    TEXT NOT NULL
-);
-INSERT INTO run_patches_v11 (id, patch)
-    SELECT run_key * 4294967296 + seq, patch FROM run_patches ORDER BY run_key, seq;
-CREATE TABLE attempts_v11 (
-    id       INTEGER PRIMARY KEY,
-    run_key  INTEGER GENERATED ALWAYS AS (id >> 32) VIRTUAL,
-    seq      INTEGER GENERATED ALWAYS AS (id & 4294967295) VIRTUAL,
-    body     TEXT NOT NULL
-);
-INSERT INTO attempts_v11 (id, body)
-    SELECT run_key * 4294967296 + seq, json_group_array(json(body) ORDER BY n)
-    FROM attempts GROUP BY run_key, seq ORDER BY run_key, seq;
-DROP TABLE run_patches;
-DROP TABLE attempts;
-ALTER TABLE run_patches_v11 RENAME TO run_patches;
-ALTER TABLE attempts_v11 RENAME TO attempts;
-"#,
-    ),
 ];

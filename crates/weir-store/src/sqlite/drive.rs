@@ -27,9 +27,8 @@ pub struct StepRow {
     pub started_at: String,
     pub finished_at: Option<String>,
     pub duration_ms: Option<i64>,
-    /// The JSON array of the step's attempts; `None` when it has none (a step's attempts
-    /// are all written when it ends, so a write without any leaves them as they are).
-    pub attempts: Option<String>,
+    /// `(n, body)` of each attempt.
+    pub attempts: Vec<(i64, String)>,
 }
 
 /// How a write ends the drive, if it does.
@@ -208,13 +207,13 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
                      cost_usd = excluded.cost_usd, tokens_in = excluded.tokens_in,
                      tokens_out = excluded.tokens_out, started_at = excluded.started_at,
                      finished_at = excluded.finished_at, duration_ms = excluded.duration_ms";
-        let mut attempt =
-            tx.prepare("INSERT OR REPLACE INTO attempts (id, body) VALUES (?1, ?2)")?;
+        let mut attempt = tx.prepare(
+            "INSERT OR REPLACE INTO attempts (run_key, seq, n, body) VALUES (?1, ?2, ?3, ?4)",
+        )?;
         let mut step = tx.prepare(UPSERT)?;
         for s in &w.steps {
-            let id = step_id(key, s.seq)?;
             step.execute(params![
-                id,
+                step_id(key, s.seq)?,
                 s.node_id,
                 s.node_type,
                 s.visit,
@@ -231,21 +230,23 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
                 s.duration_ms,
             ])
             .map_err(backend)?;
-            if let Some(body) = &s.attempts {
-                attempt.execute(params![id, body]).map_err(backend)?;
+            for (an, body) in &s.attempts {
+                attempt
+                    .execute(params![key, s.seq, an, body])
+                    .map_err(backend)?;
             }
         }
     }
     if w.clear {
         // The whole snapshot covers every patch written before it.
-        tx.prepare("DELETE FROM run_patches WHERE id BETWEEN ?1 AND ?2")?
-            .execute(params![step_id(key, 0)?, step_id(key, u32::MAX.into())?])
+        tx.prepare("DELETE FROM run_patches WHERE run_key = ?1")?
+            .execute(params![key])
             .map_err(backend)?;
     }
     if let Some(patch) = &w.patch {
         // Numbered by the write's first event: patches apply in commit order.
-        tx.prepare("INSERT INTO run_patches (id, patch) VALUES (?1, ?2)")?
-            .execute(params![step_id(key, first)?, patch])
+        tx.prepare("INSERT INTO run_patches (run_key, seq, patch) VALUES (?1, ?2, ?3)")?
+            .execute(params![key, first, patch])
             .map_err(backend)?;
     }
     if n > 0 {
@@ -289,15 +290,9 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
     }))
 }
 
-/// A step row's key: the run's key times 2^32 plus the step's sequence number (a `u32`);
-/// a step's attempts and a patch (numbered by its commit's first event) are keyed alike.
+/// A step row's key: the run's key times 2^32 plus the step's sequence number (a `u32`).
 /// Run keys below 2^31 fit, two billion runs in one database.
 pub(super) fn step_id(run_key: i64, seq: i64) -> Result<i64, StoreError> {
-    if !(0..=i64::from(u32::MAX)).contains(&seq) {
-        return Err(StoreError::Backend(format!(
-            "sequence number {seq} of run key {run_key} is beyond 2^32"
-        )));
-    }
     run_key
         .checked_mul(1 << 32)
         .and_then(|k| k.checked_add(seq))

@@ -49,21 +49,8 @@ macro_rules! steps_of {
 
 macro_rules! patches {
     () => {
-        "(SELECT json_group_array(json(p.patch) ORDER BY p.id) FROM run_patches p
-          WHERE p.id BETWEEN runs.key * 4294967296 AND runs.key * 4294967296 + 4294967295)
-          AS patches"
-    };
-}
-
-/// The rows of one run in a table keyed like `steps` (`run_key * 2^32 + seq`: patches,
-/// attempts), for the run whose id is the statement's first parameter.
-macro_rules! keyed_of {
-    ($t:literal) => {
-        concat!(
-            $t,
-            ".id BETWEEN (SELECT key FROM runs WHERE runs.id = ?1) * 4294967296
-                 AND (SELECT key FROM runs WHERE runs.id = ?1) * 4294967296 + 4294967295"
-        )
+        "(SELECT json_group_array(json(p.patch) ORDER BY p.seq) FROM run_patches p
+          WHERE p.run_key = runs.key) AS patches"
     };
 }
 
@@ -188,14 +175,12 @@ impl Sqlite {
         .fetch_all(&self.pool)
         .await
         .map_err(backend)?;
-        // One row per step holds the array of its attempts: one row per attempt here.
-        let attempt_rows = sqlx::query(concat!(
-            "SELECT attempts.seq AS seq, j.value AS body FROM attempts, json_each(attempts.body) j
-             WHERE ",
-            keyed_of!("attempts"),
-            " AND (?2 IS NULL OR attempts.seq = ?2) ORDER BY attempts.id, j.key"
-        ))
+        let attempt_rows = sqlx::query(
+            "SELECT seq, body FROM attempts WHERE run_key = (SELECT key FROM runs WHERE id = ?)
+               AND (? IS NULL OR seq = ?) ORDER BY seq, n",
+        )
         .bind(run_id.to_string())
+        .bind(only_seq.map(i64::from))
         .bind(only_seq.map(i64::from))
         .fetch_all(&self.pool)
         .await
@@ -629,10 +614,10 @@ impl RunStore for Sqlite {
         .collect();
         for id in &ids {
             for sql in [
-                concat!("DELETE FROM attempts WHERE ", keyed_of!("attempts")),
+                "DELETE FROM attempts WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
                 concat!("DELETE FROM steps WHERE ", steps_of!()),
                 "DELETE FROM run_events WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
-                concat!("DELETE FROM run_patches WHERE ", keyed_of!("run_patches")),
+                "DELETE FROM run_patches WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
                 "DELETE FROM run_sources WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
                 "DELETE FROM runs WHERE id = ?",
             ] {
@@ -697,13 +682,10 @@ impl RunStore for Sqlite {
 
 /// A whole snapshot was written: it covers every patch written before it.
 async fn snapshot_written(tx: &mut sqlx::SqliteConnection, run_id: &str) -> Result<(), StoreError> {
-    sqlx::query(concat!(
-        "DELETE FROM run_patches WHERE ",
-        keyed_of!("run_patches")
-    ))
-    .bind(run_id)
-    .execute(&mut *tx)
-    .await
-    .map_err(backend)?;
+    sqlx::query("DELETE FROM run_patches WHERE run_key = (SELECT key FROM runs WHERE id = ?)")
+        .bind(run_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
     Ok(())
 }

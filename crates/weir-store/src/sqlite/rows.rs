@@ -63,18 +63,18 @@ pub(super) async fn insert_steps(
     q.build().execute(&mut *conn).await.map_err(backend)?;
     let mut attempts = Vec::new();
     for s in steps {
-        if !s.attempts.is_empty() {
-            attempts.push((
-                super::drive::step_id(key, i64::from(s.seq))?,
-                json(&s.attempts)?,
-            ));
+        for a in &s.attempts {
+            attempts.push((s.seq, a.n, json(a)?));
         }
     }
     if !attempts.is_empty() {
         let mut q: QueryBuilder<Db> =
-            QueryBuilder::new("INSERT OR REPLACE INTO attempts (id, body) ");
-        q.push_values(attempts, |mut b, (id, body)| {
-            b.push_bind(id).push_bind(body);
+            QueryBuilder::new("INSERT OR REPLACE INTO attempts (run_key, seq, n, body) ");
+        q.push_values(attempts, |mut b, (seq, n, body)| {
+            b.push_bind(key)
+                .push_bind(i64::from(seq))
+                .push_bind(i64::from(n))
+                .push_bind(body);
         });
         q.build().execute(&mut *conn).await.map_err(backend)?;
     }
@@ -145,11 +145,11 @@ pub(super) fn step_row(s: &StepRecord) -> Result<StepRow, StoreError> {
         started_at: s.started_at.to_string(),
         finished_at: s.finished_at.as_ref().map(|t| t.to_string()),
         duration_ms: s.duration_ms.map(|d| d as i64),
-        attempts: if s.attempts.is_empty() {
-            None
-        } else {
-            Some(json(&s.attempts)?)
-        },
+        attempts: s
+            .attempts
+            .iter()
+            .map(|a| Ok((i64::from(a.n), json(a)?)))
+            .collect::<Result<_, StoreError>>()?,
     })
 }
 
