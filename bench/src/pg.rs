@@ -156,10 +156,10 @@ async fn start_latencies(store: &Postgres, ids: &[String]) -> Vec<f64> {
             events
                 .iter()
                 .find(|e| e.kind.name() == t)
-                .and_then(|e| chrono::DateTime::parse_from_rfc3339(&e.at.to_string()).ok())
+                .and_then(|e| e.at.millis())
         };
         if let (Some(a), Some(b)) = (at("run_created"), at("run_started")) {
-            out.push((b - a).num_microseconds().unwrap_or(0) as f64 / 1000.0);
+            out.push((b - a) as f64);
         }
     }
     out.sort_by(f64::total_cmp);

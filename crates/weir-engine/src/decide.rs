@@ -80,9 +80,10 @@ impl Engine {
             )));
         };
         snapshot.gates.remove(index);
-        let at = now();
+        let stamp = weir_core::store::Stamp::now();
+        let at = stamp.to_string();
         let mut step = store.get_step(run_id, pending.seq).await?;
-        step.finished_at = Some(at.as_str().into());
+        step.finished_at = Some(stamp.clone());
         let key = format!("approval_{}", pending.node_id);
         let decided_event = EventKind::GateDecided {
             node_id: pending.node_id.clone(),
@@ -143,7 +144,7 @@ impl Engine {
                     "cancelled: gate `{}` was rejected",
                     pending.node_id
                 ));
-                s.finished_at = Some(at.as_str().into());
+                s.finished_at = Some(stamp.clone());
                 also.push(s);
             }
             snapshot.pending.clear();

@@ -78,6 +78,14 @@ fn resource() -> Resource {
     }
 }
 
+/// A record's timestamp as a time: its milliseconds, or its text read as RFC 3339.
+fn stamp_at(t: &weir_core::store::Stamp) -> Option<SystemTime> {
+    match t.millis() {
+        Some(ms) => Some(SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).ok()?)),
+        None => at(&t.to_string()),
+    }
+}
+
 fn at(rfc3339: &str) -> Option<SystemTime> {
     let t = chrono::DateTime::parse_from_rfc3339(rfc3339).ok()?;
     let ms = u64::try_from(t.timestamp_millis()).ok()?;
@@ -193,11 +201,11 @@ pub fn spans(r: &RunRecord, content: bool) -> Vec<SpanData> {
         status,
     );
     for s in &r.steps {
-        let start = at(&s.started_at.to_string()).unwrap_or(run_start);
+        let start = stamp_at(&s.started_at).unwrap_or(run_start);
         let end = s
             .finished_at
             .as_ref()
-            .and_then(|t| at(&t.to_string()))
+            .and_then(stamp_at)
             .or_else(|| s.duration_ms.map(|d| start + Duration::from_millis(d)))
             .unwrap_or(start);
         let mut attrs = vec![
