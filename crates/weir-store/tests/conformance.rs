@@ -566,6 +566,75 @@ async fn concurrent_writes_of_many_runs_stand_or_fall_alone(f: Fixture) {
     }
 }
 
+/// A run record is read at one moment: its state, events and steps agree while the run is
+/// being written. A reader that read the run row, the event log and the steps at three
+/// moments showed a run as still running beside the event that paused it, and a client that
+/// follows the log after that event never learnt otherwise (the web UI's run page did).
+async fn a_record_is_read_at_one_moment(f: Fixture) {
+    const STEPS: u32 = 60;
+    let s = f.store.clone();
+    let mut n = new_run("r1");
+    n.claim = Some(claim("alice", 30_000));
+    let lease = s.create_run(n).await.unwrap().lease.unwrap();
+    let writing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let reader = {
+        let (s, writing) = (s.clone(), writing.clone());
+        tokio::spawn(async move {
+            let mut reads = 0u32;
+            while writing.load(std::sync::atomic::Ordering::Relaxed) || reads == 0 {
+                let r = s.get_record("r1").await.unwrap();
+                let in_state = r.state.as_object().map_or(0, |m| m.len());
+                let finished = types(&r.events)
+                    .iter()
+                    .filter(|t| *t == "step_finished")
+                    .count();
+                assert!(
+                    in_state == finished && finished == r.steps.len(),
+                    "read {reads}: {in_state} nodes in the state, {finished} step_finished \
+                     events, {} steps",
+                    r.steps.len()
+                );
+                reads += 1;
+                tokio::task::yield_now().await;
+            }
+            reads
+        })
+    };
+    let names: Vec<String> = (1..=STEPS).map(|i| format!("n{i}")).collect();
+    for i in 1..=STEPS {
+        let node = &names[i as usize - 1];
+        let done: Vec<&str> = names[..i as usize].iter().map(String::as_str).collect();
+        let st = step(i, node, StepStatus::Succeeded);
+        s.commit_step(
+            &lease,
+            StepCommit {
+                step: &st,
+                started: &[],
+                snapshot: &snap(&done, vec![]),
+                patch: None,
+                covers_patches: false,
+                events: vec![EventKind::StepFinished {
+                    step: i,
+                    node_id: node.clone(),
+                    node_type: "agent".into(),
+                    status: StepStatus::Succeeded,
+                    route: None,
+                    error: None,
+                    duration_ms: 0,
+                    cost_usd: 0.5,
+                    attempts: 0,
+                }],
+            },
+        )
+        .await
+        .unwrap();
+        tokio::task::yield_now().await;
+    }
+    writing.store(false, std::sync::atomic::Ordering::Relaxed);
+    let reads = reader.await.unwrap();
+    assert!(reads > 0);
+}
+
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
         mod memory_store {
@@ -604,4 +673,5 @@ conformance!(
     retention_deletes_only_ended_runs,
     concurrent_writes_of_many_runs_stand_or_fall_alone,
     patched_commits_rebuild_the_snapshot,
+    a_record_is_read_at_one_moment,
 );

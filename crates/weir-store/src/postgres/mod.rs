@@ -173,7 +173,22 @@ impl Postgres {
         Ok(r.map_or((0, 0), |r| (r.get(0), r.get(1))))
     }
 
-    async fn steps(&self, run_id: &str, only: Option<u32>) -> Result<Vec<StepRecord>, StoreError> {
+    /// A read transaction whose statements all see one snapshot (Postgres' default, read
+    /// committed, takes a new one per statement).
+    async fn snapshot(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
+        self.pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+            .map_err(backend)
+    }
+
+    /// A run's steps with their attempts, read on `conn` (in a [`Self::snapshot`], so that
+    /// both queries see the same moment).
+    async fn steps(
+        conn: &mut sqlx::PgConnection,
+        run_id: &str,
+        only: Option<u32>,
+    ) -> Result<Vec<StepRecord>, StoreError> {
         let only = only.map(i64::from);
         let rows = sqlx::query(
             "SELECT seq, node_id, node_type, visit, status, route, input, output, error, cost_usd,
@@ -182,7 +197,7 @@ impl Postgres {
         )
         .bind(run_id)
         .bind(only)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await
         .map_err(backend)?;
         let attempt_rows = sqlx::query(
@@ -191,7 +206,7 @@ impl Postgres {
         )
         .bind(run_id)
         .bind(only)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await
         .map_err(backend)?;
         crate::cols::steps(&rows, &attempt_rows)
@@ -647,13 +662,16 @@ impl RunStore for Postgres {
     }
 
     async fn get_step(&self, run_id: &str, seq: u32) -> Result<StepRecord, StoreError> {
-        self.steps(run_id, Some(seq))
-            .await?
-            .pop()
-            .ok_or_else(|| StoreError::NotFound(format!("run {run_id} has no step {seq}")))
+        let mut tx = self.snapshot().await?;
+        let step = Self::steps(&mut tx, run_id, Some(seq)).await?.pop();
+        tx.commit().await.map_err(backend)?;
+        step.ok_or_else(|| StoreError::NotFound(format!("run {run_id} has no step {seq}")))
     }
 
     async fn get_record(&self, run_id: &str) -> Result<RunRecord, StoreError> {
+        // One snapshot: the run row, its log and its steps as of one commit (read apart, a
+        // run could show as running beside the event that paused it).
+        let mut tx = self.snapshot().await?;
         let row = sqlx::query(concat!(
             "SELECT workflow, dialect, status, input, snapshot, ",
             patches!(),
@@ -662,19 +680,20 @@ impl RunStore for Postgres {
                  FROM runs r WHERE id = $1"
         ))
         .bind(run_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await
         .map_err(backend)?
         .ok_or_else(|| not_found(run_id))?;
         let events = sqlx::query("SELECT seq, body FROM run_events WHERE run_id = $1 ORDER BY seq")
             .bind(run_id)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await
             .map_err(backend)?
             .iter()
             .map(|r| event_value(r.get(0), r.get::<&str, _>(1)))
             .collect::<Result<Vec<_>, _>>()?;
-        let steps = self.steps(run_id, None).await?;
+        let steps = Self::steps(&mut tx, run_id, None).await?;
+        tx.commit().await.map_err(backend)?;
         crate::cols::record(run_id, &row, events, steps)
     }
 
@@ -734,18 +753,21 @@ impl RunStore for Postgres {
     }
 
     async fn open_steps(&self, run_id: &str) -> Result<(u32, Vec<StepRecord>), StoreError> {
+        let mut tx = self.snapshot().await?;
         let rows = sqlx::query("SELECT seq, status FROM steps WHERE run_id = $1 ORDER BY seq DESC")
             .bind(run_id)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await
             .map_err(backend)?;
         let last = rows.first().map_or(0, |r| r.get::<i64, _>(0) as u32);
         let mut running = Vec::new();
         for r in rows.iter().rev() {
             if r.get::<&str, _>(1) == StepStatus::Running.as_str() {
-                running.extend(self.steps(run_id, Some(r.get::<i64, _>(0) as u32)).await?);
+                running
+                    .extend(Self::steps(&mut tx, run_id, Some(r.get::<i64, _>(0) as u32)).await?);
             }
         }
+        tx.commit().await.map_err(backend)?;
         Ok((last, running))
     }
 

@@ -158,8 +158,10 @@ impl Sqlite {
         tx.commit().await.map_err(backend)
     }
 
+    /// A run's steps with their attempts, read on `conn` (a read transaction, so that both
+    /// queries see the same moment).
     async fn steps(
-        &self,
+        conn: &mut sqlx::SqliteConnection,
         run_id: &str,
         only_seq: Option<u32>,
     ) -> Result<Vec<StepRecord>, StoreError> {
@@ -172,7 +174,7 @@ impl Sqlite {
         ))
         .bind(run_id.to_string())
         .bind(only_seq.map(i64::from))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await
         .map_err(backend)?;
         let attempt_rows = sqlx::query(
@@ -182,7 +184,7 @@ impl Sqlite {
         .bind(run_id.to_string())
         .bind(only_seq.map(i64::from))
         .bind(only_seq.map(i64::from))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await
         .map_err(backend)?;
         crate::cols::steps(&rows, &attempt_rows)
@@ -515,13 +517,16 @@ impl RunStore for Sqlite {
     }
 
     async fn get_step(&self, run_id: &str, seq: u32) -> Result<StepRecord, StoreError> {
-        self.steps(run_id, Some(seq))
-            .await?
-            .pop()
-            .ok_or_else(|| StoreError::NotFound(format!("run {run_id} has no step {seq}")))
+        let mut tx = self.pool.begin().await.map_err(backend)?;
+        let step = Self::steps(&mut tx, run_id, Some(seq)).await?.pop();
+        tx.commit().await.map_err(backend)?;
+        step.ok_or_else(|| StoreError::NotFound(format!("run {run_id} has no step {seq}")))
     }
 
     async fn get_record(&self, run_id: &str) -> Result<RunRecord, StoreError> {
+        // One read transaction: the run row, its log and its steps as of one commit (read
+        // apart, a run could show as running beside the event that paused it).
+        let mut tx = self.pool.begin().await.map_err(backend)?;
         let row = sqlx::query(concat!(
             "SELECT workflow, dialect, status, input, snapshot, ",
             patches!(),
@@ -529,7 +534,7 @@ impl RunStore for Sqlite {
              FROM runs JOIN run_sources ON run_sources.run_key = runs.key WHERE id = ?"
         ))
         .bind(run_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await
         .map_err(backend)?
         .ok_or_else(|| not_found(run_id))?;
@@ -538,13 +543,14 @@ impl RunStore for Sqlite {
              WHERE run_key = (SELECT key FROM runs WHERE id = ?) ORDER BY seq",
         )
         .bind(run_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await
         .map_err(backend)?
         .iter()
         .map(|r| event_value(r.get(0), r.get::<&str, _>(1)))
         .collect::<Result<Vec<_>, _>>()?;
-        let steps = self.steps(run_id, None).await?;
+        let steps = Self::steps(&mut tx, run_id, None).await?;
+        tx.commit().await.map_err(backend)?;
         crate::cols::record(run_id, &row, events, steps)
     }
 
@@ -633,22 +639,25 @@ impl RunStore for Sqlite {
     }
 
     async fn open_steps(&self, run_id: &str) -> Result<(u32, Vec<StepRecord>), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(backend)?;
         let rows = sqlx::query(concat!(
             "SELECT seq, status FROM steps WHERE ",
             steps_of!(),
             " ORDER BY steps.id DESC"
         ))
         .bind(run_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await
         .map_err(backend)?;
         let last = rows.first().map_or(0, |r| r.get::<i64, _>(0) as u32);
         let mut running = Vec::new();
         for r in rows.iter().rev() {
             if r.get::<&str, _>(1) == StepStatus::Running.as_str() {
-                running.extend(self.steps(run_id, Some(r.get::<i64, _>(0) as u32)).await?);
+                running
+                    .extend(Self::steps(&mut tx, run_id, Some(r.get::<i64, _>(0) as u32)).await?);
             }
         }
+        tx.commit().await.map_err(backend)?;
         Ok((last, running))
     }
 
