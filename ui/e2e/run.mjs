@@ -81,6 +81,10 @@ const startRun = async (input) => (await api("POST", "/api/workflows/approval/ru
 const browser = await chromium.launch({
   executablePath: chromiumPath,
   args: ["--no-sandbox", "--disable-dev-shm-usage"],
+}).catch((e) => {
+  // Without a browser the server would keep this process alive: stop it, then fail.
+  server.child.kill("SIGTERM");
+  throw e;
 });
 const outside = [];
 const answers = [];

@@ -22,10 +22,18 @@ export function RunPage({ id }: { id: string }) {
     setRun(null);
     const ctl = new AbortController();
     let pending: ReturnType<typeof setTimeout> | null = null;
+    // Loads can overlap (an event's reload and the stream's end) and answer out of order: a
+    // record is shown only if no later-asked one has been, or a stale "running" could stay on
+    // screen for a run that has since parked and sends no more events.
+    let asked = 0;
+    let shown = 0;
     const load = async () => {
+      const ticket = ++asked;
       try {
         const r = await api.run(id);
         if (stop) return;
+        if (ticket < shown) return r;
+        shown = ticket;
         setRun(r);
         last.current = Math.max(last.current, ...r.events.map((e) => e.seq), 0);
         return r;
