@@ -6,24 +6,24 @@
 //! is.
 
 use weir_core::Workflow;
-use weir_core::ir::{FastMap, NodeKind, StateLayout};
+use weir_core::ir::{NodeKind, StateLayout};
 use weir_core::record::Snapshot;
 
 use crate::nodes::Route;
-use crate::scheduler::InFlight;
+use crate::scheduler::InFlights;
 
 /// Marks a human gate approved and fires its outgoing edges (a decision, with no driver).
 pub fn complete_gate(wf: &Workflow, snapshot: &mut Snapshot, gate_id: &str) {
     snapshot.completed.insert(gate_id.to_string());
     if let Some(at) = wf.position(gate_id) {
-        fire(wf, snapshot, &FastMap::default(), at, &Route::All);
+        fire(wf, snapshot, &InFlights::default(), at, &Route::All);
     }
 }
 
 pub(crate) fn fire(
     wf: &Workflow,
     snapshot: &mut Snapshot,
-    in_flight: &FastMap<String, InFlight>,
+    in_flight: &InFlights,
     node: usize,
     route: &Route,
 ) {
@@ -62,7 +62,7 @@ pub(crate) fn fire(
 }
 
 /// Makes ready every merge whose un-arrived incoming edges can no longer fire.
-fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &FastMap<String, InFlight>) {
+fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &InFlights) {
     if snapshot.arrivals.is_empty() {
         return;
     }
@@ -81,7 +81,10 @@ fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &FastMap<Stri
             // the merge without a walk of the graph.
             let direct = open.any(|e| {
                 e.source != *m
-                    && (in_flight.contains_key(&e.source) || snapshot.pending.contains(&e.source))
+                    && (wf
+                        .position(&e.source)
+                        .is_some_and(|i| in_flight.contains(i))
+                        || snapshot.pending.contains(&e.source))
             });
             let blocked = direct || {
                 let live = live_from_frontier(wf, snapshot, in_flight, m);
@@ -127,7 +130,7 @@ fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &FastMap<Stri
 fn live_from_frontier(
     wf: &Workflow,
     snapshot: &Snapshot,
-    in_flight: &FastMap<String, InFlight>,
+    in_flight: &InFlights,
     merge: &str,
 ) -> Vec<bool> {
     let mut live = vec![false; wf.nodes.len()];
@@ -135,7 +138,7 @@ fn live_from_frontier(
     let frontier = snapshot
         .pending
         .iter()
-        .chain(in_flight.keys())
+        .chain(in_flight.nodes().map(|i| &wf.nodes[i].id))
         .chain(snapshot.gates.iter().map(|g| &g.node_id))
         .chain(
             snapshot

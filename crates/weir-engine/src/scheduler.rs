@@ -17,7 +17,6 @@ use std::collections::{HashSet, VecDeque};
 
 use std::sync::Arc;
 use std::time::Instant;
-use weir_core::ir::FastMap;
 
 use serde_json::Value;
 use std::future::Future;
@@ -53,6 +52,43 @@ pub struct InFlight {
     started: Instant,
 }
 
+/// The steps in flight, by their node's position in the workflow, in launch order: a
+/// handful at most (bounded by the run's concurrency), so a list beats a map keyed by ids.
+#[derive(Default)]
+pub struct InFlights(Vec<(usize, InFlight)>);
+
+impl InFlights {
+    pub fn contains(&self, node: usize) -> bool {
+        self.0.iter().any(|(at, _)| *at == node)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The positions of the nodes in flight.
+    pub fn nodes(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().map(|(at, _)| *at)
+    }
+
+    fn insert(&mut self, node: usize, f: InFlight) {
+        self.0.push((node, f));
+    }
+
+    fn remove(&mut self, node: usize) -> Option<InFlight> {
+        let i = self.0.iter().position(|(at, _)| *at == node)?;
+        Some(self.0.remove(i).1)
+    }
+
+    fn steps(&self) -> impl Iterator<Item = &StepRecord> {
+        self.0.iter().map(|(_, f)| &f.step)
+    }
+}
+
 /// How the run is ending, decided while draining.
 enum Ending {
     Failed(RunError),
@@ -68,7 +104,7 @@ pub struct Run<'e> {
     wf: Arc<Workflow>,
     lease: Lease,
     pub snapshot: Snapshot,
-    in_flight: FastMap<String, InFlight>,
+    in_flight: InFlights,
     ending: Option<Ending>,
     /// A finished step not committed yet: it is committed together with the `running` rows
     /// of the successors it launched, in one statement, before any of them is polled.
@@ -108,7 +144,7 @@ impl<'e> Run<'e> {
             wf,
             lease,
             snapshot,
-            in_flight: FastMap::default(),
+            in_flight: InFlights::default(),
             ending: None,
             unsaved: None,
             started: Vec::new(),
@@ -291,10 +327,10 @@ impl<'e> Run<'e> {
         // A step that started and already finished is written once, finished.
         let mut started: Vec<&StepRecord> = Vec::with_capacity(self.started.len());
         for seq in &self.started {
-            if let Some(f) = self.in_flight.values().find(|f| f.step.seq == *seq)
+            if let Some(step) = self.in_flight.steps().find(|s| s.seq == *seq)
                 && !started.iter().any(|s| s.seq == *seq)
             {
-                started.push(&f.step);
+                started.push(step);
             }
         }
         let w = match self.unsaved.take() {
@@ -341,10 +377,21 @@ impl<'e> Run<'e> {
         let mut at = 0;
         while at < self.snapshot.pending.len() {
             at += 1;
-            if self.in_flight.contains_key(&self.snapshot.pending[at - 1]) {
+            let pending = &self.snapshot.pending[at - 1];
+            let Some(index) = self.wf.position(pending) else {
+                let node_id = pending.clone();
+                self.fail(RunError {
+                    code: ErrorCode::Internal,
+                    message: format!("node `{node_id}` is pending but not in the workflow"),
+                    node_id: Some(node_id),
+                });
+                return;
+            };
+            if self.in_flight.contains(index) {
                 continue;
             }
-            let node_id = self.snapshot.pending[at - 1].clone();
+            let node = &self.wf.nodes[index];
+            let node_id = node.id.as_str();
             if self.in_flight.len() >= self.engine.max_concurrency {
                 break;
             }
@@ -366,20 +413,11 @@ impl<'e> Run<'e> {
                         top.join(", "),
                         if self.wf.dialect == weir_core::Dialect::Graph { "hop_ceiling" } else { "hopCeiling" },
                     ),
-                    node_id: Some(node_id.clone()),
+                    node_id: Some(node_id.to_string()),
                 });
                 return;
             }
-            let Some(index) = self.wf.position(&node_id) else {
-                self.fail(RunError {
-                    code: ErrorCode::Internal,
-                    message: format!("node `{node_id}` is pending but not in the workflow"),
-                    node_id: Some(node_id.clone()),
-                });
-                return;
-            };
-            let node = &self.wf.nodes[index];
-            let visit = self.snapshot.visits.get(&node_id).copied().unwrap_or(0) + 1;
+            let visit = self.snapshot.visits.get(node_id).copied().unwrap_or(0) + 1;
             let seq = self.snapshot.next_seq;
             self.snapshot.next_seq += 1;
             let public = self.snapshot.state.clone();
@@ -419,7 +457,7 @@ impl<'e> Run<'e> {
                 visit,
             });
             self.started.push(seq);
-            let loop_count = self.snapshot.loops.get(&node_id).copied().unwrap_or(0) + 1;
+            let loop_count = self.snapshot.loops.get(node_id).copied().unwrap_or(0) + 1;
             let ctx = NodeCtx {
                 run_id: self.run_id.clone(),
                 wf: self.wf.clone(),
@@ -443,7 +481,7 @@ impl<'e> Run<'e> {
                 replay: self.engine.replay,
             };
             self.in_flight.insert(
-                node_id,
+                index,
                 InFlight {
                     step,
                     started: Instant::now(),
@@ -499,7 +537,7 @@ impl<'e> Run<'e> {
         let wf = self.wf.clone();
         let node = &wf.nodes[index];
         let node_id = node.id.as_str();
-        let Some(InFlight { mut step, started }) = self.in_flight.remove(node_id) else {
+        let Some(InFlight { mut step, started }) = self.in_flight.remove(index) else {
             return;
         };
         if let Some(i) = self.snapshot.pending.iter().position(|p| p == node_id) {
@@ -714,15 +752,15 @@ impl<'e> Run<'e> {
             None => "cancelled".into(),
         };
         let mut steps = Vec::with_capacity(self.in_flight.len());
-        for (node_id, f) in std::mem::take(&mut self.in_flight) {
+        for (index, f) in std::mem::take(&mut self.in_flight).0 {
+            let node_id = &self.wf.nodes[index].id;
             let mut step = f.step;
             step.status = StepStatus::Cancelled;
             step.error = Some(reason.clone());
             step.finished_at = Some(Stamp::now());
             step.duration_ms = Some(f.started.elapsed().as_millis() as u64);
             // An interrupted step stays pending: it runs again when the run is resumed.
-            if !interrupted
-                && let Some(i) = self.snapshot.pending.iter().position(|p| *p == node_id)
+            if !interrupted && let Some(i) = self.snapshot.pending.iter().position(|p| p == node_id)
             {
                 self.snapshot.pending.remove(i);
             }
