@@ -862,27 +862,27 @@ impl<'e> Run<'e> {
                 error: error.clone(),
             }]
         };
-        let outcome = RunOutcome {
+        let cost_usd = self.snapshot.cost_usd;
+        let update = RunUpdate {
+            status,
+            error,
+            finished_at: status.is_terminal().then(now),
+            snapshot: std::mem::take(&mut self.snapshot),
+        };
+        let w = store.finish_run(&self.lease, &update, events).await?;
+        self.written(w);
+        // The last output is moved out of the snapshot when nothing else holds it (a store
+        // that keeps records holds it in the last step's): no copy of it per run.
+        let RunUpdate {
+            error, snapshot, ..
+        } = update;
+        Ok(RunOutcome {
             run_id: self.lease.run_id.clone(),
             status,
-            error: error.clone(),
-            output: self.snapshot.output.as_ref().clone(),
-            cost_usd: self.snapshot.cost_usd,
-        };
-        let w = store
-            .finish_run(
-                &self.lease,
-                &RunUpdate {
-                    status,
-                    error,
-                    finished_at: status.is_terminal().then(now),
-                    snapshot: std::mem::take(&mut self.snapshot),
-                },
-                events,
-            )
-            .await?;
-        self.written(w);
-        Ok(outcome)
+            error,
+            output: Arc::try_unwrap(snapshot.output).unwrap_or_else(|o| o.as_ref().clone()),
+            cost_usd,
+        })
     }
 }
 
