@@ -321,7 +321,7 @@ async fn raw_commits(store: Arc<Postgres>) {
             status: weir_core::record::StepStatus::Succeeded,
             route: None,
             input: json!(null),
-            output: Arc::new(json!({"merged": true})),
+            output: Arc::new(json!({"merged": true}).into()),
             error: None,
             cost_usd: 0.0,
             tokens: Default::default(),

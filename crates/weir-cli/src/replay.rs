@@ -331,7 +331,7 @@ fn prompts(s: &StepRecord) -> Vec<(String, String)> {
 /// A step's output without what differs by construction between two runs: a gate's
 /// decision time.
 fn comparable(s: &StepRecord) -> Value {
-    let mut v = s.output.as_ref().clone();
+    let mut v = Value::clone(&s.output);
     if s.node_type == "human_gate"
         && let Value::Object(m) = &mut v
     {

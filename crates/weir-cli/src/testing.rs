@@ -577,7 +577,7 @@ async fn write_recorded(env: &Env, run_id: &str, paths: &[String]) -> Result<u8>
         if s.node_type == "tool" {
             let answer = match s.status {
                 StepStatus::Succeeded => Answer {
-                    result: Some(s.output.as_ref().clone()),
+                    result: Some(Value::clone(&s.output)),
                     error: None,
                 },
                 _ => Answer {

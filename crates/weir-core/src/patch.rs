@@ -25,7 +25,7 @@ pub struct Patch<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     state: Vec<StateSet<&'a Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    output: Option<&'a Value>,
+    output: Option<&'a crate::record::Output>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     history: BTreeMap<String, Option<&'a Vec<StepPass>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -87,7 +87,7 @@ impl SnapshotPatch {
             }
         }
         if let Some(o) = self.output {
-            to.output = Arc::new(o);
+            to.output = Arc::new(o.into());
         }
         for (id, h) in self.history {
             match h {
@@ -259,7 +259,7 @@ impl Tracker {
             .collect();
         Some(Patch {
             state,
-            output: std::mem::take(&mut self.output).then_some(&now.output),
+            output: std::mem::take(&mut self.output).then_some(&*now.output),
             history,
             reuse: std::mem::take(&mut self.reuse).then_some(&now.reuse),
             loops: &now.loops,
@@ -325,7 +325,7 @@ mod tests {
             now.next_seq += 2;
             now.cost_usd += 0.25;
             if i % 2 == 0 {
-                now.output = Arc::new(json!({"last": i}));
+                now.output = Arc::new(json!({"last": i}).into());
                 t.touch_output();
             }
             if i == 5 {
@@ -378,20 +378,20 @@ mod tests {
         let mut t = Tracker::new();
         Arc::make_mut(&mut now.state).insert("last".into(), json!("reply"));
         t.touch("last", None);
-        now.output = Arc::new(json!("reply"));
+        now.output = Arc::new(json!("reply").into());
         t.touch_output();
         assert!(t.next(&now).is_none(), "nothing to leave out");
         assert!(
             t.whole(),
             "a drive's first whole snapshot covers an earlier driver's patches"
         );
-        now.output = Arc::new(json!("again"));
+        now.output = Arc::new(json!("again").into());
         t.touch_output();
         Arc::make_mut(&mut now.state).insert("last".into(), json!("again"));
         t.touch("last", None);
         assert!(t.next(&now).is_none(), "nothing to leave out");
         assert!(!t.whole(), "no patch since the last whole snapshot");
-        now.output = Arc::new(json!("next"));
+        now.output = Arc::new(json!("next").into());
         t.touch_output();
         assert!(t.next(&now).is_some(), "`last` is left out");
     }

@@ -252,10 +252,163 @@ pub struct Attempt {
 pub type NodeType = std::borrow::Cow<'static, str>;
 
 /// A shared `null`, the output of a step that has not finished (no allocation per step).
-pub fn no_output() -> std::sync::Arc<Value> {
-    static NULL: std::sync::LazyLock<std::sync::Arc<Value>> =
-        std::sync::LazyLock::new(|| std::sync::Arc::new(Value::Null));
+pub fn no_output() -> std::sync::Arc<Output> {
+    static NULL: std::sync::LazyLock<std::sync::Arc<Output>> =
+        std::sync::LazyLock::new(|| std::sync::Arc::new(Output::default()));
     NULL.clone()
+}
+
+/// A step's output: a JSON value, or a model reply's fields kept as they are until
+/// something reads them as JSON. Most outputs are only ever written to a store or dropped
+/// (a step's output is the run's output only if it is the last), and an agent's
+/// `{text, model, provider, fallback_used, input_tokens, output_tokens}` object costs eight
+/// allocations to build and as many to drop. Reads go through `Deref<Target = Value>`,
+/// which builds the object once; serialization writes the same JSON from the fields
+/// directly. Equal when their JSON is.
+#[derive(Default)]
+pub struct Output {
+    reply: Option<Reply>,
+    value: std::sync::OnceLock<Value>,
+}
+
+/// A model reply as an agent step's output records it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    pub text: String,
+    pub model: String,
+    pub provider: String,
+    pub fallback_used: bool,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Reply {
+    fn to_value(&self) -> Value {
+        let mut m = Map::with_capacity(6);
+        m.insert("text".into(), Value::String(self.text.clone()));
+        m.insert("model".into(), Value::String(self.model.clone()));
+        m.insert("provider".into(), Value::String(self.provider.clone()));
+        m.insert("fallback_used".into(), Value::Bool(self.fallback_used));
+        m.insert("input_tokens".into(), self.input_tokens.into());
+        m.insert("output_tokens".into(), self.output_tokens.into());
+        Value::Object(m)
+    }
+}
+
+impl Output {
+    pub fn reply(reply: Reply) -> Self {
+        Self {
+            reply: Some(reply),
+            value: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The reply's fields, for an output that was made from one.
+    pub fn as_reply(&self) -> Option<&Reply> {
+        self.reply.as_ref()
+    }
+
+    /// The reply's fields to change in place (the JSON is built again when next read).
+    pub fn reply_mut(&mut self) -> Option<&mut Reply> {
+        if self.reply.is_some() {
+            self.value = std::sync::OnceLock::new();
+        }
+        self.reply.as_mut()
+    }
+
+    /// The output as JSON to change in place (a reply's fields become that JSON).
+    pub fn value_mut(&mut self) -> &mut Value {
+        if let Some(r) = self.reply.take() {
+            self.value = std::sync::OnceLock::from(r.to_value());
+        }
+        self.value.get_or_init(|| Value::Null);
+        self.value.get_mut().expect("initialized above")
+    }
+
+    pub fn into_value(mut self) -> Value {
+        std::mem::take(self.value_mut())
+    }
+}
+
+impl From<Value> for Output {
+    fn from(v: Value) -> Self {
+        Self {
+            reply: None,
+            value: std::sync::OnceLock::from(v),
+        }
+    }
+}
+
+impl std::ops::Deref for Output {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        self.value.get_or_init(|| match &self.reply {
+            Some(r) => r.to_value(),
+            None => Value::Null,
+        })
+    }
+}
+
+impl Clone for Output {
+    fn clone(&self) -> Self {
+        Self {
+            reply: self.reply.clone(),
+            value: self.value.clone(),
+        }
+    }
+}
+
+impl PartialEq for Output {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.reply, &other.reply) {
+            (Some(a), Some(b)) => a == b,
+            _ => **self == **other,
+        }
+    }
+}
+
+impl PartialEq<Value> for Output {
+    fn eq(&self, other: &Value) -> bool {
+        **self == *other
+    }
+}
+
+impl PartialEq<Output> for Value {
+    fn eq(&self, other: &Output) -> bool {
+        *self == **other
+    }
+}
+
+impl std::fmt::Debug for Output {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl Serialize for Output {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match (&self.reply, self.value.get()) {
+            (Some(r), None) => {
+                let mut m = s.serialize_map(Some(6))?;
+                m.serialize_entry("text", &r.text)?;
+                m.serialize_entry("model", &r.model)?;
+                m.serialize_entry("provider", &r.provider)?;
+                m.serialize_entry("fallback_used", &r.fallback_used)?;
+                m.serialize_entry("input_tokens", &r.input_tokens)?;
+                m.serialize_entry("output_tokens", &r.output_tokens)?;
+                m.end()
+            }
+            _ => (**self).serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Output {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Value::deserialize(d).map(Self::from)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -271,7 +424,7 @@ pub struct StepRecord {
     pub route: Option<String>,
     pub input: Value,
     /// Shared with the run's snapshot while this is its last step (no copy per step).
-    pub output: std::sync::Arc<Value>,
+    pub output: std::sync::Arc<Output>,
     pub error: Option<String>,
     #[serde(serialize_with = "cost::serialize")]
     pub cost_usd: f64,
@@ -370,7 +523,7 @@ pub struct Snapshot {
     pub next_seq: u32,
     pub cost_usd: f64,
     /// Output of the last node that ran (shared with its step record).
-    pub output: std::sync::Arc<Value>,
+    pub output: std::sync::Arc<Output>,
     /// Human gates waiting for a decision, oldest first.
     pub gates: Vec<PendingGate>,
     /// Pipeline: the current pass (1 + backward jumps so far).
@@ -423,6 +576,49 @@ pub struct StepPass {
 #[cfg(test)]
 mod tests {
     use super::ErrorCode;
+
+    /// A reply kept as fields writes the JSON an agent's output object always had (same keys,
+    /// same order), reads as it, compares equal to it, and is redacted field by field.
+    #[test]
+    fn a_reply_output_is_its_json() {
+        use super::{Output, Reply};
+        use serde_json::{Value, json};
+        let reply = || {
+            Output::reply(Reply {
+                text: "hello sk-secret-123".into(),
+                model: "mock".into(),
+                provider: "mock".into(),
+                fallback_used: false,
+                input_tokens: 3,
+                output_tokens: 2,
+            })
+        };
+        let want = json!({"text": "hello sk-secret-123", "model": "mock", "provider": "mock",
+            "fallback_used": false, "input_tokens": 3, "output_tokens": 2});
+        let typed = serde_json::to_string(&reply()).unwrap();
+        assert_eq!(typed, serde_json::to_string(&want).unwrap());
+        let o = reply();
+        assert_eq!(o["text"], "hello sk-secret-123");
+        assert_eq!(o, want);
+        assert_eq!(want, o);
+        // Once read, it serializes from the JSON it built: the same text.
+        assert_eq!(serde_json::to_string(&o).unwrap(), typed);
+        let back: Output = serde_json::from_str(&typed).unwrap();
+        assert_eq!(back, reply());
+        assert_eq!(Output::from(Value::Null), Output::default());
+        assert_eq!(reply().into_value(), want);
+
+        let r = crate::secrets::Redactor::new(vec!["sk-secret-123".into()]);
+        let mut o = reply();
+        assert!(r.output_holds(&o));
+        let _ = o["text"].clone(); // a read before the redaction must not leave the secret
+        r.output(&mut o);
+        assert_eq!(o["text"], "hello [redacted]");
+        assert!(!serde_json::to_string(&o).unwrap().contains("sk-secret-123"));
+        let mut v = Output::from(json!({"k": "sk-secret-123"}));
+        r.output(&mut v);
+        assert_eq!(*v, json!({"k": "[redacted]"}));
+    }
 
     /// An attempt's request reads and writes as the JSON it always was: a model call's
     /// `{"model", "system", "user"}` in that order (`system` null when none); anything else,

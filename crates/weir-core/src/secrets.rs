@@ -107,6 +107,32 @@ impl Redactor {
         }
     }
 
+    /// Whether a step output holds a secret (a model reply's fields are read as they are,
+    /// without building its JSON).
+    pub fn output_holds(&self, o: &crate::record::Output) -> bool {
+        match o.as_reply() {
+            Some(r) => [&r.text, &r.model, &r.provider]
+                .iter()
+                .any(|s| self.redacted(s).is_some()),
+            None => self.holds(o),
+        }
+    }
+
+    /// Every string in a step output.
+    pub fn output(&self, o: &mut crate::record::Output) {
+        if self.is_empty() {
+            return;
+        }
+        match o.reply_mut() {
+            Some(r) => {
+                self.string(&mut r.text);
+                self.string(&mut r.model);
+                self.string(&mut r.provider);
+            }
+            None => self.value(o.value_mut()),
+        }
+    }
+
     /// Everything a step record carries: output, error, input and each attempt's error,
     /// request, reply and calls.
     pub fn step(&self, s: &mut crate::record::StepRecord) {
@@ -114,8 +140,8 @@ impl Redactor {
             return;
         }
         // The output is shared with the run's snapshot: copied only when it holds a secret.
-        if self.holds(&s.output) {
-            self.value(std::sync::Arc::make_mut(&mut s.output));
+        if self.output_holds(&s.output) {
+            self.output(std::sync::Arc::make_mut(&mut s.output));
         }
         self.value(&mut s.input);
         if let Some(e) = &mut s.error {

@@ -116,7 +116,7 @@ impl Engine {
             Arc::make_mut(&mut snapshot.state).insert(key, record.clone());
             step.status = StepStatus::Succeeded;
             step.route = Some("approved".into());
-            step.output = Arc::new(record);
+            step.output = Arc::new(record.into());
             routing::complete_gate(&wf, &mut snapshot, &pending.node_id);
             let status = if snapshot.gates.is_empty() {
                 RunStatus::Queued
@@ -134,7 +134,7 @@ impl Engine {
             step.status = StepStatus::Failed;
             step.route = Some("rejected".into());
             step.error = Some(format!("rejected: {reason}"));
-            step.output = Arc::new(record);
+            step.output = Arc::new(record.into());
             // The run ends: every other waiting gate closes with it.
             let mut also = Vec::new();
             for g in std::mem::take(&mut snapshot.gates) {

@@ -345,7 +345,7 @@ impl Engine {
                     .push(weir_core::record::Reused {
                         from_run: reuse.from_run.clone(),
                         seq: step.seq,
-                        output: Arc::unwrap_or_clone(step.output),
+                        output: Arc::unwrap_or_clone(step.output).into_value(),
                         route: step.route,
                     });
             }

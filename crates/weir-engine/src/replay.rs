@@ -242,7 +242,7 @@ impl ToolRunner for ReplayTools {
         let site = site_or("tool call").map_err(unanswered)?;
         let (step, attempt) = self.0.attempt(&site).map_err(unanswered)?;
         match attempt.status {
-            StepStatus::Succeeded => Ok(step.output.as_ref().clone()),
+            StepStatus::Succeeded => Ok(Value::clone(&step.output)),
             _ => Err(ToolError {
                 message: attempt.error.clone().unwrap_or_else(|| "failed".into()),
                 retryable: self.0.retried(&site),

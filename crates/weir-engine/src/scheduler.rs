@@ -564,7 +564,7 @@ impl<'e> Run<'e> {
         let redactor = &self.engine.redactor;
         match &mut result.result {
             Ok(outcome) => {
-                redactor.value(&mut outcome.output);
+                redactor.output(&mut outcome.output);
                 if let Some(w) = &mut outcome.write {
                     redactor.value(w);
                 }
@@ -618,7 +618,7 @@ impl<'e> Run<'e> {
                             (StateLayout::Variables, Some(w))
                                 if matches!(node.kind, NodeKind::Step(_)) =>
                             {
-                                Arc::new(w.clone())
+                                Arc::new(w.clone().into())
                             }
                             _ => output.clone(),
                         };
@@ -665,7 +665,7 @@ impl<'e> Run<'e> {
                 let value = outcome
                     .write
                     .clone()
-                    .unwrap_or_else(|| outcome.output.clone());
+                    .unwrap_or_else(|| Value::clone(&outcome.output));
                 let vars = Arc::make_mut(&mut self.snapshot.state)
                     .entry("variables")
                     .or_insert_with(|| Value::Object(Default::default()));
@@ -809,7 +809,7 @@ impl<'e> Run<'e> {
                     run_id: self.lease.run_id.clone(),
                     status: RunStatus::Queued,
                     error: None,
-                    output: self.snapshot.output.as_ref().clone(),
+                    output: Value::clone(&self.snapshot.output),
                     cost_usd: self.snapshot.cost_usd,
                 });
             }
@@ -880,7 +880,7 @@ impl<'e> Run<'e> {
             run_id: self.lease.run_id.clone(),
             status,
             error,
-            output: Arc::try_unwrap(snapshot.output).unwrap_or_else(|o| o.as_ref().clone()),
+            output: Arc::unwrap_or_clone(snapshot.output).into_value(),
             cost_usd,
         })
     }

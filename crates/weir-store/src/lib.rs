@@ -107,7 +107,7 @@ pub(crate) fn record(p: RecordParts<'_>) -> RunRecord {
         status: p.status,
         input: p.input,
         state: Value::Object(p.snapshot.state.as_ref().clone()),
-        output: p.snapshot.output.as_ref().clone(),
+        output: Value::clone(&p.snapshot.output),
         error: p.error,
         pending_gate: if p.status == RunStatus::Paused {
             p.snapshot.gates.first().cloned()

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use weir_core::ModelRequest;
 use weir_core::ir::{AgentSpec, StateLayout};
 use weir_core::model::Message;
-use weir_core::record::{ModelAsk, Request};
+use weir_core::record::{ModelAsk, Output, Reply, Request};
 
 use super::{Failure, NodeCtx, Outcome, Route, Spent, model_failure};
 use crate::structured::{self, SchemaCheck, StructuredError};
@@ -88,14 +88,28 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
             }
         }
     };
-    let mut output = Value::Object(output_fields([
-        Value::String(response.text.clone()),
-        Value::String(response.model),
-        Value::String(response.provider),
-        Value::Bool(response.fallback_used),
-        spent.tokens.input.into(),
-        spent.tokens.output.into(),
-    ]));
+    let reply = Reply {
+        text: response.text.clone(),
+        model: response.model,
+        provider: response.provider,
+        fallback_used: response.fallback_used,
+        input_tokens: spent.tokens.input,
+        output_tokens: spent.tokens.output,
+    };
+    let text = response.text;
+    // The common case, a priced plain reply in graph state, keeps the reply's fields as
+    // they are; the others add keys to its JSON.
+    if parsed.is_none() && spent.unpriced.is_empty() && ctx.layout == StateLayout::Flat {
+        return Ok(Outcome {
+            write: Some(Value::String(text.clone())),
+            route: Route::All,
+            request: Some(request),
+            response: Some(text),
+            output: Output::reply(reply),
+            spent,
+        });
+    }
+    let mut output = Output::reply(reply).into_value();
     if !spent.unpriced.is_empty() {
         output["priced"] = json!(false);
         output["unpriced_models"] = json!(spent.unpriced);
@@ -107,9 +121,8 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
             output["repair_attempts"] = json!(repairs);
             p
         }
-        None => Value::String(response.text.clone()),
+        None => Value::String(text.clone()),
     };
-    let text = response.text;
     // In the machine and pipeline layouts the whole output is the variable, and agents'
     // replies are read as `variables.<id>.response`.
     let write = match ctx.layout {
@@ -124,37 +137,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
         route: Route::All,
         request: Some(request),
         response: Some(text),
-        output,
+        output: output.into(),
         spent,
     })
 }
-
-/// An agent's output object from its six values, in the order of [`OUTPUT_KEYS`]: a copy of
-/// a map holding the keys, filled by position. Built from owned values (`json!` would
-/// serialise a copy of each string), and without an insert per key: serde_json's map
-/// hashes each inserted key with SipHash, where a copy of the map keeps the hashes.
-fn output_fields(values: [Value; 6]) -> serde_json::Map<String, Value> {
-    static KEYS: std::sync::OnceLock<serde_json::Map<String, Value>> = std::sync::OnceLock::new();
-    let mut fields = KEYS
-        .get_or_init(|| {
-            OUTPUT_KEYS
-                .iter()
-                .map(|k| (k.to_string(), Value::Null))
-                .collect()
-        })
-        .clone();
-    for (slot, value) in fields.values_mut().zip(values) {
-        *slot = value;
-    }
-    fields
-}
-
-/// The keys of every agent's output, in order.
-const OUTPUT_KEYS: [&str; 6] = [
-    "text",
-    "model",
-    "provider",
-    "fallback_used",
-    "input_tokens",
-    "output_tokens",
-];

@@ -227,7 +227,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &ConsensusSpec) -> Result<Outcome, Fai
         route: Route::Key(decision.to_string()),
         request: Some(request.into()),
         response: None,
-        output,
+        output: output.into(),
         spent,
     })
 }

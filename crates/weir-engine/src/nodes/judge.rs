@@ -72,7 +72,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &JudgeSpec) -> Result<Outcome, Failure
         route: Route::Key(route),
         request: Some(request),
         response: Some(answer.response.text.clone()),
-        output,
+        output: output.into(),
         spent,
     })
 }

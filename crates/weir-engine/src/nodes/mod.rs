@@ -161,7 +161,7 @@ impl Spent {
 #[derive(Debug, Clone)]
 pub struct Outcome {
     /// The step's output record.
-    pub output: Value,
+    pub output: weir_core::record::Output,
     /// What to write to state under the output key (agent and tool nodes).
     pub write: Option<Value>,
     pub route: Route,
@@ -173,7 +173,7 @@ pub struct Outcome {
 impl Outcome {
     pub fn new(output: Value, route: Route) -> Self {
         Self {
-            output,
+            output: output.into(),
             write: None,
             route,
             request: None,

@@ -261,7 +261,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &StepSpec) -> Result<Outcome, Failure>
         route,
         request: Some(request.into()),
         response: None,
-        output,
+        output: output.into(),
         spent,
     })
 }

@@ -57,7 +57,7 @@ async fn a_schema_3_database_migrates() {
     assert_eq!(
         (
             step.node_id.as_str(),
-            step.output.as_ref().clone(),
+            serde_json::Value::clone(&step.output),
             step.cost_usd,
             step.tokens.output,
             step.duration_ms

@@ -140,7 +140,7 @@ pub fn step(seq: u32, node: &str, status: StepStatus) -> StepRecord {
         status,
         route: None,
         input: Value::Null,
-        output: std::sync::Arc::new(json!({"node": node})),
+        output: std::sync::Arc::new(json!({"node": node}).into()),
         error: None,
         cost_usd: 0.5,
         tokens: Tokens::default(),
@@ -212,7 +212,7 @@ pub async fn paused_run(store: &dyn RunStore, id: &str) -> u64 {
 pub fn approve(id: &str, epoch: u64, by: &str) -> GateDecision {
     let mut s = step(1, "g", StepStatus::Succeeded);
     s.route = Some("approved".into());
-    s.output = std::sync::Arc::new(json!({"approved": true, "by": by}));
+    s.output = std::sync::Arc::new(json!({"approved": true, "by": by}).into());
     GateDecision {
         run_id: id.into(),
         expect_epoch: epoch,
