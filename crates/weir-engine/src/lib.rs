@@ -324,7 +324,7 @@ impl Engine {
                 "the run input must be a JSON object".into(),
             ]));
         }
-        let size = serde_json::to_vec(&input).map_or(usize::MAX, |v| v.len());
+        let size = json_size(&input);
         if size > self.max_input_bytes {
             return Err(Error::InvalidInput(vec![format!(
                 "the run input is {size} bytes of JSON; the limit is {} ([limits] input_bytes in weir.toml)",
@@ -463,12 +463,28 @@ impl Engine {
 }
 
 /// The snapshot a new run starts from: its input as state, its entry nodes pending.
+/// The size of a value's JSON text, counted as it is written (nothing is kept).
+fn json_size(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut n = Count(0);
+    serde_json::to_writer(&mut n, v).map_or(usize::MAX, |()| n.0)
+}
+
 fn initial_snapshot(wf: &Workflow, input: &Value) -> Snapshot {
     let mut state = Map::new();
     match wf.layout {
         weir_core::ir::StateLayout::Flat => {
             if let Value::Object(m) = input {
-                state.extend(m.clone());
+                state = m.clone();
             }
         }
         weir_core::ir::StateLayout::Variables => {
