@@ -93,6 +93,8 @@ struct Tables {
     /// By node position: its outgoing edges with their targets' positions (edges to a
     /// node that does not exist left out), for routing without a lookup per edge.
     successors: Vec<Vec<(usize, usize)>>,
+    /// By node position: its id, shared (a run's bookkeeping holds these, not copies).
+    ids: Vec<crate::record::NodeId>,
 }
 
 impl Workflow {
@@ -126,6 +128,7 @@ impl Workflow {
                 inc,
                 entries,
                 successors,
+                ids: self.nodes.iter().map(|n| n.id.as_str().into()).collect(),
             }
         })
     }
@@ -150,13 +153,18 @@ impl Workflow {
 
     /// The outgoing edges of the node at `position`, each with its target node, in the
     /// order of `edges`.
-    pub fn successors(&self, position: usize) -> impl Iterator<Item = (&Edge, &Node)> + '_ {
+    pub fn successors(&self, position: usize) -> impl Iterator<Item = (&Edge, usize, &Node)> + '_ {
         self.tables()
             .successors
             .get(position)
             .into_iter()
             .flatten()
-            .map(|(e, t)| (&self.edges[*e], &self.nodes[*t]))
+            .map(|(e, t)| (&self.edges[*e], *t, &self.nodes[*t]))
+    }
+
+    /// The id of the node at `position`, shared.
+    pub fn node_id(&self, position: usize) -> &crate::record::NodeId {
+        &self.tables().ids[position]
     }
 
     pub fn incoming<'a>(&'a self, id: &'a str) -> impl Iterator<Item = &'a Edge> + 'a {
@@ -171,6 +179,12 @@ impl Workflow {
     /// Entry nodes: the explicit start, else those with no incoming edge.
     pub fn entries(&self) -> impl Iterator<Item = &Node> + '_ {
         self.tables().entries.iter().map(|i| &self.nodes[*i])
+    }
+
+    /// The entry nodes' ids, shared.
+    pub fn entry_ids(&self) -> impl Iterator<Item = &crate::record::NodeId> + '_ {
+        let t = self.tables();
+        t.entries.iter().map(|i| &t.ids[*i])
     }
 }
 

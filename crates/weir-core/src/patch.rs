@@ -31,11 +31,11 @@ pub struct Patch<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     reuse: Option<&'a BTreeMap<String, Vec<Reused>>>,
     loops: &'a BTreeMap<String, u32>,
-    pending: &'a Vec<String>,
-    completed: &'a BTreeSet<String>,
+    pending: &'a Vec<crate::record::NodeId>,
+    completed: &'a BTreeSet<crate::record::NodeId>,
     arrivals: &'a BTreeMap<String, BTreeSet<String>>,
     hops: u32,
-    visits: &'a BTreeMap<String, u32>,
+    visits: &'a BTreeMap<crate::record::NodeId, u32>,
     next_seq: u32,
     cost_usd: f64,
     gates: &'a Vec<PendingGate>,
@@ -65,11 +65,11 @@ pub struct SnapshotPatch {
     #[serde(default)]
     pub reuse: Option<BTreeMap<String, Vec<Reused>>>,
     pub loops: BTreeMap<String, u32>,
-    pub pending: Vec<String>,
-    pub completed: BTreeSet<String>,
+    pub pending: Vec<crate::record::NodeId>,
+    pub completed: BTreeSet<crate::record::NodeId>,
     pub arrivals: BTreeMap<String, BTreeSet<String>>,
     pub hops: u32,
-    pub visits: BTreeMap<String, u32>,
+    pub visits: BTreeMap<crate::record::NodeId, u32>,
     pub next_seq: u32,
     pub cost_usd: f64,
     pub gates: Vec<PendingGate>,
@@ -315,12 +315,12 @@ mod tests {
                 .unwrap()
                 .insert(id.clone(), json!({"i": i}));
             t.touch("variables", Some(&id));
-            now.pending = vec![format!("n{}", i + 1)];
-            now.completed.insert(id.clone());
+            now.pending = vec![format!("n{}", i + 1).into()];
+            now.completed.insert(id.as_str().into());
             if i % 4 == 3 {
-                now.completed.remove(&format!("n{}", i - 1));
+                now.completed.remove(format!("n{}", i - 1).as_str());
             }
-            *now.visits.entry(id.clone()).or_default() += 1;
+            *now.visits.entry(id.as_str().into()).or_default() += 1;
             now.hops += 1;
             now.next_seq += 2;
             now.cost_usd += 0.25;

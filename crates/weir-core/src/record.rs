@@ -251,6 +251,10 @@ pub struct Attempt {
 /// goes, owned only when read back from a store.
 pub type NodeType = std::borrow::Cow<'static, str>;
 
+/// A node's id in a run's bookkeeping: shared with the workflow's index, so marking a node
+/// pending, completed or visited copies no string.
+pub type NodeId = std::sync::Arc<str>;
+
 /// A shared `null`, the output of a step that has not finished (no allocation per step).
 pub fn no_output() -> std::sync::Arc<Output> {
     static NULL: std::sync::LazyLock<std::sync::Arc<Output>> =
@@ -513,13 +517,13 @@ pub struct Snapshot {
     /// Internal `__loop_<id>` counters (never visible to templates).
     pub loops: BTreeMap<String, u32>,
     /// Nodes ready to run (including any that were in flight when the snapshot was taken).
-    pub pending: Vec<String>,
-    pub completed: BTreeSet<String>,
+    pub pending: Vec<NodeId>,
+    pub completed: BTreeSet<NodeId>,
     /// Merge node → ids of the incoming edges that have fired.
     pub arrivals: BTreeMap<String, BTreeSet<String>>,
     /// Total node executions so far (the hop ceiling counts these).
     pub hops: u32,
-    pub visits: BTreeMap<String, u32>,
+    pub visits: BTreeMap<NodeId, u32>,
     pub next_seq: u32,
     pub cost_usd: f64,
     /// Output of the last node that ran (shared with its step record).

@@ -494,7 +494,7 @@ fn initial_snapshot(wf: &Workflow, input: &Value) -> Snapshot {
     }
     Snapshot {
         state: Arc::new(state),
-        pending: wf.entries().map(|n| n.id.clone()).collect(),
+        pending: wf.entry_ids().cloned().collect(),
         next_seq: 1,
         ..Snapshot::default()
     }

@@ -14,10 +14,12 @@ use crate::scheduler::InFlights;
 
 /// Marks a human gate approved and fires its outgoing edges (a decision, with no driver).
 pub fn complete_gate(wf: &Workflow, snapshot: &mut Snapshot, gate_id: &str) {
-    snapshot.completed.insert(gate_id.to_string());
-    if let Some(at) = wf.position(gate_id) {
-        fire(wf, snapshot, &InFlights::default(), at, &Route::All);
-    }
+    let Some(at) = wf.position(gate_id) else {
+        snapshot.completed.insert(gate_id.into());
+        return;
+    };
+    snapshot.completed.insert(wf.node_id(at).clone());
+    fire(wf, snapshot, &InFlights::default(), at, &Route::All);
 }
 
 pub(crate) fn fire(
@@ -29,7 +31,7 @@ pub(crate) fn fire(
 ) {
     // In the state-machine layouts every transition runs its target again.
     let revisit = wf.layout == StateLayout::Variables;
-    for (e, target) in wf.successors(node) {
+    for (e, at, target) in wf.successors(node) {
         let fires = match route {
             Route::All => true,
             Route::Key(k) => e.matches(k),
@@ -52,10 +54,10 @@ pub(crate) fn fire(
                         .insert(target.id.clone(), [e.id.clone()].into());
                 }
             }
-        } else if (revisit || !snapshot.completed.contains(&target.id))
-            && !snapshot.pending.contains(&target.id)
+        } else if (revisit || !snapshot.completed.contains(target.id.as_str()))
+            && !snapshot.pending.iter().any(|p| **p == *target.id)
         {
-            snapshot.pending.push(target.id.clone());
+            snapshot.pending.push(wf.node_id(at).clone());
         }
     }
     ready_merges(wf, snapshot, in_flight);
@@ -72,7 +74,9 @@ fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &InFlights) {
         // others (as a pending one would), and the next pass sees it pending.
         let mut ready: Vec<String> = Vec::new();
         for (m, arrived) in &snapshot.arrivals {
-            if arrived.is_empty() || snapshot.pending.contains(m) || snapshot.completed.contains(m)
+            if arrived.is_empty()
+                || snapshot.pending.iter().any(|p| **p == **m)
+                || snapshot.completed.contains(m.as_str())
             {
                 continue;
             }
@@ -84,7 +88,7 @@ fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &InFlights) {
                     && (wf
                         .position(&e.source)
                         .is_some_and(|i| in_flight.contains(i))
-                        || snapshot.pending.contains(&e.source))
+                        || snapshot.pending.iter().any(|p| **p == *e.source))
             });
             let blocked = direct || {
                 let live = live_from_frontier(wf, snapshot, in_flight, m);
@@ -99,7 +103,10 @@ fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &InFlights) {
         let changed = !ready.is_empty();
         for m in ready {
             snapshot.arrivals.remove(&m);
-            snapshot.pending.push(m);
+            let id = wf
+                .position(&m)
+                .map_or_else(|| m.as_str().into(), |at| wf.node_id(at).clone());
+            snapshot.pending.push(id);
         }
         if !changed {
             // Merges that wait on each other (possible only through cycles) must not
@@ -111,12 +118,12 @@ fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &InFlights) {
             }
             let first = wf.nodes.iter().find(|n| {
                 snapshot.arrivals.get(&n.id).is_some_and(|a| !a.is_empty())
-                    && !snapshot.completed.contains(&n.id)
+                    && !snapshot.completed.contains(n.id.as_str())
             });
             match first {
                 Some(m) => {
                     snapshot.arrivals.remove(&m.id);
-                    snapshot.pending.push(m.id.clone());
+                    snapshot.pending.push(m.id.as_str().into());
                 }
                 None => break,
             }
@@ -138,14 +145,15 @@ fn live_from_frontier(
     let frontier = snapshot
         .pending
         .iter()
-        .chain(in_flight.nodes().map(|i| &wf.nodes[i].id))
-        .chain(snapshot.gates.iter().map(|g| &g.node_id))
+        .map(|p| &**p)
+        .chain(in_flight.nodes().map(|i| wf.nodes[i].id.as_str()))
+        .chain(snapshot.gates.iter().map(|g| g.node_id.as_str()))
         .chain(
             snapshot
                 .arrivals
                 .iter()
                 .filter(|(m, a)| *m != merge && !a.is_empty())
-                .map(|(m, _)| m),
+                .map(|(m, _)| m.as_str()),
         );
     let mut stack: Vec<usize> = frontier.filter_map(|id| wf.position(id)).collect();
     while let Some(i) = stack.pop() {

@@ -30,7 +30,7 @@ use weir_core::event::EventKind;
 use weir_core::ir::{EndStatus, NodeKind, StateLayout};
 use weir_core::patch::Tracker;
 use weir_core::record::{
-    ErrorCode, PendingGate, RunError, RunStatus, Snapshot, StepRecord, StepStatus, Tokens,
+    ErrorCode, NodeId, PendingGate, RunError, RunStatus, Snapshot, StepRecord, StepStatus, Tokens,
 };
 use weir_core::store::{Lease, RunUpdate, Stamp, StepCommit, Written};
 
@@ -372,14 +372,13 @@ impl<'e> Run<'e> {
     }
 
     fn launch_ready(&mut self, tasks: &mut Tasks) {
-        // Launching changes neither `pending` nor its order: walked in place, each id
-        // copied once, for the in-flight table.
+        // Launching changes neither `pending` nor its order: walked in place.
         let mut at = 0;
         while at < self.snapshot.pending.len() {
             at += 1;
             let pending = &self.snapshot.pending[at - 1];
             let Some(index) = self.wf.position(pending) else {
-                let node_id = pending.clone();
+                let node_id = pending.to_string();
                 self.fail(RunError {
                     code: ErrorCode::Internal,
                     message: format!("node `{node_id}` is pending but not in the workflow"),
@@ -397,7 +396,7 @@ impl<'e> Run<'e> {
             }
             let executed = self.snapshot.hops as usize + self.in_flight.len();
             if executed >= self.wf.hop_ceiling as usize {
-                let mut counts: Vec<(&String, &u32)> = self.snapshot.visits.iter().collect();
+                let mut counts: Vec<(&NodeId, &u32)> = self.snapshot.visits.iter().collect();
                 counts.sort_by(|a, b| b.1.cmp(a.1));
                 let top: Vec<String> = counts
                     .iter()
@@ -540,14 +539,14 @@ impl<'e> Run<'e> {
         let Some(InFlight { mut step, started }) = self.in_flight.remove(index) else {
             return;
         };
-        if let Some(i) = self.snapshot.pending.iter().position(|p| p == node_id) {
+        if let Some(i) = self.snapshot.pending.iter().position(|p| **p == *node_id) {
             self.snapshot.pending.remove(i);
         }
         self.snapshot.hops += 1;
         match self.snapshot.visits.get_mut(node_id) {
             Some(v) => *v += 1,
             None => {
-                self.snapshot.visits.insert(node_id.to_string(), 1);
+                self.snapshot.visits.insert(wf.node_id(index).clone(), 1);
             }
         }
         step.finished_at = Some(Stamp::now());
@@ -598,7 +597,7 @@ impl<'e> Run<'e> {
                                 t.touch_output();
                             }
                         }
-                        self.snapshot.completed.insert(node_id.to_string());
+                        self.snapshot.completed.insert(wf.node_id(index).clone());
                         self.ending = Some(Ending::End(*status));
                     }
                     Route::Park { prompt } => {
@@ -623,9 +622,9 @@ impl<'e> Run<'e> {
                             _ => output.clone(),
                         };
                         if let NodeKind::Loop(_) = node.kind {
-                            self.route_loop(node_id, &outcome.route);
+                            self.route_loop(index, &outcome.route);
                         } else if !self.snapshot.completed.contains(node_id) {
-                            self.snapshot.completed.insert(node_id.to_string());
+                            self.snapshot.completed.insert(wf.node_id(index).clone());
                         }
                         fire(
                             &self.wf,
@@ -707,7 +706,9 @@ impl<'e> Run<'e> {
     }
 
     /// Loop bookkeeping: on continue keep the counter and re-arm the body; on exit clear it.
-    fn route_loop(&mut self, loop_id: &str, route: &Route) {
+    fn route_loop(&mut self, index: usize, route: &Route) {
+        let wf = self.wf.clone();
+        let loop_id = wf.nodes[index].id.as_str();
         let cont = matches!(route, Route::Key(k) if k == "true");
         if cont {
             let count = self.snapshot.loops.get(loop_id).copied().unwrap_or(0) + 1;
@@ -725,14 +726,14 @@ impl<'e> Run<'e> {
                 if id == loop_id || !seen.insert(id.clone()) {
                     continue;
                 }
-                self.snapshot.completed.remove(&id);
+                self.snapshot.completed.remove(id.as_str());
                 self.snapshot.arrivals.remove(&id);
                 queue.extend(self.wf.outgoing(&id).map(|e| e.target.clone()));
             }
             self.snapshot.completed.remove(loop_id);
         } else {
             self.snapshot.loops.remove(loop_id);
-            self.snapshot.completed.insert(loop_id.to_string());
+            self.snapshot.completed.insert(wf.node_id(index).clone());
         }
     }
 
@@ -760,7 +761,8 @@ impl<'e> Run<'e> {
             step.finished_at = Some(Stamp::now());
             step.duration_ms = Some(f.started.elapsed().as_millis() as u64);
             // An interrupted step stays pending: it runs again when the run is resumed.
-            if !interrupted && let Some(i) = self.snapshot.pending.iter().position(|p| p == node_id)
+            if !interrupted
+                && let Some(i) = self.snapshot.pending.iter().position(|p| **p == **node_id)
             {
                 self.snapshot.pending.remove(i);
             }
@@ -837,7 +839,7 @@ impl<'e> Run<'e> {
                         .find(|n| {
                             matches!(self.wf.node(n).map(|n| &n.kind), Some(NodeKind::End(_)))
                         })
-                        .cloned(),
+                        .map(|n| n.to_string()),
                 }),
             ),
             None if !self.snapshot.gates.is_empty() => (RunStatus::Paused, None),

@@ -27,9 +27,9 @@ pub(super) async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
         );
         tracker.touch(&format!("k{}", i % 4), None);
         tracker.touch_output();
-        now.completed.insert(node.clone());
-        now.pending = vec![format!("n{}", i + 1)];
-        *now.visits.entry(node.clone()).or_default() += 1;
+        now.completed.insert(node.as_str().into());
+        now.pending = vec![format!("n{}", i + 1).into()];
+        *now.visits.entry(node.as_str().into()).or_default() += 1;
         now.hops = i;
         now.next_seq = i + 1;
         now.cost_usd = 0.5 * f64::from(i);

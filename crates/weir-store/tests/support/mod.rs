@@ -159,7 +159,7 @@ pub fn snap(done: &[&str], gates: Vec<PendingGate>) -> Snapshot {
         ..Snapshot::default()
     };
     for d in done {
-        s.completed.insert(d.to_string());
+        s.completed.insert((*d).into());
         std::sync::Arc::make_mut(&mut s.state).insert(d.to_string(), json!(true));
     }
     s
