@@ -50,13 +50,13 @@ pub enum EventKind {
     },
     StepStarted {
         step: u32,
-        node_id: String,
+        node_id: crate::record::NodeId,
         node_type: crate::record::NodeType,
         visit: u32,
     },
     StepFinished {
         step: u32,
-        node_id: String,
+        node_id: crate::record::NodeId,
         node_type: crate::record::NodeType,
         status: StepStatus,
         #[serde(default, skip_serializing_if = "Option::is_none")]

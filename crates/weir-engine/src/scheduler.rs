@@ -451,7 +451,7 @@ impl<'e> Run<'e> {
             };
             self.events.push(EventKind::StepStarted {
                 step: seq,
-                node_id: node.id.clone(),
+                node_id: self.wf.node_id(index).clone(),
                 node_type: step.node_type.clone(),
                 visit,
             });
@@ -639,7 +639,8 @@ impl<'e> Run<'e> {
             }
         }
         self.engine.redactor.step(&mut step);
-        self.events.push(finished_event(&step));
+        self.events
+            .push(finished_event_of(&step, wf.node_id(index).clone()));
         self.unsaved = Some(step);
     }
 
@@ -898,9 +899,14 @@ fn no_history() -> Arc<std::collections::BTreeMap<String, Vec<weir_core::record:
 
 /// The `step_finished` event of a step record.
 fn finished_event(s: &StepRecord) -> EventKind {
+    finished_event_of(s, s.node_id.as_str().into())
+}
+
+/// The same, with its node's id shared with the workflow (a step of this driver).
+fn finished_event_of(s: &StepRecord, node_id: NodeId) -> EventKind {
     EventKind::StepFinished {
         step: s.seq,
-        node_id: s.node_id.clone(),
+        node_id,
         node_type: s.node_type.clone(),
         status: s.status,
         route: s.route.clone(),

@@ -187,10 +187,10 @@ fn random_graphs_run_exactly_the_routed_nodes() {
         for e in &events {
             match &e.kind {
                 EventKind::StepStarted { node_id, .. } => {
-                    started_at.insert(node_id.clone(), e.seq);
+                    started_at.insert(node_id.to_string(), e.seq);
                 }
                 EventKind::StepFinished { node_id, .. } => {
-                    finished.insert(node_id.clone(), e.seq);
+                    finished.insert(node_id.to_string(), e.seq);
                 }
                 _ => {}
             }

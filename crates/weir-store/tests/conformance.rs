@@ -615,7 +615,7 @@ async fn a_record_is_read_at_one_moment(f: Fixture) {
                 covers_patches: false,
                 events: vec![EventKind::StepFinished {
                     step: i,
-                    node_id: node.clone(),
+                    node_id: node.as_str().into(),
                     node_type: "agent".into(),
                     status: StepStatus::Succeeded,
                     route: None,

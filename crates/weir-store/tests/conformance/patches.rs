@@ -47,7 +47,7 @@ pub(super) async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
                 covers_patches,
                 events: vec![EventKind::StepFinished {
                     step: i,
-                    node_id: node.clone(),
+                    node_id: node.as_str().into(),
                     node_type: "agent".into(),
                     status: StepStatus::Succeeded,
                     route: None,
