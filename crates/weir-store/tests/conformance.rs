@@ -613,17 +613,7 @@ async fn a_record_is_read_at_one_moment(f: Fixture) {
                 snapshot: &snap(&done, vec![]),
                 patch: None,
                 covers_patches: false,
-                events: vec![EventKind::StepFinished {
-                    step: i,
-                    node_id: node.as_str().into(),
-                    node_type: "agent".into(),
-                    status: StepStatus::Succeeded,
-                    route: None,
-                    error: None,
-                    duration_ms: 0,
-                    cost_usd: 0.5,
-                    attempts: 0,
-                }],
+                events: vec![finished(i, node, 0)],
             },
         )
         .await

@@ -45,17 +45,7 @@ pub(super) async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
                 snapshot: &now,
                 patch: patch.as_ref(),
                 covers_patches,
-                events: vec![EventKind::StepFinished {
-                    step: i,
-                    node_id: node.as_str().into(),
-                    node_type: "agent".into(),
-                    status: StepStatus::Succeeded,
-                    route: None,
-                    error: None,
-                    duration_ms: 1,
-                    cost_usd: 0.5,
-                    attempts: 1,
-                }],
+                events: vec![finished(i, &node, 1)],
             },
         )
         .await

@@ -151,6 +151,21 @@ pub fn step(seq: u32, node: &str, status: StepStatus) -> StepRecord {
     }
 }
 
+/// The `step_finished` event of step `seq` of agent node `node`, succeeded.
+pub fn finished(seq: u32, node: &str, attempts: u32) -> weir_core::event::EventKind {
+    weir_core::event::EventKind::StepFinished {
+        step: seq,
+        node_id: node.into(),
+        node_type: "agent".into(),
+        status: StepStatus::Succeeded,
+        route: None,
+        error: None,
+        duration_ms: u64::from(attempts),
+        cost_usd: 0.5,
+        attempts,
+    }
+}
+
 pub fn snap(done: &[&str], gates: Vec<PendingGate>) -> Snapshot {
     let mut s = Snapshot {
         next_seq: done.len() as u32 + 1,
