@@ -287,11 +287,12 @@ pub struct Reply {
 }
 
 impl Reply {
-    fn to_value(&self) -> Value {
+    /// The reply's JSON object, its strings moved into it.
+    fn into_value(self) -> Value {
         let mut m = Map::with_capacity(6);
-        m.insert("text".into(), Value::String(self.text.clone()));
-        m.insert("model".into(), Value::String(self.model.clone()));
-        m.insert("provider".into(), Value::String(self.provider.clone()));
+        m.insert("text".into(), Value::String(self.text));
+        m.insert("model".into(), Value::String(self.model));
+        m.insert("provider".into(), Value::String(self.provider));
         m.insert("fallback_used".into(), Value::Bool(self.fallback_used));
         m.insert("input_tokens".into(), self.input_tokens.into());
         m.insert("output_tokens".into(), self.output_tokens.into());
@@ -323,7 +324,7 @@ impl Output {
     /// The output as JSON to change in place (a reply's fields become that JSON).
     pub fn value_mut(&mut self) -> &mut Value {
         if let Some(r) = self.reply.take() {
-            self.value = std::sync::OnceLock::from(r.to_value());
+            self.value = std::sync::OnceLock::from(r.into_value());
         }
         self.value.get_or_init(|| Value::Null);
         self.value.get_mut().expect("initialized above")
@@ -348,7 +349,7 @@ impl std::ops::Deref for Output {
 
     fn deref(&self) -> &Value {
         self.value.get_or_init(|| match &self.reply {
-            Some(r) => r.to_value(),
+            Some(r) => r.clone().into_value(),
             None => Value::Null,
         })
     }

@@ -462,7 +462,6 @@ impl Engine {
     }
 }
 
-/// The snapshot a new run starts from: its input as state, its entry nodes pending.
 /// The size of a value's JSON text, counted as it is written (nothing is kept).
 fn json_size(v: &Value) -> usize {
     struct Count(usize);
@@ -479,6 +478,7 @@ fn json_size(v: &Value) -> usize {
     serde_json::to_writer(&mut n, v).map_or(usize::MAX, |()| n.0)
 }
 
+/// The snapshot a new run starts from: its input as state, its entry nodes pending.
 fn initial_snapshot(wf: &Workflow, input: &Value) -> Snapshot {
     let mut state = Map::new();
     match wf.layout {
