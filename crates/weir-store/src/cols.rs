@@ -64,19 +64,16 @@ pub(crate) fn pin(r: &impl Cols) -> Option<Pin> {
     })
 }
 
-/// Step records from the rows of `steps` and of `attempts` (`seq`, `body`), both by `seq`.
-pub(crate) fn steps(
-    rows: &[impl Cols],
-    attempts: &[impl Cols],
+/// Step records from the rows of `steps`, by `seq`; `attempts` gives a row's attempts (from
+/// its own column in SQLite, from the `attempts` table in Postgres), given the row and `seq`.
+pub(crate) fn steps<R: Cols>(
+    rows: &[R],
+    attempts: impl Fn(&R, i64) -> Result<Vec<Attempt>, StoreError>,
 ) -> Result<Vec<StepRecord>, StoreError> {
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         let seq = r.int("seq");
-        let attempts: Vec<Attempt> = attempts
-            .iter()
-            .filter(|a| a.int("seq") == seq)
-            .map(|a| parse(&a.text("body")))
-            .collect::<Result<_, _>>()?;
+        let attempts = attempts(r, seq)?;
         out.push(StepRecord {
             seq: seq as u32,
             node_id: r.text("node_id"),

@@ -381,4 +381,19 @@ CREATE INDEX runs_queued ON runs (started_at) WHERE status = 'queued';
 CREATE INDEX runs_leased ON runs (lease_expires_at) WHERE status = 'running';
 "#,
     ),
+    (
+        11,
+        r#"
+-- A step's attempts are a JSON array in the step's own row, in attempt order. A step commit
+-- rewrites that row anyway (its `running` row becomes the finished one); a table of its own
+-- cost two more B-tree pages per commit (the table's and its key index's), written to the
+-- WAL at every commit and, with synchronous=FULL, through the fsync (BENCHMARKS.md).
+ALTER TABLE steps ADD COLUMN attempts TEXT NOT NULL DEFAULT '[]';
+UPDATE steps SET attempts = (
+    SELECT json_group_array(json(a.body) ORDER BY a.n) FROM attempts a
+    WHERE a.run_key = steps.run_key AND a.seq = steps.seq
+) WHERE EXISTS (SELECT 1 FROM attempts a WHERE a.run_key = steps.run_key AND a.seq = steps.seq);
+DROP TABLE attempts;
+"#,
+    ),
 ];

@@ -209,7 +209,13 @@ impl Postgres {
         .fetch_all(&mut *conn)
         .await
         .map_err(backend)?;
-        crate::cols::steps(&rows, &attempt_rows)
+        crate::cols::steps(&rows, |_, seq| {
+            attempt_rows
+                .iter()
+                .filter(|a| a.get::<i64, _>("seq") == seq)
+                .map(|a| crate::parse(&a.get::<String, _>("body")))
+                .collect()
+        })
     }
 }
 

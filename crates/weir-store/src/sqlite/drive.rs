@@ -27,8 +27,8 @@ pub struct StepRow {
     pub started_at: String,
     pub finished_at: Option<String>,
     pub duration_ms: Option<i64>,
-    /// `(n, body)` of each attempt.
-    pub attempts: Vec<(i64, String)>,
+    /// The attempts, a JSON array in attempt order (migration 11).
+    pub attempts: String,
 }
 
 /// How a write ends the drive, if it does.
@@ -198,18 +198,16 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
         // deleted and re-inserted it, index entry included).
         const UPSERT: &str = "INSERT INTO steps (id, node_id, node_type, visit, status,
                      route, input, output, error, cost_usd, tokens_in, tokens_out, started_at,
-                     finished_at, duration_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                     finished_at, duration_ms, attempts)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
                  ON CONFLICT (id) DO UPDATE SET
                      node_id = excluded.node_id, node_type = excluded.node_type,
                      visit = excluded.visit, status = excluded.status, route = excluded.route,
                      input = excluded.input, output = excluded.output, error = excluded.error,
                      cost_usd = excluded.cost_usd, tokens_in = excluded.tokens_in,
                      tokens_out = excluded.tokens_out, started_at = excluded.started_at,
-                     finished_at = excluded.finished_at, duration_ms = excluded.duration_ms";
-        let mut attempt = tx.prepare(
-            "INSERT OR REPLACE INTO attempts (run_key, seq, n, body) VALUES (?1, ?2, ?3, ?4)",
-        )?;
+                     finished_at = excluded.finished_at, duration_ms = excluded.duration_ms,
+                     attempts = excluded.attempts";
         let mut step = tx.prepare(UPSERT)?;
         for s in &w.steps {
             step.execute(params![
@@ -228,13 +226,9 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
                 s.started_at,
                 s.finished_at,
                 s.duration_ms,
+                s.attempts,
             ])
             .map_err(backend)?;
-            for (an, body) in &s.attempts {
-                attempt
-                    .execute(params![key, s.seq, an, body])
-                    .map_err(backend)?;
-            }
         }
     }
     if w.clear {

@@ -158,8 +158,7 @@ impl Sqlite {
         tx.commit().await.map_err(backend)
     }
 
-    /// A run's steps with their attempts, read on `conn` (a read transaction, so that both
-    /// queries see the same moment).
+    /// A run's steps with their attempts (a column of the step's row), read on `conn`.
     async fn steps(
         conn: &mut sqlx::SqliteConnection,
         run_id: &str,
@@ -167,7 +166,7 @@ impl Sqlite {
     ) -> Result<Vec<StepRecord>, StoreError> {
         let rows = sqlx::query(concat!(
             "SELECT seq, node_id, node_type, visit, status, route, input, output, error, cost_usd,
-                    tokens_in, tokens_out, started_at, finished_at, duration_ms
+                    tokens_in, tokens_out, started_at, finished_at, duration_ms, attempts
              FROM steps WHERE ",
             steps_of!(),
             " AND (?2 IS NULL OR seq = ?2) ORDER BY steps.id"
@@ -177,17 +176,9 @@ impl Sqlite {
         .fetch_all(&mut *conn)
         .await
         .map_err(backend)?;
-        let attempt_rows = sqlx::query(
-            "SELECT seq, body FROM attempts WHERE run_key = (SELECT key FROM runs WHERE id = ?)
-               AND (? IS NULL OR seq = ?) ORDER BY seq, n",
-        )
-        .bind(run_id.to_string())
-        .bind(only_seq.map(i64::from))
-        .bind(only_seq.map(i64::from))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(backend)?;
-        crate::cols::steps(&rows, &attempt_rows)
+        crate::cols::steps(&rows, |r, _| {
+            crate::parse(&crate::cols::Cols::text(r, "attempts"))
+        })
     }
 }
 
@@ -620,7 +611,6 @@ impl RunStore for Sqlite {
         .collect();
         for id in &ids {
             for sql in [
-                "DELETE FROM attempts WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
                 concat!("DELETE FROM steps WHERE ", steps_of!()),
                 "DELETE FROM run_events WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
                 "DELETE FROM run_patches WHERE run_key = (SELECT key FROM runs WHERE id = ?)",

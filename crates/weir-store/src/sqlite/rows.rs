@@ -36,14 +36,14 @@ pub(super) async fn insert_steps(
     let mut rows = Vec::with_capacity(steps.len());
     for s in steps {
         let id = drive::step_id(key, i64::from(s.seq))?;
-        rows.push((s, id, json(&s.input)?, json(&s.output)?));
+        rows.push((s, id, json(&s.input)?, json(&s.output)?, json(&s.attempts)?));
     }
     let mut q: QueryBuilder<Db> = QueryBuilder::new(
         "INSERT OR REPLACE INTO steps (id, node_id, node_type, visit, status, route,
              input, output, error, cost_usd, tokens_in, tokens_out, started_at, finished_at,
-             duration_ms) ",
+             duration_ms, attempts) ",
     );
-    q.push_values(rows, |mut b, (s, id, input, output)| {
+    q.push_values(rows, |mut b, (s, id, input, output, attempts)| {
         b.push_bind(id)
             .push_bind(s.node_id.as_str())
             .push_bind(&*s.node_type)
@@ -58,26 +58,10 @@ pub(super) async fn insert_steps(
             .push_bind(s.tokens.output as i64)
             .push_bind(s.started_at.to_string())
             .push_bind(s.finished_at.as_ref().map(|t| t.to_string()))
-            .push_bind(s.duration_ms.map(|d| d as i64));
+            .push_bind(s.duration_ms.map(|d| d as i64))
+            .push_bind(attempts);
     });
     q.build().execute(&mut *conn).await.map_err(backend)?;
-    let mut attempts = Vec::new();
-    for s in steps {
-        for a in &s.attempts {
-            attempts.push((s.seq, a.n, json(a)?));
-        }
-    }
-    if !attempts.is_empty() {
-        let mut q: QueryBuilder<Db> =
-            QueryBuilder::new("INSERT OR REPLACE INTO attempts (run_key, seq, n, body) ");
-        q.push_values(attempts, |mut b, (seq, n, body)| {
-            b.push_bind(key)
-                .push_bind(i64::from(seq))
-                .push_bind(i64::from(n))
-                .push_bind(body);
-        });
-        q.build().execute(&mut *conn).await.map_err(backend)?;
-    }
     Ok(())
 }
 
@@ -145,11 +129,7 @@ pub(super) fn step_row(s: &StepRecord) -> Result<StepRow, StoreError> {
         started_at: s.started_at.to_string(),
         finished_at: s.finished_at.as_ref().map(|t| t.to_string()),
         duration_ms: s.duration_ms.map(|d| d as i64),
-        attempts: s
-            .attempts
-            .iter()
-            .map(|a| Ok((i64::from(a.n), json(a)?)))
-            .collect::<Result<_, StoreError>>()?,
+        attempts: json(&s.attempts)?,
     })
 }
 

@@ -235,3 +235,46 @@ fn new_run(source_text: &str, input: serde_json::Value) -> weir_core::store::New
         pin: None,
     }
 }
+
+/// A database of schema 10 keeps a step's attempts in a table of their own; migration 11
+/// folds them into the step's row, in attempt order, and drops the table. A step with no
+/// attempts (still running when the old weir stopped) reads back with none.
+#[tokio::test]
+async fn a_schema_10_databases_attempts_move_into_their_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v10.db");
+    {
+        let pool = database_at_schema(&path, 10).await;
+        sqlx::raw_sql(
+            r#"INSERT INTO runs (key, id, workflow, dialect, status, source_path, snapshot, started_at)
+               VALUES (7, 'old', 'wf', 'graph', 'failed', 'wf.json', '{"state": {}, "loops": {}, "pending": [], "completed": [], "arrivals": {}, "hops": 0, "visits": {}, "next_seq": 3, "cost_usd": 0.0, "output": null, "gates": []}', '2026-01-01T00:00:00.000Z');
+               INSERT INTO run_sources (run_key, source_text, input) VALUES (7, '{"name": "wf"}', '{}');
+               INSERT INTO steps (id, node_id, node_type, visit, status, input, output, started_at)
+               VALUES (7 * 4294967296 + 1, 'a', 'agent', 1, 'failed', '{}', 'null', '2026-01-01T00:00:00.000Z'),
+                      (7 * 4294967296 + 2, 'b', 'agent', 1, 'running', '{}', 'null', '2026-01-01T00:00:01.000Z');
+               INSERT INTO attempts (run_key, seq, n, body) VALUES
+                   (7, 1, 2, '{"n": 2, "status": "failed", "error": "still down", "duration_ms": 5, "cost_usd": 0.0}'),
+                   (7, 1, 1, '{"n": 1, "status": "failed", "error": "down", "error_class": "server_error", "duration_ms": 4, "cost_usd": 0.0}');"#,
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    let store = Sqlite::open(Some(&path)).await.unwrap();
+    let record = store.get_record("old").await.unwrap();
+    let a = &record.steps[0].attempts;
+    assert_eq!(
+        a.iter()
+            .map(|a| (a.n, a.error.as_deref()))
+            .collect::<Vec<_>>(),
+        [(1, Some("down")), (2, Some("still down"))]
+    );
+    assert_eq!(a[0].error_class.as_deref(), Some("server_error"));
+    assert!(record.steps[1].attempts.is_empty());
+    let tables: i64 = sqlx::query("SELECT COUNT(*) FROM sqlite_master WHERE name = 'attempts'")
+        .fetch_one(&store.pool)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(tables, 0, "the attempts table is gone");
+}
