@@ -31,6 +31,22 @@ pub struct StepRow {
     pub attempts: String,
 }
 
+impl StepRow {
+    /// A `running` row with nothing set but its start: every other column at the steps
+    /// table's default.
+    fn is_bare_start(&self) -> bool {
+        self.status == "running"
+            && self.route.is_none()
+            && self.error.is_none()
+            && self.cost_usd == 0.0
+            && self.tokens_in == 0
+            && self.tokens_out == 0
+            && self.finished_at.is_none()
+            && self.duration_ms.is_none()
+            && self.attempts == "[]"
+    }
+}
+
 /// How a write ends the drive, if it does.
 pub enum EndRow {
     Finish {
@@ -208,27 +224,47 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
                      tokens_out = excluded.tokens_out, started_at = excluded.started_at,
                      finished_at = excluded.finished_at, duration_ms = excluded.duration_ms,
                      attempts = excluded.attempts";
-        let mut step = tx.prepare(UPSERT)?;
+        // A `running` row (a step just launched) has nothing but its start: a plain insert
+        // of those columns, the rest left to their defaults (`OR REPLACE`: a step written
+        // running twice, as a crashed drive's successor may, keeps one row).
+        const RUNNING: &str = "INSERT OR REPLACE INTO steps (id, node_id, node_type, visit,
+                     status, input, output, started_at)
+                 VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7)";
         for s in &w.steps {
-            step.execute(params![
-                step_id(key, s.seq)?,
-                s.node_id,
-                s.node_type,
-                s.visit,
-                s.status,
-                s.route,
-                s.input,
-                s.output,
-                s.error,
-                s.cost_usd,
-                s.tokens_in,
-                s.tokens_out,
-                s.started_at,
-                s.finished_at,
-                s.duration_ms,
-                s.attempts,
-            ])
-            .map_err(backend)?;
+            if s.is_bare_start() {
+                tx.prepare(RUNNING)?
+                    .execute(params![
+                        step_id(key, s.seq)?,
+                        s.node_id,
+                        s.node_type,
+                        s.visit,
+                        s.input,
+                        s.output,
+                        s.started_at,
+                    ])
+                    .map_err(backend)?;
+                continue;
+            }
+            tx.prepare(UPSERT)?
+                .execute(params![
+                    step_id(key, s.seq)?,
+                    s.node_id,
+                    s.node_type,
+                    s.visit,
+                    s.status,
+                    s.route,
+                    s.input,
+                    s.output,
+                    s.error,
+                    s.cost_usd,
+                    s.tokens_in,
+                    s.tokens_out,
+                    s.started_at,
+                    s.finished_at,
+                    s.duration_ms,
+                    s.attempts,
+                ])
+                .map_err(backend)?;
         }
     }
     if w.clear {
@@ -556,14 +592,17 @@ fn insert_event(
 }
 
 /// Creates a run (`queued`, or claimed in the same transaction), or returns the run an
-/// earlier request with the same idempotency key created.
-/// Creates a run (and claims it, when asked), inside a group commit's savepoint.
+/// earlier request with the same idempotency key created; inside a group commit's
+/// savepoint. A run claimed as it is created is inserted claimed (`running`, epoch 1, its
+/// lease), with its `run_created` and `run_started` events: no `UPDATE` of the new row and
+/// no read-back. Also returns the row as the write left it, for the drive's first fence
+/// (`rows::Keys`).
 pub fn create_run(
     tx: &Conn<'_>,
     run: &weir_core::store::NewRun,
     input: &str,
     snapshot: &str,
-) -> Result<weir_core::store::Created, StoreError> {
+) -> Result<(weir_core::store::Created, Option<Seen>), StoreError> {
     if let Some(key) = &run.idempotency_key {
         let existing: Option<String> = tx
             .prepare("SELECT id FROM runs WHERE idempotency_key = ?1")?
@@ -571,29 +610,46 @@ pub fn create_run(
             .optional()
             .map_err(backend)?;
         if let Some(id) = existing {
-            return Ok(weir_core::store::Created {
+            let created = weir_core::store::Created {
                 run_id: id,
                 created: false,
                 lease: None,
                 events: Vec::new(),
-            });
+            };
+            return Ok((created, None));
         }
     }
+    let lease = run.claim.as_ref().map(|c| weir_core::store::Lease {
+        run_id: run.run_id.clone(),
+        owner: c.owner.clone(),
+        epoch: 1,
+        expires_at: weir_core::store::now_ms() + c.ttl.as_millis() as i64,
+    });
+    let (status, event_seq) = match lease {
+        Some(_) => ("running", 2),
+        None => ("queued", 1),
+    };
     tx.prepare(
         "INSERT INTO runs (id, workflow, dialect, status, source_path, snapshot, cost_usd,
-                           started_at, idempotency_key, event_seq, workflow_id, workflow_version)
-         VALUES (?1, ?2, ?3, 'queued', ?4, ?5, 0, ?6, ?7, 1, ?8, ?9)",
+                           started_at, idempotency_key, event_seq, workflow_id, workflow_version,
+                           epoch, owner, lease_expires_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     )?
     .execute(params![
         run.run_id,
         run.workflow,
         run.dialect,
+        status,
         run.source_path,
         snapshot,
         run.created_at,
         run.idempotency_key,
+        event_seq,
         run.pin.as_ref().map(|p| p.workflow_id.as_str()),
         run.pin.as_ref().map(|p| i64::from(p.version)),
+        lease.as_ref().map_or(0, |l| l.epoch as i64),
+        lease.as_ref().map(|l| l.owner.as_str()),
+        lease.as_ref().map(|l| l.expires_at),
     ])
     .map_err(|e| match e {
         rusqlite::Error::SqliteFailure(f, _)
@@ -618,32 +674,29 @@ pub fn create_run(
             workflow: run.workflow.clone(),
         },
     )?];
-    let lease = match &run.claim {
-        Some(c) => {
-            let row = crate::rules::ClaimRow {
-                id: run.run_id.clone(),
-                status: RunStatus::Queued,
-                epoch: 0,
-                owner: None,
-                lease_expires_at: None,
-            };
-            let (lease, w) = claim_one(tx, &row, c, &at)?.ok_or_else(|| {
-                StoreError::Backend(format!(
-                    "run {} could not be claimed as it was created",
-                    run.run_id
-                ))
-            })?;
-            events.extend(w.events);
-            Some(lease)
-        }
-        None => None,
-    };
-    Ok(weir_core::store::Created {
+    if let Some(l) = &lease {
+        let queued = crate::rules::ClaimRow {
+            id: run.run_id.clone(),
+            status: RunStatus::Queued,
+            epoch: 0,
+            owner: None,
+            lease_expires_at: None,
+        };
+        let kind = rules::claim_event(&queued.view(), &l.owner, l.epoch);
+        events.push(insert_event(tx, key, 2, &at, kind)?);
+    }
+    let seen = lease.is_some().then_some(Seen {
+        key,
+        event_seq,
+        cancel: false,
+    });
+    let created = weir_core::store::Created {
         run_id: run.run_id.clone(),
         created: true,
         lease,
         events,
-    })
+    };
+    Ok((created, seen))
 }
 
 /// Claims one named run if it is claimable (queued, or its lease expired), else the

@@ -194,9 +194,14 @@ impl RunStore for Sqlite {
 
     async fn create_run(&self, run: NewRun) -> Result<Created, StoreError> {
         let (input, snapshot) = (json(&run.input)?, json(&run.snapshot)?);
-        self.writer
+        let (created, seen) = self
+            .writer
             .grouped(true, move |c| drive::create_run(c, &run, &input, &snapshot))
-            .await
+            .await?;
+        if let Some(seen) = seen {
+            self.keys.learnt(&created.run_id, seen, false);
+        }
+        Ok(created)
     }
 
     async fn claim_run(&self, run_id: &str, claim: &Claim) -> Result<(Lease, Written), StoreError> {

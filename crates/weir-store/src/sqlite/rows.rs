@@ -178,10 +178,16 @@ impl Sqlite {
                 None => None,
             },
         };
+        // Shared with the writer, which lets go of it before it answers: the rows are
+        // freed here, on the drive's thread, not on the writer's (the group commit's
+        // bottleneck under many concurrent runs).
+        let write = std::sync::Arc::new(write);
+        let shared = write.clone();
         let done = self
             .writer
-            .grouped(!write.visible, move |c| drive::fenced(c, &write))
+            .grouped(!write.visible, move |c| drive::fenced(c, &shared))
             .await??;
+        drop(write);
         self.keys.learnt(&w.lease.run_id, done.seen, ends);
         Ok(Written {
             events: crate::numbered(done.first_seq, &at, w.events),

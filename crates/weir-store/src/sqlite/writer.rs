@@ -55,7 +55,11 @@ where
     }
 
     fn answer(self: Box<Self>, failed: Option<&StoreError>) {
-        let _ = self.tx.send(match (failed, self.result) {
+        let Pending { f, result, tx } = *self;
+        // The write's statements go before the answer: data they share with the waiter (a
+        // fenced write's rows) is then freed by the waiter, off the writer's thread.
+        drop(f);
+        let _ = tx.send(match (failed, result) {
             (Some(e), _) => Err(e.clone()),
             (None, Some(result)) => result,
             (None, None) => Err(StoreError::Backend("not run".into())),
