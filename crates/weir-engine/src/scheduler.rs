@@ -76,6 +76,11 @@ impl InFlights {
     }
 
     fn insert(&mut self, node: usize, f: InFlight) {
+        // Room for one at first (a chain never has more in flight), not the four a first
+        // push reserves: an entry is a few hundred bytes, and thousands of runs hold one.
+        if self.0.capacity() == 0 {
+            self.0.reserve_exact(1);
+        }
         self.0.push((node, f));
     }
 
@@ -117,8 +122,11 @@ pub struct Run<'e> {
     /// Events of the changes not committed yet; they go in the same transaction.
     events: Vec<EventKind>,
     /// Attempt events from node futures (a retry shows when it happens).
-    progress: mpsc::UnboundedSender<EventKind>,
-    progress_rx: Option<mpsc::UnboundedReceiver<EventKind>>,
+    /// Boxed: the channel allocates its first block of 32 slots up front, 32 event-sized
+    /// slots (3.9 KB) for every run where boxes take 256 bytes (the events are rare: a retry,
+    /// a fallback).
+    progress: mpsc::UnboundedSender<Box<EventKind>>,
+    progress_rx: Option<mpsc::UnboundedReceiver<Box<EventKind>>>,
     /// For stores that keep snapshot patches: what changed since the last write (marked as
     /// the scheduler writes it), so a step commit writes a patch of the snapshot, and the
     /// whole snapshot every few commits (`weir_core::patch`).
@@ -275,14 +283,14 @@ impl<'e> Run<'e> {
                     self.ending.get_or_insert(Ending::Interrupted);
                 }
                 Some(mut ev) = progress.recv() => {
-                    if let EventKind::AttemptFailed { error, .. } = &mut ev {
+                    if let EventKind::AttemptFailed { error, .. } = &mut *ev {
                         self.engine.redactor.string(error);
                     }
                     let w = self
                         .engine
                         .services
                         .store
-                        .append_events(&self.lease, vec![ev])
+                        .append_events(&self.lease, vec![*ev])
                         .await?;
                     self.written(w);
                 }
@@ -291,10 +299,10 @@ impl<'e> Run<'e> {
                     // What a node told while it ran (a fallback) but the loop has not read
                     // yet goes in with its step, before the step's end.
                     while let Ok(mut ev) = progress.try_recv() {
-                        if let EventKind::AttemptFailed { error, .. } = &mut ev {
+                        if let EventKind::AttemptFailed { error, .. } = &mut *ev {
                             self.engine.redactor.string(error);
                         }
-                        self.events.push(ev);
+                        self.events.push(*ev);
                     }
                     match joined {
                         Ok(r) => self.finish(index, *r),

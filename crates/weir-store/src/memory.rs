@@ -29,7 +29,9 @@ pub struct Memory {
 
 #[derive(Default)]
 struct Inner {
-    runs: weir_core::ir::FastMap<String, MemRun>,
+    /// Boxed: a run's entry is most of a kilobyte, and the table moves every entry when it
+    /// grows (a 4 MB table and its copy at 2,000 runs in flight).
+    runs: weir_core::ir::FastMap<String, Box<MemRun>>,
     /// Creation order (a counter → run id), for listing and for claiming oldest first.
     order: BTreeMap<u64, String>,
     created: u64,
@@ -194,7 +196,7 @@ impl Memory {
         inner
             .runs
             .get(run_id)
-            .map(f)
+            .map(|r| f(r))
             .ok_or_else(|| StoreError::NotFound(format!("no run with id {run_id}")))
     }
 }
@@ -257,7 +259,7 @@ impl RunStore for Memory {
         let order = inner.created;
         run.order = order;
         inner.order.insert(order, new.run_id.clone());
-        inner.runs.insert(new.run_id.clone(), run);
+        inner.runs.insert(new.run_id.clone(), Box::new(run));
         if let Some(key) = new.idempotency_key {
             inner.keys.insert(key, new.run_id.clone());
         }

@@ -46,7 +46,7 @@ pub struct NodeCtx {
     pub seq: u32,
     /// Events that must reach the log while the step runs (an attempt that failed and will
     /// be retried).
-    pub progress: tokio::sync::mpsc::UnboundedSender<weir_core::event::EventKind>,
+    pub progress: tokio::sync::mpsc::UnboundedSender<Box<weir_core::event::EventKind>>,
     /// The drive's lease, checked before each attempt (`Held::still_held`).
     pub(crate) lease: Option<Arc<crate::heartbeat::Held>>,
     /// Shared by every node of every run: one reference count, not one per service.
