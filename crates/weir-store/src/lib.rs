@@ -51,15 +51,51 @@ pub(crate) fn event_value(seq: i64, body: &str) -> Result<Value, StoreError> {
     let Value::Object(rest) = parse::<Value>(body)? else {
         return Err(StoreError::Backend("corrupt stored event".into()));
     };
+    Ok(numbered_value(seq, rest))
+}
+
+/// An event's body with its number first, as readers see it.
+fn numbered_value(seq: i64, rest: serde_json::Map<String, Value>) -> Value {
     let mut m = serde_json::Map::with_capacity(rest.len() + 1);
     m.insert("seq".into(), Value::from(seq));
     m.extend(rest);
-    Ok(Value::Object(m))
+    Value::Object(m)
+}
+
+/// The events of a stored batch (SQLite's `run_events` row: the bodies of one write's
+/// events as a JSON array, the first numbered `first`), those numbered above `after` only.
+pub(crate) fn batch_values(first: i64, bodies: &str, after: i64) -> Result<Vec<Value>, StoreError> {
+    let all: Vec<serde_json::Map<String, Value>> = parse(bodies)?;
+    Ok(all
+        .into_iter()
+        .enumerate()
+        .map(|(i, rest)| (first + i as i64, rest))
+        .filter(|(seq, _)| *seq > after)
+        .map(|(seq, rest)| numbered_value(seq, rest))
+        .collect())
+}
+
+/// One write's event bodies as the JSON array SQLite stores them in (`batch_values`).
+pub(crate) fn batch_text(bodies: &[String]) -> String {
+    let mut text = String::with_capacity(bodies.iter().map(|b| b.len() + 1).sum::<usize>() + 2);
+    text.push('[');
+    for (i, b) in bodies.iter().enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(b);
+    }
+    text.push(']');
+    text
 }
 
 pub(crate) fn event_of(seq: i64, body: &str) -> Result<RunEvent, StoreError> {
-    serde_json::from_value(event_value(seq, body)?)
-        .map_err(|e| StoreError::Backend(format!("corrupt stored event: {e}")))
+    typed_event(event_value(seq, body)?)
+}
+
+/// An event as readers see it (`event_value`), typed.
+pub(crate) fn typed_event(v: Value) -> Result<RunEvent, StoreError> {
+    serde_json::from_value(v).map_err(|e| StoreError::Backend(format!("corrupt stored event: {e}")))
 }
 
 /// `kinds` as the events they became: numbered from `first`, all stamped `at`.

@@ -396,4 +396,22 @@ UPDATE steps SET attempts = (
 DROP TABLE attempts;
 "#,
     ),
+    (
+        12,
+        r#"
+-- The events a write appends are one row: their bodies as a JSON array, keyed by the first
+-- one's number (the others follow it without gaps). A step commit appends two or more
+-- (the step's end, its successors' starts) and paid a B-tree insert for each.
+CREATE TABLE run_events_v12 (
+    run_key  INTEGER NOT NULL,
+    seq      INTEGER NOT NULL,
+    bodies   TEXT NOT NULL,
+    PRIMARY KEY (run_key, seq)
+) WITHOUT ROWID;
+INSERT INTO run_events_v12 (run_key, seq, bodies)
+    SELECT run_key, seq, '[' || body || ']' FROM run_events;
+DROP TABLE run_events;
+ALTER TABLE run_events_v12 RENAME TO run_events;
+"#,
+    ),
 ];

@@ -280,12 +280,10 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
             .map_err(backend)?;
     }
     if n > 0 {
-        let mut ev =
-            tx.prepare("INSERT INTO run_events (run_key, seq, body) VALUES (?1, ?2, ?3)")?;
-        for (k, body) in w.events.iter().enumerate() {
-            ev.execute(params![key, first + k as i64, body])
-                .map_err(backend)?;
-        }
+        // One row for the write's events (migration 12).
+        tx.prepare("INSERT INTO run_events (run_key, seq, bodies) VALUES (?1, ?2, ?3)")?
+            .execute(params![key, first, crate::batch_text(&w.events)])
+            .map_err(backend)?;
     }
     match &w.end {
         Some(EndRow::Finish {
@@ -401,12 +399,12 @@ fn refuse(tx: &Conn<'_>, run_id: &str, epoch: i64, owner: &str, write: &str) -> 
         )
         .and_then(|row| {
             let f = row.ok_or_else(|| StoreError::NotFound(format!("no run {run_id}")))?;
-            insert_event(
+            insert_events(
                 tx,
                 f.key,
                 f.event_seq,
                 &weir_core::store::Stamp::now(),
-                kind,
+                vec![kind],
             )
         })
         .map(|_| ());
@@ -558,7 +556,7 @@ fn claim_one(
     else {
         return Ok(None);
     };
-    let event = insert_event(tx, key, event_seq, at, kind)?;
+    let events = insert_events(tx, key, event_seq, at, vec![kind])?;
     Ok(Some((
         weir_core::store::Lease {
             run_id: row.id.clone(),
@@ -567,28 +565,28 @@ fn claim_one(
             expires_at,
         },
         weir_core::store::Written {
-            events: vec![event],
+            events,
             cancel_requested: cancel != 0,
         },
     )))
 }
 
-fn insert_event(
+/// Appends `kinds` as one row of events numbered from `first` (reserved by the caller).
+fn insert_events(
     tx: &Conn<'_>,
     run_key: i64,
-    seq: i64,
+    first: i64,
     at: &weir_core::store::Stamp,
-    kind: weir_core::event::EventKind,
-) -> Result<weir_core::event::RunEvent, StoreError> {
-    let body = serde_json::to_string(&crate::Body { at, kind: &kind }).map_err(backend)?;
-    tx.prepare("INSERT INTO run_events (run_key, seq, body) VALUES (?1, ?2, ?3)")?
-        .execute(params![run_key, seq, body])
+    kinds: Vec<weir_core::event::EventKind>,
+) -> Result<Vec<weir_core::event::RunEvent>, StoreError> {
+    let bodies = kinds
+        .iter()
+        .map(|kind| serde_json::to_string(&crate::Body { at, kind }).map_err(backend))
+        .collect::<Result<Vec<_>, _>>()?;
+    tx.prepare("INSERT INTO run_events (run_key, seq, bodies) VALUES (?1, ?2, ?3)")?
+        .execute(params![run_key, first, crate::batch_text(&bodies)])
         .map_err(backend)?;
-    Ok(weir_core::event::RunEvent {
-        seq: seq as u64,
-        at: at.clone(),
-        kind,
-    })
+    Ok(crate::numbered(first, at, kinds))
 }
 
 /// Creates a run (`queued`, or claimed in the same transaction), or returns the run an
@@ -665,15 +663,9 @@ pub fn create_run(
         .execute(params![key, run.source_text, input])
         .map_err(backend)?;
     let at = weir_core::store::Stamp::now();
-    let mut events = vec![insert_event(
-        tx,
-        key,
-        1,
-        &at,
-        weir_core::event::EventKind::RunCreated {
-            workflow: run.workflow.clone(),
-        },
-    )?];
+    let mut kinds = vec![weir_core::event::EventKind::RunCreated {
+        workflow: run.workflow.clone(),
+    }];
     if let Some(l) = &lease {
         let queued = crate::rules::ClaimRow {
             id: run.run_id.clone(),
@@ -682,9 +674,9 @@ pub fn create_run(
             owner: None,
             lease_expires_at: None,
         };
-        let kind = rules::claim_event(&queued.view(), &l.owner, l.epoch);
-        events.push(insert_event(tx, key, 2, &at, kind)?);
+        kinds.push(rules::claim_event(&queued.view(), &l.owner, l.epoch));
     }
+    let events = insert_events(tx, key, 1, &at, kinds)?;
     let seen = lease.is_some().then_some(Seen {
         key,
         event_seq,

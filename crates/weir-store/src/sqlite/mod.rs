@@ -32,7 +32,7 @@ mod stmts;
 mod tests;
 mod writer;
 
-use crate::{backend, event_of, event_value, json};
+use crate::{backend, json};
 use rows::{End, Fenced, insert_events, insert_steps};
 use writer::Writer;
 
@@ -534,17 +534,18 @@ impl RunStore for Sqlite {
         .await
         .map_err(backend)?
         .ok_or_else(|| not_found(run_id))?;
-        let events = sqlx::query(
-            "SELECT seq, body FROM run_events
+        let mut events = Vec::new();
+        for r in sqlx::query(
+            "SELECT seq, bodies FROM run_events
              WHERE run_key = (SELECT key FROM runs WHERE id = ?) ORDER BY seq",
         )
         .bind(run_id)
         .fetch_all(&mut *tx)
         .await
         .map_err(backend)?
-        .iter()
-        .map(|r| event_value(r.get(0), r.get::<&str, _>(1)))
-        .collect::<Result<Vec<_>, _>>()?;
+        {
+            events.extend(crate::batch_values(r.get(0), r.get::<&str, _>(1), 0)?);
+        }
         let steps = Self::steps(&mut tx, run_id, None).await?;
         tx.commit().await.map_err(backend)?;
         crate::cols::record(run_id, &row, events, steps)
@@ -669,18 +670,28 @@ impl RunStore for Sqlite {
     }
 
     async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError> {
-        sqlx::query(
-            "SELECT seq, body FROM run_events
-             WHERE run_key = (SELECT key FROM runs WHERE id = ?) AND seq > ? ORDER BY seq",
+        // The row holding event `after` (a row holds one write's events, numbered from its
+        // `seq`) and every row after it; the events up to `after` are skipped.
+        let rows = sqlx::query(
+            "SELECT seq, bodies FROM run_events
+             WHERE run_key = (SELECT key FROM runs WHERE id = ?1)
+               AND seq >= COALESCE((SELECT MAX(seq) FROM run_events
+                                    WHERE run_key = (SELECT key FROM runs WHERE id = ?1)
+                                      AND seq <= ?2), 0)
+             ORDER BY seq",
         )
         .bind(run_id)
         .bind(after as i64)
         .fetch_all(&self.pool)
         .await
-        .map_err(backend)?
-        .iter()
-        .map(|r| event_of(r.get(0), r.get::<&str, _>(1)))
-        .collect()
+        .map_err(backend)?;
+        let mut events = Vec::new();
+        for r in &rows {
+            for v in crate::batch_values(r.get(0), r.get::<&str, _>(1), after as i64)? {
+                events.push(crate::typed_event(v)?);
+            }
+        }
+        Ok(events)
     }
 }
 

@@ -76,16 +76,19 @@ pub(super) async fn insert_events(
         return Ok(Vec::new());
     }
     let at = weir_core::store::Stamp::now();
-    let mut rows = Vec::with_capacity(kinds.len());
-    for (i, kind) in kinds.iter().enumerate() {
-        rows.push((first + i as i64, json(&Body { at: &at, kind })?));
-    }
+    let bodies = kinds
+        .iter()
+        .map(|kind| json(&Body { at: &at, kind }))
+        .collect::<Result<Vec<_>, _>>()?;
     let key = run_key(conn, run_id).await?;
-    let mut q: QueryBuilder<Db> = QueryBuilder::new("INSERT INTO run_events (run_key, seq, body) ");
-    q.push_values(rows, |mut b, (seq, body)| {
-        b.push_bind(key).push_bind(seq).push_bind(body);
-    });
-    q.build().execute(&mut *conn).await.map_err(backend)?;
+    // One row for the write's events (migration 12).
+    sqlx::query("INSERT INTO run_events (run_key, seq, bodies) VALUES (?, ?, ?)")
+        .bind(key)
+        .bind(first)
+        .bind(crate::batch_text(&bodies))
+        .execute(&mut *conn)
+        .await
+        .map_err(backend)?;
     Ok(crate::numbered(first, &at, kinds))
 }
 

@@ -278,3 +278,65 @@ async fn a_schema_10_databases_attempts_move_into_their_steps() {
         .get(0);
     assert_eq!(tables, 0, "the attempts table is gone");
 }
+
+/// A write's events are one row (migration 12): a reader that asks for the events after one
+/// in the middle of a row gets the rest of that row and what follows, and a database of
+/// schema 11, one event per row, reads back the same.
+#[tokio::test]
+async fn events_after_one_inside_a_write_start_from_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v11.db");
+    {
+        let pool = database_at_schema(&path, 11).await;
+        sqlx::raw_sql(
+            r#"INSERT INTO runs (key, id, workflow, dialect, status, source_path, snapshot, started_at, event_seq)
+               VALUES (3, 'old', 'wf', 'graph', 'queued', 'wf.json', '{"state": {}, "loops": {}, "pending": [], "completed": [], "arrivals": {}, "hops": 0, "visits": {}, "next_seq": 1, "cost_usd": 0.0, "output": null, "gates": []}', '2026-01-01T00:00:00.000Z', 2);
+               INSERT INTO run_sources (run_key, source_text, input) VALUES (3, '{"name": "wf"}', '{}');
+               INSERT INTO run_events (run_key, seq, body) VALUES
+                   (3, 1, '{"at": "2026-01-01T00:00:00.000Z", "type": "run_created", "workflow": "wf"}'),
+                   (3, 2, '{"at": "2026-01-01T00:00:01.000Z", "type": "cancel_requested", "by": "ops"}');"#,
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    let store = Sqlite::open(Some(&path)).await.unwrap();
+    let seqs = |events: Vec<RunEvent>| events.iter().map(|e| e.seq).collect::<Vec<_>>();
+    assert_eq!(seqs(store.events_after("old", 0).await.unwrap()), [1, 2]);
+    assert_eq!(seqs(store.events_after("old", 1).await.unwrap()), [2]);
+    assert_eq!(store.get_record("old").await.unwrap().events.len(), 2);
+
+    // A run created and claimed in one write: `run_created` and `run_started` share a row.
+    let mut run = new_run(r#"{"name": "wf", "nodes": []}"#, serde_json::json!({}));
+    run.claim = Some(Claim {
+        owner: "me".into(),
+        ttl: Duration::from_secs(30),
+    });
+    let created = store.create_run(run).await.unwrap();
+    assert_eq!(seqs(created.events), [1, 2]);
+    let rows: i64 = sqlx::query(
+        "SELECT COUNT(*) FROM run_events WHERE run_key = (SELECT key FROM runs WHERE id = 'r1')",
+    )
+    .fetch_one(&store.pool)
+    .await
+    .unwrap()
+    .get(0);
+    assert_eq!(rows, 1, "one write, one row of events");
+    assert_eq!(seqs(store.events_after("r1", 0).await.unwrap()), [1, 2]);
+    let after_first = store.events_after("r1", 1).await.unwrap();
+    assert_eq!(seqs(after_first.clone()), [2]);
+    assert!(matches!(after_first[0].kind, EventKind::RunStarted { .. }));
+    assert!(store.events_after("r1", 2).await.unwrap().is_empty());
+    let record = store.get_record("r1").await.unwrap();
+    assert_eq!(
+        record
+            .events
+            .iter()
+            .map(|e| (e["seq"].as_u64(), e["type"].as_str()))
+            .collect::<Vec<_>>(),
+        [
+            (Some(1), Some("run_created")),
+            (Some(2), Some("run_started"))
+        ]
+    );
+}
