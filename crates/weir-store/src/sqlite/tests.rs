@@ -21,27 +21,42 @@ async fn database_at_schema(path: &Path, version: i64) -> SqlitePool {
     pool
 }
 
+/// A store opened (and so migrated) on a database that a weir of schema `version` left with
+/// `rows` in it; the directory holds the database for as long as it lives.
+async fn opened_after(version: i64, rows: &'static str) -> (tempfile::TempDir, Sqlite) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    {
+        let pool = database_at_schema(&path, version).await;
+        sqlx::raw_sql(rows).execute(&pool).await.unwrap();
+    }
+    let store = Sqlite::open(Some(&path)).await.unwrap();
+    (dir, store)
+}
+
+/// The one number `sql` selects.
+async fn count(store: &Sqlite, sql: &'static str) -> i64 {
+    sqlx::query(sql)
+        .fetch_one(&store.pool)
+        .await
+        .unwrap()
+        .get(0)
+}
+
 /// A database written by a weir before leases (schema 3) opens, migrates, and its runs
 /// go on: a run left `running` is claimable, its old events are kept as `legacy`.
 #[tokio::test]
 async fn a_schema_3_database_migrates() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("old.db");
-    {
-        let pool = database_at_schema(&path, 3).await;
-        sqlx::raw_sql(
-            r#"INSERT INTO runs (id, workflow, dialect, status, source_path, source_text, input, snapshot, started_at)
+    let (_dir, store) = opened_after(
+        3,
+        r#"INSERT INTO runs (id, workflow, dialect, status, source_path, source_text, input, snapshot, started_at)
                VALUES ('old', 'wf', 'graph', 'running', 'wf.json', '{"name": "wf"}', '{"topic": "rivers"}', '{"state": {}, "loops": {}, "pending": ["a"], "completed": [], "arrivals": {}, "hops": 0, "visits": {}, "next_seq": 1, "cost_usd": 0.0, "output": null, "gates": [], "owner": "host:1"}', '2026-01-01T00:00:00.000Z');
                INSERT INTO events (run_id, body) VALUES ('old', '{"type": "run_resumed", "at": "2026-01-01T00:00:01.000Z"}');
                INSERT INTO events (run_id, body) VALUES ('old', '{"type": "gate_approved", "node_id": "g"}');
                INSERT INTO steps (run_id, seq, node_id, node_type, visit, status, route, input, output, error, cost_usd, tokens_in, tokens_out, started_at, finished_at, duration_ms)
                VALUES ('old', 1, 'a', 'agent', 1, 'succeeded', NULL, '{}', '"hi"', NULL, 0.25, 3, 4, '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.500Z', 500);"#,
-        )
-        .execute(&pool)
-        .await
-        .unwrap();
-    }
-    let store = Sqlite::open(Some(&path)).await.unwrap();
+    )
+    .await;
     // The source and input moved out of the runs row (migration 9).
     let stored = store.load_run("old").await.unwrap();
     assert_eq!(
@@ -103,11 +118,7 @@ async fn a_runs_source_is_kept_beside_it_and_pruned_with_it() {
         store.prune("9999-01-01T00:00:00.000Z", &[]).await.unwrap(),
         ["r1"]
     );
-    let left: i64 = sqlx::query("SELECT COUNT(*) FROM run_sources")
-        .fetch_one(&store.pool)
-        .await
-        .unwrap()
-        .get(0);
+    let left = count(&store, "SELECT COUNT(*) FROM run_sources").await;
     assert_eq!(left, 0, "the pruned run's source is deleted with it");
 }
 
@@ -154,11 +165,7 @@ async fn a_write_that_panicked_in_place_leaves_the_writer_usable() {
     let run = new_run("{}", serde_json::json!({}));
     store.create_run(run.clone()).await.unwrap();
     assert_eq!(store.load_run("r1").await.unwrap().source_text, "{}");
-    let half: i64 = sqlx::query("SELECT COUNT(*) FROM tools WHERE name = 'half'")
-        .fetch_one(&store.pool)
-        .await
-        .unwrap()
-        .get(0);
+    let half = count(&store, "SELECT COUNT(*) FROM tools WHERE name = 'half'").await;
     assert_eq!(half, 0, "the panicked write's statements were rolled back");
 }
 
@@ -241,12 +248,9 @@ fn new_run(source_text: &str, input: serde_json::Value) -> weir_core::store::New
 /// attempts (still running when the old weir stopped) reads back with none.
 #[tokio::test]
 async fn a_schema_10_databases_attempts_move_into_their_steps() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("v10.db");
-    {
-        let pool = database_at_schema(&path, 10).await;
-        sqlx::raw_sql(
-            r#"INSERT INTO runs (key, id, workflow, dialect, status, source_path, snapshot, started_at)
+    let (_dir, store) = opened_after(
+        10,
+        r#"INSERT INTO runs (key, id, workflow, dialect, status, source_path, snapshot, started_at)
                VALUES (7, 'old', 'wf', 'graph', 'failed', 'wf.json', '{"state": {}, "loops": {}, "pending": [], "completed": [], "arrivals": {}, "hops": 0, "visits": {}, "next_seq": 3, "cost_usd": 0.0, "output": null, "gates": []}', '2026-01-01T00:00:00.000Z');
                INSERT INTO run_sources (run_key, source_text, input) VALUES (7, '{"name": "wf"}', '{}');
                INSERT INTO steps (id, node_id, node_type, visit, status, input, output, started_at)
@@ -255,12 +259,8 @@ async fn a_schema_10_databases_attempts_move_into_their_steps() {
                INSERT INTO attempts (run_key, seq, n, body) VALUES
                    (7, 1, 2, '{"n": 2, "status": "failed", "error": "still down", "duration_ms": 5, "cost_usd": 0.0}'),
                    (7, 1, 1, '{"n": 1, "status": "failed", "error": "down", "error_class": "server_error", "duration_ms": 4, "cost_usd": 0.0}');"#,
-        )
-        .execute(&pool)
-        .await
-        .unwrap();
-    }
-    let store = Sqlite::open(Some(&path)).await.unwrap();
+    )
+    .await;
     let record = store.get_record("old").await.unwrap();
     let a = &record.steps[0].attempts;
     assert_eq!(
@@ -271,11 +271,11 @@ async fn a_schema_10_databases_attempts_move_into_their_steps() {
     );
     assert_eq!(a[0].error_class.as_deref(), Some("server_error"));
     assert!(record.steps[1].attempts.is_empty());
-    let tables: i64 = sqlx::query("SELECT COUNT(*) FROM sqlite_master WHERE name = 'attempts'")
-        .fetch_one(&store.pool)
-        .await
-        .unwrap()
-        .get(0);
+    let tables = count(
+        &store,
+        "SELECT COUNT(*) FROM sqlite_master WHERE name = 'attempts'",
+    )
+    .await;
     assert_eq!(tables, 0, "the attempts table is gone");
 }
 
@@ -284,23 +284,16 @@ async fn a_schema_10_databases_attempts_move_into_their_steps() {
 /// schema 11, one event per row, reads back the same.
 #[tokio::test]
 async fn events_after_one_inside_a_write_start_from_the_next() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("v11.db");
-    {
-        let pool = database_at_schema(&path, 11).await;
-        sqlx::raw_sql(
-            r#"INSERT INTO runs (key, id, workflow, dialect, status, source_path, snapshot, started_at, event_seq)
+    let (_dir, store) = opened_after(
+        11,
+        r#"INSERT INTO runs (key, id, workflow, dialect, status, source_path, snapshot, started_at, event_seq)
                VALUES (3, 'old', 'wf', 'graph', 'queued', 'wf.json', '{"state": {}, "loops": {}, "pending": [], "completed": [], "arrivals": {}, "hops": 0, "visits": {}, "next_seq": 1, "cost_usd": 0.0, "output": null, "gates": []}', '2026-01-01T00:00:00.000Z', 2);
                INSERT INTO run_sources (run_key, source_text, input) VALUES (3, '{"name": "wf"}', '{}');
                INSERT INTO run_events (run_key, seq, body) VALUES
                    (3, 1, '{"at": "2026-01-01T00:00:00.000Z", "type": "run_created", "workflow": "wf"}'),
                    (3, 2, '{"at": "2026-01-01T00:00:01.000Z", "type": "cancel_requested", "by": "ops"}');"#,
-        )
-        .execute(&pool)
-        .await
-        .unwrap();
-    }
-    let store = Sqlite::open(Some(&path)).await.unwrap();
+    )
+    .await;
     let seqs = |events: Vec<RunEvent>| events.iter().map(|e| e.seq).collect::<Vec<_>>();
     assert_eq!(seqs(store.events_after("old", 0).await.unwrap()), [1, 2]);
     assert_eq!(seqs(store.events_after("old", 1).await.unwrap()), [2]);
@@ -314,13 +307,11 @@ async fn events_after_one_inside_a_write_start_from_the_next() {
     });
     let created = store.create_run(run).await.unwrap();
     assert_eq!(seqs(created.events), [1, 2]);
-    let rows: i64 = sqlx::query(
+    let rows = count(
+        &store,
         "SELECT COUNT(*) FROM run_events WHERE run_key = (SELECT key FROM runs WHERE id = 'r1')",
     )
-    .fetch_one(&store.pool)
-    .await
-    .unwrap()
-    .get(0);
+    .await;
     assert_eq!(rows, 1, "one write, one row of events");
     assert_eq!(seqs(store.events_after("r1", 0).await.unwrap()), [1, 2]);
     let after_first = store.events_after("r1", 1).await.unwrap();
