@@ -210,20 +210,14 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
     };
     let first = last - n + 1;
     if !w.steps.is_empty() {
-        // An upsert: a finished step updates its `running` row in place (`OR REPLACE`
-        // deleted and re-inserted it, index entry included).
-        const UPSERT: &str = "INSERT INTO steps (id, node_id, node_type, visit, status,
-                     route, input, output, error, cost_usd, tokens_in, tokens_out, started_at,
-                     finished_at, duration_ms, attempts)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
-                 ON CONFLICT (id) DO UPDATE SET
-                     node_id = excluded.node_id, node_type = excluded.node_type,
-                     visit = excluded.visit, status = excluded.status, route = excluded.route,
-                     input = excluded.input, output = excluded.output, error = excluded.error,
-                     cost_usd = excluded.cost_usd, tokens_in = excluded.tokens_in,
-                     tokens_out = excluded.tokens_out, started_at = excluded.started_at,
-                     finished_at = excluded.finished_at, duration_ms = excluded.duration_ms,
-                     attempts = excluded.attempts";
+        // A finished step replaces its `running` row whole. (An upsert, `ON CONFLICT DO
+        // UPDATE`, was chosen when a step had a key index too; with the step's key its rowid
+        // there is nothing but the row to replace, and the upsert's conflict path cost more:
+        // BENCHMARKS.md.)
+        const FINISHED: &str = "INSERT OR REPLACE INTO steps (id, node_id, node_type,
+                     visit, status, route, input, output, error, cost_usd, tokens_in,
+                     tokens_out, started_at, finished_at, duration_ms, attempts)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
         // A `running` row (a step just launched) has nothing but its start: a plain insert
         // of those columns, the rest left to their defaults (`OR REPLACE`: a step written
         // running twice, as a crashed drive's successor may, keeps one row).
@@ -245,7 +239,7 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
                     .map_err(backend)?;
                 continue;
             }
-            tx.prepare(UPSERT)?
+            tx.prepare(FINISHED)?
                 .execute(params![
                     step_id(key, s.seq)?,
                     s.node_id,
