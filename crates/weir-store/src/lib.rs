@@ -75,18 +75,18 @@ pub(crate) fn batch_values(first: i64, bodies: &str, after: i64) -> Result<Vec<V
         .collect())
 }
 
-/// One write's event bodies as the JSON array SQLite stores them in (`batch_values`).
-pub(crate) fn batch_text(bodies: &[String]) -> String {
-    let mut text = String::with_capacity(bodies.iter().map(|b| b.len() + 1).sum::<usize>() + 2);
-    text.push('[');
-    for (i, b) in bodies.iter().enumerate() {
-        if i > 0 {
-            text.push(',');
-        }
-        text.push_str(b);
-    }
-    text.push(']');
-    text
+/// One write's events, all stamped `at`, as the JSON array of bodies SQLite stores them in
+/// (`batch_values` reads it back).
+pub(crate) fn event_batch(
+    at: &weir_core::store::Stamp,
+    kinds: &[EventKind],
+) -> Result<String, StoreError> {
+    json(
+        &kinds
+            .iter()
+            .map(|kind| Body { at, kind })
+            .collect::<Vec<_>>(),
+    )
 }
 
 pub(crate) fn event_of(seq: i64, body: &str) -> Result<RunEvent, StoreError> {

@@ -89,8 +89,10 @@ pub struct FencedWrite {
     /// Delete the patches the whole snapshot covers (only when some may have been written).
     pub clear: bool,
     pub steps: Vec<StepRow>,
-    /// Event bodies (`{"at", "type", …}`), numbered from the reserved range.
-    pub events: Vec<String>,
+    /// How many events the write appends, numbered from the reserved range, and their
+    /// bodies (`crate::event_batch`).
+    pub event_count: i64,
+    pub events: String,
     pub end: Option<EndRow>,
 }
 
@@ -116,7 +118,7 @@ pub fn fenced(conn: &Conn<'_>, w: &FencedWrite) -> Result<Result<Fenced, StoreEr
 /// the snapshot, only while the run's epoch is the lease's and the lease is held), then the
 /// rows. `None`: the fence refused the write (nothing was changed).
 fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
-    let n = w.events.len() as i64;
+    let n = w.event_count;
     let (snapshot, cost) = (w.snapshot.as_deref(), w.cost_usd);
     // One statement per shape, so none evaluates what it does not change.
     // Each by id, or by the run's key when the drive knows it (the id checked too: a key
@@ -276,7 +278,7 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
     if n > 0 {
         // One row for the write's events (migration 12).
         tx.prepare("INSERT INTO run_events (run_key, seq, bodies) VALUES (?1, ?2, ?3)")?
-            .execute(params![key, first, crate::batch_text(&w.events)])
+            .execute(params![key, first, w.events])
             .map_err(backend)?;
     }
     match &w.end {
@@ -573,12 +575,8 @@ fn insert_events(
     at: &weir_core::store::Stamp,
     kinds: Vec<weir_core::event::EventKind>,
 ) -> Result<Vec<weir_core::event::RunEvent>, StoreError> {
-    let bodies = kinds
-        .iter()
-        .map(|kind| serde_json::to_string(&crate::Body { at, kind }).map_err(backend))
-        .collect::<Result<Vec<_>, _>>()?;
     tx.prepare("INSERT INTO run_events (run_key, seq, bodies) VALUES (?1, ?2, ?3)")?
-        .execute(params![run_key, first, crate::batch_text(&bodies)])
+        .execute(params![run_key, first, crate::event_batch(at, &kinds)?])
         .map_err(backend)?;
     Ok(crate::numbered(first, at, kinds))
 }

@@ -12,7 +12,7 @@ use weir_core::store::{Lease, RunUpdate, StoreError, Written};
 
 use super::Sqlite;
 use super::drive::{self, EndRow, FencedWrite, StepRow};
-use crate::{Body, backend, json};
+use crate::{backend, json};
 
 /// The integer key a run's child rows carry (migration 10).
 async fn run_key(conn: &mut SqliteConnection, run_id: &str) -> Result<i64, StoreError> {
@@ -76,16 +76,12 @@ pub(super) async fn insert_events(
         return Ok(Vec::new());
     }
     let at = weir_core::store::Stamp::now();
-    let bodies = kinds
-        .iter()
-        .map(|kind| json(&Body { at: &at, kind }))
-        .collect::<Result<Vec<_>, _>>()?;
     let key = run_key(conn, run_id).await?;
     // One row for the write's events (migration 12).
     sqlx::query("INSERT INTO run_events (run_key, seq, bodies) VALUES (?, ?, ?)")
         .bind(key)
         .bind(first)
-        .bind(crate::batch_text(&bodies))
+        .bind(crate::event_batch(&at, &kinds)?)
         .execute(&mut *conn)
         .await
         .map_err(backend)?;
@@ -166,11 +162,8 @@ impl Sqlite {
                 .iter()
                 .map(|s| step_row(s))
                 .collect::<Result<_, _>>()?,
-            events: w
-                .events
-                .iter()
-                .map(|kind| json(&Body { at: &at, kind }))
-                .collect::<Result<_, _>>()?,
+            event_count: w.events.len() as i64,
+            events: crate::event_batch(&at, &w.events)?,
             end: match w.end {
                 Some(End::Finish(u)) => Some(EndRow::Finish {
                     status: u.status.as_str(),
