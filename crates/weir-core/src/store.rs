@@ -118,7 +118,9 @@ pub struct Written {
 #[derive(Debug, Clone)]
 pub struct StepCommit<'a> {
     pub step: &'a StepRecord,
-    /// Borrowed from the driver's in-flight steps: nothing is copied to write them.
+    /// The steps started since the drive's last write (`running`), and any other steps
+    /// finished beside `step` (siblings that finished together, steps cancelled with it):
+    /// each is written as it is, whole. Borrowed from the driver: nothing is copied.
     pub started: &'a [&'a StepRecord],
     pub snapshot: &'a Snapshot,
     /// What changed since the drive's previous write, for a store that keeps patches

@@ -19,16 +19,14 @@ pub fn complete_gate(wf: &Workflow, snapshot: &mut Snapshot, gate_id: &str) {
         return;
     };
     snapshot.completed.insert(wf.node_id(at).clone());
-    fire(wf, snapshot, &InFlights::default(), at, &Route::All);
+    fire(wf, snapshot, at, &Route::All);
+    ready_merges(wf, snapshot, &InFlights::default());
 }
 
-pub(crate) fn fire(
-    wf: &Workflow,
-    snapshot: &mut Snapshot,
-    in_flight: &InFlights,
-    node: usize,
-    route: &Route,
-) {
+/// Fires the edges `route` takes out of `node`: their targets become pending, or, for a
+/// merge, the edge is recorded as arrived. The caller then runs [`ready_merges`] (once for
+/// several nodes finished together).
+pub(crate) fn fire(wf: &Workflow, snapshot: &mut Snapshot, node: usize, route: &Route) {
     // In the state-machine layouts every transition runs its target again.
     let revisit = wf.layout == StateLayout::Variables;
     for (e, at, target) in wf.successors(node) {
@@ -60,11 +58,10 @@ pub(crate) fn fire(
             snapshot.pending.push(wf.node_id(at).clone());
         }
     }
-    ready_merges(wf, snapshot, in_flight);
 }
 
 /// Makes ready every merge whose un-arrived incoming edges can no longer fire.
-fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &InFlights) {
+pub(crate) fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &InFlights) {
     if snapshot.arrivals.is_empty() {
         return;
     }

@@ -37,7 +37,7 @@ use weir_core::store::{Lease, RunUpdate, Stamp, StepCommit, Written};
 use crate::attempt::{self, Attempts};
 use crate::heartbeat::Signal;
 use crate::nodes::{NodeCtx, Route};
-use crate::routing::fire;
+use crate::routing::{fire, ready_merges};
 use crate::{Engine, Error, RunOutcome, now};
 
 /// A node's result is boxed where it is made: it passes through several futures and the
@@ -111,9 +111,12 @@ pub struct Run<'e> {
     pub snapshot: Snapshot,
     in_flight: InFlights,
     ending: Option<Ending>,
-    /// A finished step not committed yet: it is committed together with the `running` rows
-    /// of the successors it launched, in one statement, before any of them is polled.
-    unsaved: Option<StepRecord>,
+    /// Finished steps not committed yet (more than one when siblings finish together): they
+    /// are committed together with the `running` rows of the successors they launched, in
+    /// one write, before any of them is polled.
+    unsaved: Vec<StepRecord>,
+    /// Edges fired since merges were last weighed ([`ready_merges`]).
+    fired: bool,
     /// Steps launched since the last write (their sequence numbers; their rows are the
     /// in-flight ones).
     started: Vec<u32>,
@@ -154,7 +157,8 @@ impl<'e> Run<'e> {
             snapshot,
             in_flight: InFlights::default(),
             ending: None,
-            unsaved: None,
+            unsaved: Vec::new(),
+            fired: false,
             started: Vec::new(),
             run_id,
             events: Vec::new(),
@@ -296,26 +300,27 @@ impl<'e> Run<'e> {
                 }
                 next = tasks.next() => {
                     let Some((index, joined)) = next else { break };
-                    // What a node told while it ran (a fallback) but the loop has not read
-                    // yet goes in with its step, before the step's end.
-                    while let Ok(mut ev) = progress.try_recv() {
-                        if let EventKind::AttemptFailed { error, .. } = &mut *ev {
-                            self.engine.redactor.string(error);
+                    self.joined(index, joined, &mut progress);
+                    // Siblings that finished at the same moment (parallel branches of
+                    // instant nodes) are committed together, as one write: none of their
+                    // successors has been launched yet, so the rule that a step is durable
+                    // before its successors start holds for each of them. A failure or a
+                    // gate stops the gathering: what is still in flight then is cancelled
+                    // or waited for as before.
+                    while !tasks.is_empty()
+                        && self.ending.is_none()
+                        && self.snapshot.gates.is_empty()
+                    {
+                        match tasks.next().now_or_never() {
+                            Some(Some((index, joined))) => {
+                                self.joined(index, joined, &mut progress);
+                            }
+                            _ => break,
                         }
-                        self.events.push(*ev);
                     }
-                    match joined {
-                        Ok(r) => self.finish(index, *r),
-                        Err(_) => {
-                            let node_id = self.wf.nodes[index].id.clone();
-                            // A panicking node is a bug, but it must not take the run down
-                            // silently.
-                            self.fail(RunError {
-                                code: ErrorCode::Internal,
-                                message: format!("node `{node_id}` panicked; this is a bug in weir"),
-                                node_id: Some(node_id),
-                            });
-                        }
+                    // Merges are weighed once the steps that finished together are in.
+                    if std::mem::take(&mut self.fired) {
+                        ready_merges(&self.wf, &mut self.snapshot, &self.in_flight);
                     }
                 }
             }
@@ -329,13 +334,48 @@ impl<'e> Run<'e> {
         Box::pin(self.finalize()).await
     }
 
-    /// Commits the finished step (if any) with the steps started since and the events of
-    /// both, or just records the started steps.
+    /// A node's future ended: its step is finished (or the run failed, if it panicked).
+    fn joined(
+        &mut self,
+        index: usize,
+        joined: std::thread::Result<Box<Attempts>>,
+        progress: &mut mpsc::UnboundedReceiver<Box<EventKind>>,
+    ) {
+        // What a node told while it ran (a fallback) but the loop has not read yet goes in
+        // with its step, before the step's end.
+        while let Ok(mut ev) = progress.try_recv() {
+            if let EventKind::AttemptFailed { error, .. } = &mut *ev {
+                self.engine.redactor.string(error);
+            }
+            self.events.push(*ev);
+        }
+        match joined {
+            Ok(r) => self.finish(index, *r),
+            Err(_) => {
+                let node_id = self.wf.nodes[index].id.clone();
+                // A panicking node is a bug, but it must not take the run down silently.
+                self.fail(RunError {
+                    code: ErrorCode::Internal,
+                    message: format!("node `{node_id}` panicked; this is a bug in weir"),
+                    node_id: Some(node_id),
+                });
+            }
+        }
+    }
+
+    /// Commits the finished steps (if any) with the steps started since and the events of
+    /// all of them, or just records the started steps.
     async fn flush(&mut self) -> Result<(), Error> {
         let store = &self.engine.services.store;
         let events = std::mem::take(&mut self.events);
         // A step that started and already finished is written once, finished.
-        let mut started: Vec<&StepRecord> = Vec::with_capacity(self.started.len());
+        // Siblings finished beside the first go in as its company (every store writes a
+        // finished step among the started ones whole). The list keeps its room between
+        // writes: taken, it would be allocated again at every step.
+        let unsaved = &self.unsaved;
+        let mut started: Vec<&StepRecord> =
+            Vec::with_capacity(self.started.len() + unsaved.len().saturating_sub(1));
+        started.extend(unsaved.iter().skip(1));
         for seq in &self.started {
             if let Some(step) = self.in_flight.steps().find(|s| s.seq == *seq)
                 && !started.iter().any(|s| s.seq == *seq)
@@ -343,7 +383,7 @@ impl<'e> Run<'e> {
                 started.push(step);
             }
         }
-        let w = match self.unsaved.take() {
+        let w = match unsaved.first() {
             Some(step) => {
                 let (patch, covers_patches) = match self.stored.as_mut() {
                     Some(t) => match t.next(&self.snapshot) {
@@ -356,7 +396,7 @@ impl<'e> Run<'e> {
                     .commit_step(
                         &self.lease,
                         StepCommit {
-                            step: &step,
+                            step,
                             started: &started,
                             snapshot: &self.snapshot,
                             patch: patch.as_ref(),
@@ -370,6 +410,7 @@ impl<'e> Run<'e> {
             None if !events.is_empty() => store.append_events(&self.lease, events).await?,
             None => return Ok(()),
         };
+        self.unsaved.clear();
         self.started.clear();
         self.written(w);
         Ok(())
@@ -636,13 +677,8 @@ impl<'e> Run<'e> {
                         } else if !self.snapshot.completed.contains(node_id) {
                             self.snapshot.completed.insert(wf.node_id(index).clone());
                         }
-                        fire(
-                            &self.wf,
-                            &mut self.snapshot,
-                            &self.in_flight,
-                            index,
-                            &outcome.route,
-                        );
+                        fire(&self.wf, &mut self.snapshot, index, &outcome.route);
+                        self.fired = true;
                     }
                 }
                 step.output = output;
@@ -651,7 +687,7 @@ impl<'e> Run<'e> {
         self.engine.redactor.step(&mut step);
         self.events
             .push(finished_event_of(&step, wf.node_id(index).clone()));
-        self.unsaved = Some(step);
+        self.unsaved.push(step);
     }
 
     /// Writes a node's result into state: under its output key (graph), or as
