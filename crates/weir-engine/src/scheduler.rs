@@ -254,6 +254,12 @@ impl<'e> Run<'e> {
         // Node futures are polled here, in the run's own task: concurrency without a task
         // spawn (and a cross-thread wake-up) per node.
         let mut tasks: Tasks = FuturesUnordered::new();
+        // The heartbeat's and the interrupt's waits live as long as the loop: made again at
+        // every turn, each would register and unregister a waiter per step. Either one
+        // ending ends the loop (fused all the same).
+        let held = holding.held.clone();
+        let mut signal = std::pin::pin!(held.wait().fuse());
+        let mut interrupted = std::pin::pin!(interrupted(&interrupt).fuse());
         loop {
             let draining = self.engine.draining();
             if self.ending.is_none() && self.snapshot.gates.is_empty() && !draining {
@@ -277,13 +283,13 @@ impl<'e> Run<'e> {
             }
             tokio::select! {
                 biased;
-                sig = holding.held.wait() => match sig {
+                sig = &mut signal => match sig {
                     Signal::Lost(e) => return Err(e),
                     Signal::Cancel => {
                         self.ending.get_or_insert(Ending::Cancelled);
                     }
                 },
-                _ = interrupted(&interrupt) => {
+                _ = &mut interrupted => {
                     self.ending.get_or_insert(Ending::Interrupted);
                 }
                 Some(mut ev) = progress.recv() => {
@@ -350,7 +356,7 @@ impl<'e> Run<'e> {
             self.events.push(*ev);
         }
         match joined {
-            Ok(r) => self.finish(index, *r),
+            Ok(r) => self.finish(index, r),
             Err(_) => {
                 let node_id = self.wf.nodes[index].id.clone();
                 // A panicking node is a bug, but it must not take the run down silently.
@@ -583,7 +589,9 @@ impl<'e> Run<'e> {
     }
 
     /// Records a finished node and routes from it, in one committed step.
-    fn finish(&mut self, index: usize, mut result: Attempts) {
+    /// The result stays in its box: read in place, not moved out of it (it is a few hundred
+    /// bytes).
+    fn finish(&mut self, index: usize, mut result: Box<Attempts>) {
         let wf = self.wf.clone();
         let node = &wf.nodes[index];
         let node_id = node.id.as_str();
@@ -602,7 +610,7 @@ impl<'e> Run<'e> {
         }
         step.finished_at = Some(Stamp::now());
         step.duration_ms = Some(started.elapsed().as_millis() as u64);
-        step.attempts = result.attempts;
+        step.attempts = std::mem::take(&mut result.attempts);
         // Every attempt's model calls are charged, failed attempts included.
         step.cost_usd = result.spent.cost_usd;
         step.tokens = result.spent.tokens.clone();
@@ -621,7 +629,7 @@ impl<'e> Run<'e> {
             }
             Err(f) => redactor.string(&mut f.message),
         }
-        match result.result {
+        match &mut result.result {
             Err(f) => {
                 step.status = StepStatus::Failed;
                 step.error = Some(f.message.clone());
@@ -631,12 +639,12 @@ impl<'e> Run<'e> {
                     node_id: Some(node_id.to_string()),
                 });
             }
-            Ok(mut outcome) => {
+            Ok(outcome) => {
                 step.status = StepStatus::Succeeded;
                 step.route = outcome.route.label();
-                self.write(node, &mut outcome);
+                self.write(node, outcome);
                 if let NodeKind::Step(_) = node.kind {
-                    self.record_pass(node, &outcome);
+                    self.record_pass(node, outcome);
                 }
                 // One value for the record and the snapshot's last output.
                 let output = Arc::new(std::mem::take(&mut outcome.output));

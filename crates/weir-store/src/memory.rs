@@ -80,6 +80,7 @@ impl MemRun {
             return;
         }
         let at = weir_core::store::Stamp::now();
+        w.events.reserve(kinds.len());
         for kind in kinds {
             self.event_seq += 1;
             let e = RunEvent {
