@@ -437,4 +437,46 @@ ALTER TABLE run_events_v13 RENAME TO run_events;
 CREATE UNIQUE INDEX run_events_run ON run_events (run_key, seq);
 "#,
     ),
+    (
+        14,
+        r#"
+-- Step rows appended in time order (their rowid, `row`), found by their key `id` (the run's
+-- key and the step's number, migration 10) through a unique index, as the events were in
+-- migration 13. Keyed by run, the steps of many runs going on at once landed in the middle
+-- of the table's B-tree: a group commit of 2,000 runs' steps dirtied a page or more per run,
+-- and pages split. A finished step still replaces its `running` row (`INSERT OR REPLACE`,
+-- by the index); the new row goes at the end. (BENCHMARKS.md: a lone commit writes the
+-- index's page too.)
+CREATE TABLE steps_v14 (
+    row          INTEGER PRIMARY KEY,
+    id           INTEGER NOT NULL,
+    run_key      INTEGER GENERATED ALWAYS AS (id >> 32) VIRTUAL,
+    seq          INTEGER GENERATED ALWAYS AS (id & 4294967295) VIRTUAL,
+    node_id      TEXT NOT NULL,
+    node_type    TEXT NOT NULL,
+    visit        INTEGER NOT NULL,
+    status       TEXT NOT NULL,
+    route        TEXT,
+    input        TEXT NOT NULL,
+    output       TEXT NOT NULL,
+    error        TEXT,
+    cost_usd     REAL NOT NULL DEFAULT 0,
+    tokens_in    INTEGER NOT NULL DEFAULT 0,
+    tokens_out   INTEGER NOT NULL DEFAULT 0,
+    started_at   TEXT NOT NULL,
+    finished_at  TEXT,
+    duration_ms  INTEGER,
+    attempts     TEXT NOT NULL DEFAULT '[]'
+);
+INSERT INTO steps_v14 (id, node_id, node_type, visit, status, route, input, output, error,
+                       cost_usd, tokens_in, tokens_out, started_at, finished_at, duration_ms,
+                       attempts)
+    SELECT id, node_id, node_type, visit, status, route, input, output, error, cost_usd,
+           tokens_in, tokens_out, started_at, finished_at, duration_ms, attempts
+    FROM steps ORDER BY id;
+DROP TABLE steps;
+ALTER TABLE steps_v14 RENAME TO steps;
+CREATE UNIQUE INDEX steps_id ON steps (id);
+"#,
+    ),
 ];

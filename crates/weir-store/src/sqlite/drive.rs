@@ -212,10 +212,9 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
     };
     let first = last - n + 1;
     if !w.steps.is_empty() {
-        // A finished step replaces its `running` row whole. (An upsert, `ON CONFLICT DO
-        // UPDATE`, was chosen when a step had a key index too; with the step's key its rowid
-        // there is nothing but the row to replace, and the upsert's conflict path cost more:
-        // BENCHMARKS.md.)
+        // A finished step replaces its `running` row whole, found by the key's unique index
+        // (migration 14); the new row goes at the end of the table. (An upsert, `ON CONFLICT
+        // DO UPDATE`, cost more than the replace when the key was the rowid: BENCHMARKS.md.)
         const FINISHED: &str = "INSERT OR REPLACE INTO steps (id, node_id, node_type,
                      visit, status, route, input, output, error, cost_usd, tokens_in,
                      tokens_out, started_at, finished_at, duration_ms, attempts)

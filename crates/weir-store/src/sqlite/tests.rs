@@ -331,3 +331,96 @@ async fn events_after_one_inside_a_write_start_from_the_next() {
         ]
     );
 }
+
+/// Step rows are appended in time order and found by their key through an index (migration
+/// 14): a database of schema 13 reads back its steps in step order, attempts included, a
+/// step left `running` is still found for a takeover, and a step written running and then
+/// finished keeps one row.
+#[tokio::test]
+async fn a_schema_13_databases_steps_read_back_in_order() {
+    let (_dir, store) = opened_after(
+        13,
+        r#"INSERT INTO runs (key, id, workflow, dialect, status, source_path, snapshot, started_at)
+               VALUES (5, 'old', 'wf', 'graph', 'queued', 'wf.json', '{"state": {}, "loops": {}, "pending": ["c"], "completed": [], "arrivals": {}, "hops": 2, "visits": {}, "next_seq": 4, "cost_usd": 0.0, "output": null, "gates": []}', '2026-01-01T00:00:00.000Z');
+               INSERT INTO run_sources (run_key, source_text, input) VALUES (5, '{"name": "wf"}', '{}');
+               INSERT INTO steps (id, node_id, node_type, visit, status, input, output, started_at, attempts)
+               VALUES (5 * 4294967296 + 2, 'b', 'agent', 1, 'succeeded', '{}', '"two"', '2026-01-01T00:00:01.000Z', '[{"n": 1, "status": "succeeded", "duration_ms": 3, "cost_usd": 0.0}]'),
+                      (5 * 4294967296 + 1, 'a', 'agent', 1, 'succeeded', '{}', '"one"', '2026-01-01T00:00:00.000Z', '[]'),
+                      (5 * 4294967296 + 3, 'c', 'agent', 1, 'running', '{}', 'null', '2026-01-01T00:00:02.000Z', '[]');"#,
+    )
+    .await;
+    let record = store.get_record("old").await.unwrap();
+    assert_eq!(
+        record
+            .steps
+            .iter()
+            .map(|s| (s.seq, s.node_id.as_str(), s.attempts.len()))
+            .collect::<Vec<_>>(),
+        [(1, "a", 0), (2, "b", 1), (3, "c", 0)]
+    );
+    let (last, running) = store.open_steps("old").await.unwrap();
+    assert_eq!(last, 3);
+    assert_eq!(
+        running.iter().map(|s| s.seq).collect::<Vec<_>>(),
+        [3],
+        "the step the old weir left running is found for the takeover"
+    );
+    let indexes = count(
+        &store,
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'steps_id'",
+    )
+    .await;
+    assert_eq!(indexes, 1);
+
+    // A new run's step, written running and then finished, is one row.
+    let mut run = new_run(r#"{"name": "wf", "nodes": []}"#, serde_json::json!({}));
+    run.claim = Some(Claim {
+        owner: "me".into(),
+        ttl: Duration::from_secs(30),
+    });
+    let created = store.create_run(run).await.unwrap();
+    let lease = created.lease.expect("created claimed");
+    let mut step = StepRecord {
+        seq: 1,
+        node_id: "a".into(),
+        node_type: "agent".into(),
+        visit: 1,
+        status: StepStatus::Running,
+        route: None,
+        input: serde_json::json!({}),
+        output: weir_core::record::no_output(),
+        error: None,
+        cost_usd: 0.0,
+        tokens: Default::default(),
+        attempts: Vec::new(),
+        started_at: weir_core::store::Stamp::now(),
+        finished_at: None,
+        duration_ms: None,
+    };
+    store.start_steps(&lease, &[&step], Vec::new()).await.unwrap();
+    step.status = StepStatus::Succeeded;
+    step.finished_at = Some(weir_core::store::Stamp::now());
+    let snapshot = store.load_run("r1").await.unwrap().snapshot;
+    store
+        .commit_step(
+            &lease,
+            StepCommit {
+                step: &step,
+                started: &[],
+                snapshot: &snapshot,
+                patch: None,
+                covers_patches: false,
+                events: Vec::new(),
+            },
+        )
+        .await
+        .unwrap();
+    let rows = count(
+        &store,
+        "SELECT COUNT(*) FROM steps WHERE run_key = (SELECT key FROM runs WHERE id = 'r1')",
+    )
+    .await;
+    assert_eq!(rows, 1, "the finished step replaced its running row");
+    let steps = store.get_record("r1").await.unwrap().steps;
+    assert_eq!(steps[0].status, StepStatus::Succeeded);
+}
