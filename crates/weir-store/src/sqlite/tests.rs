@@ -397,7 +397,10 @@ async fn a_schema_13_databases_steps_read_back_in_order() {
         finished_at: None,
         duration_ms: None,
     };
-    store.start_steps(&lease, &[&step], Vec::new()).await.unwrap();
+    store
+        .start_steps(&lease, &[&step], Vec::new())
+        .await
+        .unwrap();
     step.status = StepStatus::Succeeded;
     step.finished_at = Some(weir_core::store::Stamp::now());
     let snapshot = store.load_run("r1").await.unwrap().snapshot;
