@@ -479,4 +479,30 @@ ALTER TABLE steps_v14 RENAME TO steps;
 CREATE UNIQUE INDEX steps_id ON steps (id);
 "#,
     ),
+    (
+        15,
+        r#"
+-- A run's steps in flight are lines of its own row (`running`: one JSON object per line,
+-- each beginning `{"seq":N,`), not `running` rows of `steps`: a step is written to `steps`
+-- once, when it ends, and the run row every write of a drive rewrites anyway carries the
+-- starts. (A `running` row cost an insert and a delete per step: BENCHMARKS.md.)
+ALTER TABLE runs ADD COLUMN running TEXT;
+UPDATE runs SET running = (
+    SELECT group_concat(line, '') FROM (
+        SELECT json_object('seq', seq, 'node_id', node_id, 'node_type', node_type,
+                           'visit', visit, 'input', input, 'output', output,
+                           'started_at', started_at) || char(10) AS line
+        FROM steps
+        WHERE steps.id BETWEEN runs.key * 4294967296 AND runs.key * 4294967296 + 4294967295
+          AND status = 'running' AND route IS NULL AND error IS NULL AND finished_at IS NULL
+          AND duration_ms IS NULL AND attempts = '[]' AND cost_usd = 0
+          AND tokens_in = 0 AND tokens_out = 0
+        ORDER BY steps.id))
+WHERE key IN (SELECT run_key FROM steps WHERE status = 'running');
+DELETE FROM steps
+WHERE status = 'running' AND route IS NULL AND error IS NULL AND finished_at IS NULL
+  AND duration_ms IS NULL AND attempts = '[]' AND cost_usd = 0 AND tokens_in = 0
+  AND tokens_out = 0;
+"#,
+    ),
 ];

@@ -31,22 +31,6 @@ pub struct StepRow {
     pub attempts: String,
 }
 
-impl StepRow {
-    /// A `running` row with nothing set but its start: every other column at the steps
-    /// table's default.
-    fn is_bare_start(&self) -> bool {
-        self.status == "running"
-            && self.route.is_none()
-            && self.error.is_none()
-            && self.cost_usd == 0.0
-            && self.tokens_in == 0
-            && self.tokens_out == 0
-            && self.finished_at.is_none()
-            && self.duration_ms.is_none()
-            && self.attempts == "[]"
-    }
-}
-
 /// How a write ends the drive, if it does.
 pub enum EndRow {
     Finish {
@@ -88,7 +72,12 @@ pub struct FencedWrite {
     pub cost_usd: Option<f64>,
     /// Delete the patches the whole snapshot covers (only when some may have been written).
     pub clear: bool,
+    /// The steps the write ends (or writes whole); a step that only started is a line of
+    /// `running_add` instead (`running.rs`).
     pub steps: Vec<StepRow>,
+    /// For the run's `running` column, when the write has steps: the step numbers that
+    /// leave it (comma-separated) and the lines that join it.
+    pub running: Option<(String, String)>,
     /// How many events the write appends, numbered from the reserved range, and their
     /// bodies (`crate::event_batch`).
     pub event_count: i64,
@@ -148,22 +137,32 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
             ]
         };
     }
+    // The steps in flight change with the write's steps (`running.rs`): ?8 the step numbers
+    // that leave the run's `running` column, ?9 the lines that join it; NULL without steps.
     let [by_id, by_key, unchanged] = if snapshot.is_some() {
         fence!(
-            "event_seq = event_seq + ?1, snapshot = ?2, cost_usd = ?3",
+            "event_seq = event_seq + ?1, snapshot = ?2, cost_usd = ?3,
+             running = CASE WHEN ?8 IS NULL THEN running ELSE weir_running(running, ?8, ?9) END",
             ""
         )
     } else if cost.is_some() {
         fence!(
-            "event_seq = event_seq + ?1, cost_usd = ?3",
+            "event_seq = event_seq + ?1, cost_usd = ?3,
+             running = CASE WHEN ?8 IS NULL THEN running ELSE weir_running(running, ?8, ?9) END",
             " AND ?2 IS NULL"
         )
     } else {
         fence!(
-            "event_seq = event_seq + ?1",
+            "event_seq = event_seq + ?1,
+             running = CASE WHEN ?8 IS NULL THEN running ELSE weir_running(running, ?8, ?9) END",
             " AND ?2 IS NULL AND ?3 IS NULL"
         )
     };
+    let (done, add) = match &w.running {
+        Some((d, a)) => (Some(d.as_str()), Some(a.as_str())),
+        None => (None, None),
+    };
+    let none: Option<i64> = None;
     // The row as the drive last left it: one `UPDATE`, nothing to read back.
     let same = match w.seen {
         Some(seen) => {
@@ -176,7 +175,9 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
                     w.run_id,
                     w.epoch,
                     seen.key,
-                    seen.event_seq
+                    seen.event_seq,
+                    done,
+                    add
                 ])
                 .map_err(backend)?;
             (changed == 1).then_some(Fence {
@@ -192,13 +193,15 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
         (None, Some(seen)) => update_then_read(
             tx,
             by_key,
-            params![n, snapshot, cost, w.run_id, w.epoch, seen.key],
+            params![
+                n, snapshot, cost, w.run_id, w.epoch, seen.key, none, done, add
+            ],
             Known::Key(seen.key),
         )?,
         (None, None) => update_then_read(
             tx,
             by_id,
-            params![n, snapshot, cost, w.run_id, w.epoch],
+            params![n, snapshot, cost, w.run_id, w.epoch, none, none, done, add],
             Known::Id(&w.run_id),
         )?,
     };
@@ -211,56 +214,35 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
         return Ok(None);
     };
     let first = last - n + 1;
-    if !w.steps.is_empty() {
-        // A finished step replaces its `running` row whole, found by the key's unique index
-        // (migration 14); the new row goes at the end of the table. (An upsert, `ON CONFLICT
-        // DO UPDATE`, cost more than the replace when the key was the rowid: BENCHMARKS.md.)
-        const FINISHED: &str = "INSERT OR REPLACE INTO steps (id, node_id, node_type,
-                     visit, status, route, input, output, error, cost_usd, tokens_in,
-                     tokens_out, started_at, finished_at, duration_ms, attempts)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
-        // A `running` row (a step just launched) has nothing but its start: a plain insert
-        // of those columns, the rest left to their defaults (`OR REPLACE`: a step written
-        // running twice, as a crashed drive's successor may, keeps one row).
-        const RUNNING: &str = "INSERT OR REPLACE INTO steps (id, node_id, node_type, visit,
-                     status, input, output, started_at)
-                 VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7)";
-        for s in &w.steps {
-            if s.is_bare_start() {
-                tx.prepare(RUNNING)?
-                    .execute(params![
-                        step_id(key, s.seq)?,
-                        s.node_id,
-                        s.node_type,
-                        s.visit,
-                        s.input,
-                        s.output,
-                        s.started_at,
-                    ])
-                    .map_err(backend)?;
-                continue;
-            }
-            tx.prepare(FINISHED)?
-                .execute(params![
-                    step_id(key, s.seq)?,
-                    s.node_id,
-                    s.node_type,
-                    s.visit,
-                    s.status,
-                    s.route,
-                    s.input,
-                    s.output,
-                    s.error,
-                    s.cost_usd,
-                    s.tokens_in,
-                    s.tokens_out,
-                    s.started_at,
-                    s.finished_at,
-                    s.duration_ms,
-                    s.attempts,
-                ])
-                .map_err(backend)?;
-        }
+    // A step is written to `steps` once, when it ends (its start is a line of the run's
+    // `running` column, migration 15), appended in time order and found by its key's unique
+    // index (migration 14). `OR REPLACE`: a step written again (a takeover's cancelled
+    // steps, a decision's) keeps one row.
+    const FINISHED: &str = "INSERT OR REPLACE INTO steps (id, node_id, node_type,
+                 visit, status, route, input, output, error, cost_usd, tokens_in,
+                 tokens_out, started_at, finished_at, duration_ms, attempts)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
+    for s in &w.steps {
+        tx.prepare(FINISHED)?
+            .execute(params![
+                step_id(key, s.seq)?,
+                s.node_id,
+                s.node_type,
+                s.visit,
+                s.status,
+                s.route,
+                s.input,
+                s.output,
+                s.error,
+                s.cost_usd,
+                s.tokens_in,
+                s.tokens_out,
+                s.started_at,
+                s.finished_at,
+                s.duration_ms,
+                s.attempts,
+            ])
+            .map_err(backend)?;
     }
     if w.clear {
         // The whole snapshot covers every patch written before it.

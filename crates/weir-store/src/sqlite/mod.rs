@@ -27,6 +27,7 @@ use crate::schema::MIGRATIONS;
 mod catalog;
 mod drive;
 mod rows;
+mod running;
 mod stmts;
 #[cfg(test)]
 mod tests;
@@ -176,9 +177,31 @@ impl Sqlite {
         .fetch_all(&mut *conn)
         .await
         .map_err(backend)?;
-        crate::cols::steps(&rows, |r, _| {
+        let mut steps = crate::cols::steps(&rows, |r, _| {
             crate::parse(&crate::cols::Cols::text(r, "attempts"))
-        })
+        })?;
+        // The steps in flight are lines of the run's row (migration 15).
+        let running = Self::running(conn, run_id, only_seq).await?;
+        if !running.is_empty() {
+            steps.extend(running);
+            steps.sort_by_key(|s| s.seq);
+        }
+        Ok(steps)
+    }
+
+    /// The run's steps in flight (its `running` column), read on `conn`.
+    async fn running(
+        conn: &mut sqlx::SqliteConnection,
+        run_id: &str,
+        only_seq: Option<u32>,
+    ) -> Result<Vec<StepRecord>, StoreError> {
+        let text: Option<String> = sqlx::query_scalar("SELECT running FROM runs WHERE id = ?")
+            .bind(run_id)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(backend)?
+            .flatten();
+        running::steps(text.as_deref(), only_seq)
     }
 }
 
@@ -462,6 +485,17 @@ impl RunStore for Sqlite {
         .await
         .map_err(backend)?;
         snapshot_written(&mut tx, run_id).await?;
+        // Steps a driver that stopped left in flight become rows of their own, cancelled
+        // with the others below.
+        let left = Self::running(&mut tx, run_id, None).await?;
+        if !left.is_empty() {
+            insert_steps(&mut tx, run_id, &left.iter().collect::<Vec<_>>()).await?;
+            sqlx::query("UPDATE runs SET running = NULL WHERE id = ?")
+                .bind(run_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+        }
         sqlx::query(concat!(
             "UPDATE steps SET status = 'cancelled', error = ?2, finished_at = ?3 WHERE ",
             steps_of!(),
@@ -557,7 +591,9 @@ impl RunStore for Sqlite {
             "SELECT id, workflow, status, started_at, finished_at, cost_usd, workflow_id,
                     workflow_version,
                     (SELECT count(*) FROM steps WHERE steps.id BETWEEN runs.key * 4294967296
-                        AND runs.key * 4294967296 + 4294967295) AS steps,
+                        AND runs.key * 4294967296 + 4294967295)
+                      + length(coalesce(running, '')) - length(replace(coalesce(running, ''), char(10), ''))
+                      AS steps,
                     json_extract(error, '$.code') AS error_code
              FROM runs
              WHERE (?1 IS NULL OR status = ?1)
@@ -645,8 +681,10 @@ impl RunStore for Sqlite {
         .fetch_all(&mut *tx)
         .await
         .map_err(backend)?;
-        let last = rows.first().map_or(0, |r| r.get::<i64, _>(0) as u32);
-        let mut running = Vec::new();
+        let mut last = rows.first().map_or(0, |r| r.get::<i64, _>(0) as u32);
+        // In flight: the lines of the run's row (migration 15), and any `running` row a
+        // step was written whole as.
+        let mut running = Self::running(&mut tx, run_id, None).await?;
         for r in rows.iter().rev() {
             if r.get::<&str, _>(1) == StepStatus::Running.as_str() {
                 running
@@ -654,6 +692,9 @@ impl RunStore for Sqlite {
             }
         }
         tx.commit().await.map_err(backend)?;
+        running.sort_by_key(|s| s.seq);
+        running.dedup_by_key(|s| s.seq);
+        last = last.max(running.last().map_or(0, |s| s.seq));
         Ok((last, running))
     }
 

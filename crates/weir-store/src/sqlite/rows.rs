@@ -10,8 +10,8 @@ use weir_core::patch::Patch;
 use weir_core::record::{Snapshot, StepRecord};
 use weir_core::store::{Lease, RunUpdate, StoreError, Written};
 
-use super::Sqlite;
 use super::drive::{self, EndRow, FencedWrite, StepRow};
+use super::{Sqlite, running};
 use crate::{backend, json};
 
 /// The integer key a run's child rows carry (migration 10).
@@ -132,6 +132,26 @@ pub(super) fn step_row(s: &StepRecord) -> Result<StepRow, StoreError> {
     })
 }
 
+/// What a write's steps change in the run's `running` column: the steps it writes whole
+/// leave it, the ones that only started join it. `None` without steps.
+fn running_change(steps: &[&StepRecord]) -> Result<Option<(String, String)>, StoreError> {
+    if steps.is_empty() {
+        return Ok(None);
+    }
+    let (mut done, mut add) = (String::new(), String::new());
+    for s in steps {
+        if running::is_start(s) {
+            running::push_line(&mut add, s)?;
+        } else {
+            if !done.is_empty() {
+                done.push(',');
+            }
+            done.push_str(&s.seq.to_string());
+        }
+    }
+    Ok(Some((done, add)))
+}
+
 impl Sqlite {
     /// Serializes one write of a drive and runs it on the writer thread.
     pub(super) async fn fenced(&self, w: Fenced<'_>) -> Result<Written, StoreError> {
@@ -160,8 +180,10 @@ impl Sqlite {
             steps: w
                 .steps
                 .iter()
+                .filter(|s| !running::is_start(s))
                 .map(|s| step_row(s))
                 .collect::<Result<_, _>>()?,
+            running: running_change(&w.steps)?,
             event_count: w.events.len() as i64,
             events: crate::event_batch(&at, &w.events)?,
             end: match w.end {

@@ -333,9 +333,9 @@ async fn events_after_one_inside_a_write_start_from_the_next() {
 }
 
 /// Step rows are appended in time order and found by their key through an index (migration
-/// 14): a database of schema 13 reads back its steps in step order, attempts included, a
-/// step left `running` is still found for a takeover, and a step written running and then
-/// finished keeps one row.
+/// 14), and a step in flight is a line of its run's row (migration 15): a database of schema
+/// 13 reads back its steps in step order, attempts included, a step left `running` is still
+/// found for a takeover, and a step written running and then finished is one row.
 #[tokio::test]
 async fn a_schema_13_databases_steps_read_back_in_order() {
     let (_dir, store) = opened_after(
@@ -423,7 +423,64 @@ async fn a_schema_13_databases_steps_read_back_in_order() {
         "SELECT COUNT(*) FROM steps WHERE run_key = (SELECT key FROM runs WHERE id = 'r1')",
     )
     .await;
-    assert_eq!(rows, 1, "the finished step replaced its running row");
+    assert_eq!(rows, 1, "the finished step is one row");
     let steps = store.get_record("r1").await.unwrap().steps;
     assert_eq!(steps[0].status, StepStatus::Succeeded);
+}
+
+/// A step in flight is a line of its run's row (migration 15), not a row of `steps`: a
+/// database of schema 14 with a running step moves it there; it reads back in the record,
+/// for a takeover and in the run list's step count; a cancel of the run left by its driver
+/// records it cancelled, as a row.
+#[tokio::test]
+async fn a_schema_14_databases_running_steps_move_into_their_run() {
+    let (_dir, store) = opened_after(
+        14,
+        r#"INSERT INTO runs (key, id, workflow, dialect, status, source_path, snapshot, started_at, epoch, owner, lease_expires_at, event_seq)
+               VALUES (9, 'old', 'wf', 'graph', 'running', 'wf.json', '{"state": {}, "loops": {}, "pending": ["b"], "completed": ["a"], "arrivals": {}, "hops": 1, "visits": {}, "next_seq": 3, "cost_usd": 0.0, "output": null, "gates": []}', '2026-01-01T00:00:00.000Z', 1, 'gone', 1, 0);
+               INSERT INTO run_sources (run_key, source_text, input) VALUES (9, '{"name": "wf"}', '{}');
+               INSERT INTO steps (id, node_id, node_type, visit, status, input, output, started_at, finished_at)
+               VALUES (9 * 4294967296 + 1, 'a', 'agent', 1, 'succeeded', '{}', '"one"', '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.500Z'),
+                      (9 * 4294967296 + 2, 'b', 'tool', 2, 'running', '{"q": "x"}', 'null', '2026-01-01T00:00:01.000Z', NULL);"#,
+    )
+    .await;
+    let rows = count(
+        &store,
+        "SELECT COUNT(*) FROM steps WHERE status = 'running'",
+    )
+    .await;
+    assert_eq!(rows, 0, "no running rows are left in steps");
+    let steps = store.get_record("old").await.unwrap().steps;
+    assert_eq!(
+        steps
+            .iter()
+            .map(|s| (s.seq, s.node_id.as_str(), s.status, s.visit))
+            .collect::<Vec<_>>(),
+        [
+            (1, "a", StepStatus::Succeeded, 1),
+            (2, "b", StepStatus::Running, 2)
+        ]
+    );
+    assert_eq!(steps[1].input, serde_json::json!({"q": "x"}));
+    assert_eq!(steps[1].node_type, "tool");
+    let (last, running) = store.open_steps("old").await.unwrap();
+    assert_eq!((last, running.len()), (2, 1));
+    assert_eq!(store.get_step("old", 2).await.unwrap().node_id, "b");
+    let filter = RunFilter {
+        limit: 10,
+        ..RunFilter::default()
+    };
+    let listed = store.list_runs(&filter).await.unwrap();
+    assert_eq!(listed[0].steps, 2, "the run list counts the step in flight");
+
+    // Its driver is gone (the lease expired long ago): a cancel ends the run here, and the
+    // step in flight becomes a row of its own, cancelled.
+    let (outcome, _) = store.request_cancel("old", "ops").await.unwrap();
+    assert_eq!(outcome, CancelOutcome::Cancelled);
+    let steps = store.get_record("old").await.unwrap().steps;
+    assert_eq!(steps.len(), 2);
+    assert_eq!(steps[1].status, StepStatus::Cancelled);
+    assert_eq!(steps[1].error.as_deref(), Some("cancelled by ops"));
+    let (_, running) = store.open_steps("old").await.unwrap();
+    assert!(running.is_empty());
 }

@@ -121,6 +121,7 @@ fn connect(path: &Path, synchronous: &str) -> Result<Connection, StoreError> {
     ))
     .map_err(backend)?;
     c.set_prepared_statement_cache_capacity(64);
+    super::running::register(&c)?;
     Ok(c)
 }
 
