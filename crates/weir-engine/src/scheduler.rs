@@ -52,7 +52,7 @@ pub struct InFlight {
     started: Instant,
 }
 
-/// The steps in flight, by their node's position in the workflow, in launch order: a
+/// The steps in flight, by their node's position in the workflow, in no particular order: a
 /// handful at most (bounded by the run's concurrency), so a list beats a map keyed by ids.
 #[derive(Default)]
 pub struct InFlights(Vec<(usize, InFlight)>);
@@ -86,7 +86,8 @@ impl InFlights {
 
     fn remove(&mut self, node: usize) -> Option<InFlight> {
         let i = self.0.iter().position(|(at, _)| *at == node)?;
-        Some(self.0.remove(i).1)
+        // Order does not matter to anyone (writes go by sequence number): nothing shifts.
+        Some(self.0.swap_remove(i).1)
     }
 
     fn steps(&self) -> impl Iterator<Item = &StepRecord> {
