@@ -603,12 +603,12 @@ impl<'e> Run<'e> {
             self.snapshot.pending.remove(i);
         }
         self.snapshot.hops += 1;
-        match self.snapshot.visits.get_mut(node_id) {
-            Some(v) => *v += 1,
-            None => {
-                self.snapshot.visits.insert(wf.node_id(index).clone(), 1);
-            }
-        }
+        // One search of each map (the shared id is a reference count, not a copy).
+        *self
+            .snapshot
+            .visits
+            .entry(wf.node_id(index).clone())
+            .or_insert(0) += 1;
         step.finished_at = Some(Stamp::now());
         step.duration_ms = Some(started.elapsed().as_millis() as u64);
         step.attempts = std::mem::take(&mut result.attempts);
@@ -683,7 +683,7 @@ impl<'e> Run<'e> {
                         };
                         if let NodeKind::Loop(_) = node.kind {
                             self.route_loop(index, &outcome.route);
-                        } else if !self.snapshot.completed.contains(node_id) {
+                        } else {
                             self.snapshot.completed.insert(wf.node_id(index).clone());
                         }
                         fire(&self.wf, &mut self.snapshot, index, &outcome.route);
