@@ -139,6 +139,18 @@ pub struct Run<'e> {
     held: Option<Arc<crate::heartbeat::Held>>,
 }
 
+/// Whether a node's ending stops the gathering of siblings finished with it: a failure (or
+/// a panic), an end node or a gate, after which nothing else is to be recorded as done.
+fn ends_gathering(joined: &std::thread::Result<Box<Attempts>>) -> bool {
+    match joined {
+        Err(_) => true,
+        Ok(a) => match &a.result {
+            Err(_) => true,
+            Ok(o) => matches!(o.route, Route::End(_) | Route::Park { .. }),
+        },
+    }
+}
+
 async fn interrupted(n: &Option<Arc<tokio::sync::Notify>>) {
     match n {
         Some(n) => n.notified().await,
@@ -306,23 +318,30 @@ impl<'e> Run<'e> {
                     self.written(w);
                 }
                 next = tasks.next() => {
-                    let Some((index, joined)) = next else { break };
-                    self.joined(index, joined, &mut progress);
-                    // Siblings that finished at the same moment (parallel branches of
-                    // instant nodes) are committed together, as one write: none of their
-                    // successors has been launched yet, so the rule that a step is durable
-                    // before its successors start holds for each of them. A failure or a
-                    // gate stops the gathering: what is still in flight then is cancelled
-                    // or waited for as before.
-                    while !tasks.is_empty()
-                        && self.ending.is_none()
-                        && self.snapshot.gates.is_empty()
-                    {
-                        match tasks.next().now_or_never() {
-                            Some(Some((index, joined))) => {
-                                self.joined(index, joined, &mut progress);
+                    let Some(first) = next else { break };
+                    if tasks.is_empty() || ends_gathering(&first.1) {
+                        self.joined(first.0, first.1, &mut progress);
+                    } else {
+                        // Siblings that finished at the same moment (parallel branches of
+                        // instant nodes) are committed together, as one write: none of
+                        // their successors has been launched yet, so the rule that a step
+                        // is durable before its successors start holds for each of them.
+                        // They are all taken before any is recorded, so their futures (and
+                        // the state they shared) are gone by then: recording the first does
+                        // not copy the run's state for the others. A failure, an end or a
+                        // gate stops the gathering: what is still in flight then is
+                        // cancelled or waited for as before.
+                        let mut done = Vec::with_capacity(tasks.len() + 1);
+                        done.push(first);
+                        while let Some(Some(d)) = tasks.next().now_or_never() {
+                            let stop = ends_gathering(&d.1);
+                            done.push(d);
+                            if stop || tasks.is_empty() {
+                                break;
                             }
-                            _ => break,
+                        }
+                        for (index, joined) in done {
+                            self.joined(index, joined, &mut progress);
                         }
                     }
                     // Merges are weighed once the steps that finished together are in.
