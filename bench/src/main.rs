@@ -333,7 +333,8 @@ async fn bench_durable(which: &[(&str, bool)]) {
         }
         emit(name, "runs_per_sec", r as f64 / dt, "runs/s");
         // Synced commits: the run row, one per finished step (with its snapshot), the final
-        // status. The n `running` rows go through an unsynced connection.
+        // status. A step's start rides with the commit of the step before it (the first
+        // one's goes through the unsynced connection).
         emit(name, "synced_commits_per_run", (n + 2) as f64, "count");
     }
 }
