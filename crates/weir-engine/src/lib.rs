@@ -8,7 +8,7 @@
 //! claimable again; driving it first marks the steps it left `running` as cancelled
 //! (recovery), so completed steps never run twice.
 //!
-//! The scheduler (`scheduler.rs`) fans out ready nodes (polled concurrently in the run's
+//! The scheduler (`scheduler/`) fans out ready nodes (polled concurrently in the run's
 //! task), routes on each node's outcome, waits at merges until every branch that can still
 //! arrive has arrived, re-arms loop bodies, parks at human gates, enforces the hop ceiling
 //! and cancels siblings when a node fails. The engine never names a concrete provider, tool

@@ -13,8 +13,6 @@
 //! - a finished step is committed, with the snapshot it produced and the `running` rows of
 //!   the nodes it launched, before any of those nodes is polled.
 
-use std::collections::{HashSet, VecDeque};
-
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -30,15 +28,19 @@ use weir_core::event::EventKind;
 use weir_core::ir::{EndStatus, NodeKind, StateLayout};
 use weir_core::patch::Tracker;
 use weir_core::record::{
-    ErrorCode, NodeId, PendingGate, RunError, RunStatus, Snapshot, StepRecord, StepStatus, Tokens,
+    ErrorCode, NodeId, PendingGate, RunError, Snapshot, StepRecord, StepStatus, Tokens,
 };
-use weir_core::store::{Lease, RunUpdate, Stamp, StepCommit, Written};
+use weir_core::store::{Lease, Stamp, StepCommit, Written};
 
 use crate::attempt::{self, Attempts};
 use crate::heartbeat::Signal;
 use crate::nodes::{NodeCtx, Route};
 use crate::routing::{fire, ready_merges};
-use crate::{Engine, Error, RunOutcome, now};
+
+mod end;
+mod state;
+use crate::{Engine, Error, RunOutcome};
+pub use state::view;
 
 /// A node's result is boxed where it is made: it passes through several futures and the
 /// select on its way to `finish`, and a box moves as one pointer, not a few hundred bytes.
@@ -717,250 +719,6 @@ impl<'e> Run<'e> {
             .push(finished_event_of(&step, wf.node_id(index).clone()));
         self.unsaved.push(step);
     }
-
-    /// Writes a node's result into state: under its output key (graph), or as
-    /// `variables.<id>` (machine and pipeline, where every node's output is its variable).
-    fn write(&mut self, node: &weir_core::Node, outcome: &mut crate::nodes::Outcome) {
-        match self.wf.layout {
-            StateLayout::Flat => {
-                // Moved into state: nothing reads an outcome's `write` after it in this layout.
-                if let Some(v) = outcome.write.take() {
-                    let key = node.output_key.as_deref().unwrap_or(&node.id);
-                    if let Some(t) = &mut self.stored {
-                        t.touch(key, None);
-                    }
-                    Arc::make_mut(&mut self.snapshot.state).insert(key.to_string(), v);
-                }
-            }
-            StateLayout::Variables => {
-                if matches!(node.kind, NodeKind::End(_) | NodeKind::HumanGate(_)) {
-                    return;
-                }
-                let value = outcome
-                    .write
-                    .clone()
-                    .unwrap_or_else(|| Value::clone(&outcome.output));
-                let vars = Arc::make_mut(&mut self.snapshot.state)
-                    .entry("variables")
-                    .or_insert_with(|| Value::Object(Default::default()));
-                if let Value::Object(m) = vars {
-                    m.insert(node.id.clone(), value);
-                }
-                if let Some(t) = &mut self.stored {
-                    t.touch("variables", Some(&node.id));
-                }
-            }
-        }
-    }
-
-    /// Pipeline bookkeeping: remember what the step left visible in this pass, and start a
-    /// new pass on a backward jump.
-    fn record_pass(&mut self, node: &weir_core::Node, outcome: &crate::nodes::Outcome) {
-        let pass = self.snapshot.pass.max(1);
-        let visible = match &outcome.write {
-            Some(Value::Array(v)) => v.clone(),
-            _ => Vec::new(),
-        };
-        self.snapshot
-            .history
-            .entry(node.id.clone())
-            .or_default()
-            .push(weir_core::record::StepPass { pass, visible });
-        if let Some(t) = &mut self.stored {
-            t.touch_history(&node.id);
-        }
-        self.snapshot.pass = pass;
-        if let Route::Key(k) = &outcome.route
-            && let Some(target) = k.strip_prefix("jump:")
-        {
-            let at = |id: &str| self.wf.position(id);
-            if at(target) <= at(&node.id) {
-                self.snapshot.pass = pass + 1;
-            }
-        }
-    }
-
-    /// Loop bookkeeping: on continue keep the counter and re-arm the body; on exit clear it.
-    fn route_loop(&mut self, index: usize, route: &Route) {
-        let wf = self.wf.clone();
-        let loop_id = wf.nodes[index].id.as_str();
-        let cont = matches!(route, Route::Key(k) if k == "true");
-        if cont {
-            let count = self.snapshot.loops.get(loop_id).copied().unwrap_or(0) + 1;
-            self.snapshot.loops.insert(loop_id.to_string(), count);
-            // Re-arm: every node reachable from the true branch back up to the loop.
-            let starts: Vec<String> = self
-                .wf
-                .outgoing(loop_id)
-                .filter(|e| e.matches("true"))
-                .map(|e| e.target.clone())
-                .collect();
-            let mut seen: HashSet<String> = HashSet::new();
-            let mut queue: VecDeque<String> = starts.into();
-            while let Some(id) = queue.pop_front() {
-                if id == loop_id || !seen.insert(id.clone()) {
-                    continue;
-                }
-                self.snapshot.completed.remove(id.as_str());
-                self.snapshot.arrivals.remove(&id);
-                queue.extend(self.wf.outgoing(&id).map(|e| e.target.clone()));
-            }
-            self.snapshot.completed.remove(loop_id);
-        } else {
-            self.snapshot.loops.remove(loop_id);
-            self.snapshot.completed.insert(wf.node_id(index).clone());
-        }
-    }
-
-    async fn cancel_in_flight(&mut self) -> Result<(), Error> {
-        let interrupted = matches!(self.ending, Some(Ending::Interrupted));
-        let reason = match &self.ending {
-            Some(Ending::Failed(e)) => match &e.node_id {
-                Some(n) => format!("cancelled: node `{n}` failed"),
-                None => "cancelled: the run failed".into(),
-            },
-            Some(Ending::End(_)) => "cancelled: the run reached an end node".into(),
-            Some(Ending::Cancelled) => "cancelled: the run was cancelled".into(),
-            Some(Ending::Interrupted) => {
-                "interrupted: the process driving the run was stopped; it runs again on resume"
-                    .into()
-            }
-            None => "cancelled".into(),
-        };
-        let mut steps = Vec::with_capacity(self.in_flight.len());
-        for (index, f) in std::mem::take(&mut self.in_flight).0 {
-            let node_id = &self.wf.nodes[index].id;
-            let mut step = f.step;
-            step.status = StepStatus::Cancelled;
-            step.error = Some(reason.clone());
-            step.finished_at = Some(Stamp::now());
-            step.duration_ms = Some(f.started.elapsed().as_millis() as u64);
-            // An interrupted step stays pending: it runs again when the run is resumed.
-            if !interrupted
-                && let Some(i) = self.snapshot.pending.iter().position(|p| **p == **node_id)
-            {
-                self.snapshot.pending.remove(i);
-            }
-            steps.push(step);
-        }
-        steps.sort_by_key(|s| s.seq);
-        if let Some((first, rest)) = steps.split_first() {
-            let events: Vec<EventKind> = steps.iter().map(finished_event).collect();
-            let w = self
-                .engine
-                .services
-                .store
-                .commit_step(
-                    &self.lease,
-                    StepCommit {
-                        step: first,
-                        started: &rest.iter().collect::<Vec<_>>(),
-                        snapshot: &self.snapshot,
-                        patch: None,
-                        covers_patches: self.stored.as_mut().is_some_and(Tracker::whole),
-                        events,
-                    },
-                )
-                .await?;
-            self.written(w);
-        }
-        Ok(())
-    }
-
-    async fn finalize(mut self) -> Result<RunOutcome, Error> {
-        let store = self.engine.services.store.clone();
-        let (status, error) = match self.ending.take() {
-            Some(Ending::Interrupted) => {
-                let w = store
-                    .release(
-                        &self.lease,
-                        &self.snapshot,
-                        vec![EventKind::RunReleased {
-                            owner: self.lease.owner.clone(),
-                            reason: "interrupted".into(),
-                        }],
-                    )
-                    .await?;
-                self.written(w);
-                return Ok(RunOutcome {
-                    run_id: self.lease.run_id.clone(),
-                    status: RunStatus::Queued,
-                    error: None,
-                    output: Value::clone(&self.snapshot.output),
-                    cost_usd: self.snapshot.cost_usd,
-                });
-            }
-            Some(Ending::Cancelled) => (
-                RunStatus::Cancelled,
-                Some(RunError {
-                    code: ErrorCode::Cancelled,
-                    message: "the run was cancelled".into(),
-                    node_id: None,
-                }),
-            ),
-            Some(Ending::Failed(e)) => (RunStatus::Failed, Some(e)),
-            Some(Ending::End(EndStatus::Succeeded)) => (RunStatus::Succeeded, None),
-            Some(Ending::End(EndStatus::Aborted)) => (RunStatus::Aborted, None),
-            Some(Ending::End(EndStatus::Failed)) => (
-                RunStatus::Failed,
-                Some(RunError {
-                    code: ErrorCode::EndFailed,
-                    message: "the run reached an end node with status failed".into(),
-                    node_id: self
-                        .snapshot
-                        .completed
-                        .iter()
-                        .rev()
-                        .find(|n| {
-                            matches!(self.wf.node(n).map(|n| &n.kind), Some(NodeKind::End(_)))
-                        })
-                        .map(|n| n.to_string()),
-                }),
-            ),
-            None if !self.snapshot.gates.is_empty() => (RunStatus::Paused, None),
-            None => (RunStatus::Succeeded, None),
-        };
-        if status.is_terminal() {
-            self.snapshot.pending.clear();
-            self.snapshot.gates.clear();
-        }
-        let events: Vec<EventKind> = if status == RunStatus::Paused {
-            self.snapshot
-                .gates
-                .iter()
-                .map(|g| EventKind::RunPaused {
-                    node_id: g.node_id.clone(),
-                    prompt: g.prompt.clone(),
-                })
-                .collect()
-        } else {
-            vec![EventKind::RunFinished {
-                status,
-                error: error.clone(),
-            }]
-        };
-        let cost_usd = self.snapshot.cost_usd;
-        let update = RunUpdate {
-            status,
-            error,
-            finished_at: status.is_terminal().then(now),
-            snapshot: std::mem::take(&mut self.snapshot),
-        };
-        let w = store.finish_run(&self.lease, &update, events).await?;
-        self.written(w);
-        // The last output is moved out of the snapshot when nothing else holds it (a store
-        // that keeps records holds it in the last step's): no copy of it per run.
-        let RunUpdate {
-            error, snapshot, ..
-        } = update;
-        Ok(RunOutcome {
-            run_id: self.lease.run_id.clone(),
-            status,
-            error,
-            output: Arc::unwrap_or_clone(snapshot.output).into_value(),
-            cost_usd,
-        })
-    }
 }
 
 /// The pipeline history of a run that has none, shared: most nodes of most runs see it.
@@ -989,26 +747,6 @@ fn finished_event_of(s: &StepRecord, node_id: NodeId) -> EventKind {
         cost_usd: s.cost_usd,
         attempts: s.attempts.len() as u32,
     }
-}
-
-/// What templates and expressions see: public state, plus in the `Variables` layout each
-/// variable under its node id (`{{ build.stdout }}` as well as `{{ variables.build.stdout }}`),
-/// never shadowing `input` or `variables`.
-pub fn view(
-    layout: StateLayout,
-    state: &serde_json::Map<String, Value>,
-) -> serde_json::Map<String, Value> {
-    let mut out = state.clone();
-    if layout == StateLayout::Variables
-        && let Some(Value::Object(vars)) = state.get("variables")
-    {
-        for (k, v) in vars {
-            if !out.contains_key(k) {
-                out.insert(k.clone(), v.clone());
-            }
-        }
-    }
-    out
 }
 
 /// How many times in a row the run was taken over from a driver that stopped (its lease

@@ -1,0 +1,166 @@
+//! The end of a drive: what is still in flight recorded cancelled (or interrupted), and the
+//! run's end (or its release, or its park at a gate) written once.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use weir_core::event::EventKind;
+use weir_core::ir::{EndStatus, NodeKind};
+use weir_core::patch::Tracker;
+use weir_core::record::{ErrorCode, RunError, RunStatus, StepStatus};
+use weir_core::store::{RunUpdate, Stamp, StepCommit};
+
+use super::{Ending, Run, finished_event};
+use crate::{Error, RunOutcome, now};
+
+impl Run<'_> {
+    pub(super) async fn cancel_in_flight(&mut self) -> Result<(), Error> {
+        let interrupted = matches!(self.ending, Some(Ending::Interrupted));
+        let reason = match &self.ending {
+            Some(Ending::Failed(e)) => match &e.node_id {
+                Some(n) => format!("cancelled: node `{n}` failed"),
+                None => "cancelled: the run failed".into(),
+            },
+            Some(Ending::End(_)) => "cancelled: the run reached an end node".into(),
+            Some(Ending::Cancelled) => "cancelled: the run was cancelled".into(),
+            Some(Ending::Interrupted) => {
+                "interrupted: the process driving the run was stopped; it runs again on resume"
+                    .into()
+            }
+            None => "cancelled".into(),
+        };
+        let mut steps = Vec::with_capacity(self.in_flight.len());
+        for (index, f) in std::mem::take(&mut self.in_flight).0 {
+            let node_id = &self.wf.nodes[index].id;
+            let mut step = f.step;
+            step.status = StepStatus::Cancelled;
+            step.error = Some(reason.clone());
+            step.finished_at = Some(Stamp::now());
+            step.duration_ms = Some(f.started.elapsed().as_millis() as u64);
+            // An interrupted step stays pending: it runs again when the run is resumed.
+            if !interrupted
+                && let Some(i) = self.snapshot.pending.iter().position(|p| **p == **node_id)
+            {
+                self.snapshot.pending.remove(i);
+            }
+            steps.push(step);
+        }
+        steps.sort_by_key(|s| s.seq);
+        if let Some((first, rest)) = steps.split_first() {
+            let events: Vec<EventKind> = steps.iter().map(finished_event).collect();
+            let w = self
+                .engine
+                .services
+                .store
+                .commit_step(
+                    &self.lease,
+                    StepCommit {
+                        step: first,
+                        started: &rest.iter().collect::<Vec<_>>(),
+                        snapshot: &self.snapshot,
+                        patch: None,
+                        covers_patches: self.stored.as_mut().is_some_and(Tracker::whole),
+                        events,
+                    },
+                )
+                .await?;
+            self.written(w);
+        }
+        Ok(())
+    }
+
+    pub(super) async fn finalize(mut self) -> Result<RunOutcome, Error> {
+        let store = self.engine.services.store.clone();
+        let (status, error) = match self.ending.take() {
+            Some(Ending::Interrupted) => {
+                let w = store
+                    .release(
+                        &self.lease,
+                        &self.snapshot,
+                        vec![EventKind::RunReleased {
+                            owner: self.lease.owner.clone(),
+                            reason: "interrupted".into(),
+                        }],
+                    )
+                    .await?;
+                self.written(w);
+                return Ok(RunOutcome {
+                    run_id: self.lease.run_id.clone(),
+                    status: RunStatus::Queued,
+                    error: None,
+                    output: Value::clone(&self.snapshot.output),
+                    cost_usd: self.snapshot.cost_usd,
+                });
+            }
+            Some(Ending::Cancelled) => (
+                RunStatus::Cancelled,
+                Some(RunError {
+                    code: ErrorCode::Cancelled,
+                    message: "the run was cancelled".into(),
+                    node_id: None,
+                }),
+            ),
+            Some(Ending::Failed(e)) => (RunStatus::Failed, Some(e)),
+            Some(Ending::End(EndStatus::Succeeded)) => (RunStatus::Succeeded, None),
+            Some(Ending::End(EndStatus::Aborted)) => (RunStatus::Aborted, None),
+            Some(Ending::End(EndStatus::Failed)) => (
+                RunStatus::Failed,
+                Some(RunError {
+                    code: ErrorCode::EndFailed,
+                    message: "the run reached an end node with status failed".into(),
+                    node_id: self
+                        .snapshot
+                        .completed
+                        .iter()
+                        .rev()
+                        .find(|n| {
+                            matches!(self.wf.node(n).map(|n| &n.kind), Some(NodeKind::End(_)))
+                        })
+                        .map(|n| n.to_string()),
+                }),
+            ),
+            None if !self.snapshot.gates.is_empty() => (RunStatus::Paused, None),
+            None => (RunStatus::Succeeded, None),
+        };
+        if status.is_terminal() {
+            self.snapshot.pending.clear();
+            self.snapshot.gates.clear();
+        }
+        let events: Vec<EventKind> = if status == RunStatus::Paused {
+            self.snapshot
+                .gates
+                .iter()
+                .map(|g| EventKind::RunPaused {
+                    node_id: g.node_id.clone(),
+                    prompt: g.prompt.clone(),
+                })
+                .collect()
+        } else {
+            vec![EventKind::RunFinished {
+                status,
+                error: error.clone(),
+            }]
+        };
+        let cost_usd = self.snapshot.cost_usd;
+        let update = RunUpdate {
+            status,
+            error,
+            finished_at: status.is_terminal().then(now),
+            snapshot: std::mem::take(&mut self.snapshot),
+        };
+        let w = store.finish_run(&self.lease, &update, events).await?;
+        self.written(w);
+        // The last output is moved out of the snapshot when nothing else holds it (a store
+        // that keeps records holds it in the last step's): no copy of it per run.
+        let RunUpdate {
+            error, snapshot, ..
+        } = update;
+        Ok(RunOutcome {
+            run_id: self.lease.run_id.clone(),
+            status,
+            error,
+            output: Arc::unwrap_or_clone(snapshot.output).into_value(),
+            cost_usd,
+        })
+    }
+}
