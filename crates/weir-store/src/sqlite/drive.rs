@@ -114,6 +114,12 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
     // can be reused once its run is pruned, an id cannot).
     macro_rules! fence {
         ($set:literal, $also:literal) => {
+            fence!(@ concat!(
+                $set,
+                ", running = CASE WHEN ?8 IS NULL THEN running ELSE weir_running(running, ?8, ?9) END"
+            ), $also)
+        };
+        (@ $set:expr, $also:literal) => {
             [
                 concat!(
                     "UPDATE runs SET ",
@@ -141,20 +147,17 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
     // that leave the run's `running` column, ?9 the lines that join it; NULL without steps.
     let [by_id, by_key, unchanged] = if snapshot.is_some() {
         fence!(
-            "event_seq = event_seq + ?1, snapshot = ?2, cost_usd = ?3,
-             running = CASE WHEN ?8 IS NULL THEN running ELSE weir_running(running, ?8, ?9) END",
+            "event_seq = event_seq + ?1, snapshot = ?2, cost_usd = ?3",
             ""
         )
     } else if cost.is_some() {
         fence!(
-            "event_seq = event_seq + ?1, cost_usd = ?3,
-             running = CASE WHEN ?8 IS NULL THEN running ELSE weir_running(running, ?8, ?9) END",
+            "event_seq = event_seq + ?1, cost_usd = ?3",
             " AND ?2 IS NULL"
         )
     } else {
         fence!(
-            "event_seq = event_seq + ?1,
-             running = CASE WHEN ?8 IS NULL THEN running ELSE weir_running(running, ?8, ?9) END",
+            "event_seq = event_seq + ?1",
             " AND ?2 IS NULL AND ?3 IS NULL"
         )
     };
