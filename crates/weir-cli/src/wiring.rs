@@ -155,8 +155,9 @@ pub async fn store(env: &Env, open: Open) -> Result<Arc<dyn weir_store::Backend>
         })?;
         return Ok(Arc::new(store));
     }
-    let path = weir_store::sqlite_path(db)
+    let url = weir_store::sqlite_url(db)
         .map_err(|e| crate::Usage(format!("{db} (from {}): {e}", env.db_from)))?;
+    let path = url.path;
     if open == Open::MustExist
         && let Some(p) = &path
         && !p.exists()
@@ -167,7 +168,7 @@ pub async fn store(env: &Env, open: Open) -> Result<Arc<dyn weir_store::Backend>
         }
         .into());
     }
-    let store = weir_store::Sqlite::open(path.as_deref())
+    let store = weir_store::Sqlite::open_with(path.as_deref(), url.full_sync)
         .await
         .map_err(|e| {
             crate::Usage(format!(

@@ -170,10 +170,40 @@ pub trait Backend: weir_core::RunStore + weir_core::catalog::Catalog {}
 impl<T: weir_core::RunStore + weir_core::catalog::Catalog> Backend for T {}
 
 /// Where a SQLite store lives, from `--db` / `WEIR_DB`: `sqlite://path`, `sqlite::memory:`
-/// or a plain file path (`postgres://…` URLs are opened with [`Postgres::open`]).
+/// or a plain file path (`postgres://…` URLs are opened with [`Postgres::open`]), with
+/// `?sync=full` or not.
 pub fn sqlite_path(url: &str) -> Result<Option<PathBuf>, String> {
+    sqlite_url(url).map(|u| u.path)
+}
+
+/// A SQLite store's URL, read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SqliteUrl {
+    /// `None`: a throwaway database (`sqlite::memory:`).
+    pub path: Option<PathBuf>,
+    /// `?sync=full`: every commit is on disk before it returns, power loss included (the
+    /// default, `?sync=normal`, survives a crash of the process, not of the machine).
+    pub full_sync: bool,
+}
+
+/// Reads a SQLite store's URL: [`sqlite_path`]'s forms, each optionally followed by
+/// `?sync=full` or `?sync=normal`.
+pub fn sqlite_url(url: &str) -> Result<SqliteUrl, String> {
+    let (url, full_sync) = match url.rsplit_once("?sync=") {
+        Some((rest, "full")) => (rest, true),
+        Some((rest, "normal")) => (rest, false),
+        Some((_, other)) => {
+            return Err(format!(
+                "unknown sync mode `{other}` (use `?sync=full` or `?sync=normal`)"
+            ));
+        }
+        None => (url, false),
+    };
     if url == "sqlite::memory:" || url == ":memory:" {
-        return Ok(None);
+        return Ok(SqliteUrl {
+            path: None,
+            full_sync,
+        });
     }
     if is_postgres_url(url) {
         return Err("a Postgres URL is not a SQLite path".into());
@@ -185,7 +215,10 @@ pub fn sqlite_path(url: &str) -> Result<Option<PathBuf>, String> {
     if path.is_empty() {
         return Err("empty database path".into());
     }
-    Ok(Some(PathBuf::from(path)))
+    Ok(SqliteUrl {
+        path: Some(PathBuf::from(path)),
+        full_sync,
+    })
 }
 
 /// The default database: `$WEIR_DB`, else `$XDG_DATA_HOME/weir/weir.db`, else

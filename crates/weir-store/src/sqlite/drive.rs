@@ -2,6 +2,8 @@
 //! commit or a job of their own: the fenced writes (step commits, started steps, events,
 //! the end of a drive), run creation, claims and lease renewals.
 
+use std::borrow::Cow;
+
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use weir_core::record::RunStatus;
 use weir_core::store::StoreError;
@@ -16,7 +18,7 @@ pub struct StepRow {
     pub node_id: String,
     pub node_type: weir_core::record::NodeType,
     pub visit: i64,
-    pub status: &'static str,
+    pub status: Cow<'static, str>,
     pub route: Option<String>,
     pub input: String,
     pub output: String,
@@ -34,7 +36,7 @@ pub struct StepRow {
 /// How a write ends the drive, if it does.
 pub enum EndRow {
     Finish {
-        status: &'static str,
+        status: Cow<'static, str>,
         error: Option<String>,
         finished_at: Option<String>,
     },
@@ -63,7 +65,7 @@ pub struct FencedWrite {
     pub epoch: i64,
     /// The lease's owner and what the write is, for the event a refusal leaves.
     pub owner: String,
-    pub write: &'static str,
+    pub write: Cow<'static, str>,
     /// Write on the unsynced connection (progress only).
     pub visible: bool,
     /// The whole snapshot, or a patch of it, and the run's cost with either.
@@ -99,7 +101,7 @@ pub struct Fenced {
 pub fn fenced(conn: &Conn<'_>, w: &FencedWrite) -> Result<Result<Fenced, StoreError>, StoreError> {
     Ok(match apply(conn, w)? {
         Some(done) => Ok(done),
-        None => Err(refuse(conn, &w.run_id, w.epoch, &w.owner, w.write)),
+        None => Err(refuse(conn, &w.run_id, w.epoch, &w.owner, &w.write)),
     })
 }
 

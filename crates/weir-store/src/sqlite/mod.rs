@@ -26,6 +26,8 @@ use crate::rules;
 use crate::schema::MIGRATIONS;
 mod catalog;
 mod drive;
+mod redo;
+mod replay;
 mod rows;
 mod running;
 mod stmts;
@@ -122,6 +124,9 @@ impl Sqlite {
             _scratch: scratch,
         };
         store.migrate().await?;
+        if full_sync && store._scratch.is_none() {
+            store.writer.start_redo(path).await?;
+        }
         Ok(store)
     }
 

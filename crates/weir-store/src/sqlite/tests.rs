@@ -484,3 +484,126 @@ async fn a_schema_14_databases_running_steps_move_into_their_run() {
     let (_, running) = store.open_steps("old").await.unwrap();
     assert!(running.is_empty());
 }
+
+/// The database files as they are now (`-shm` left out: SQLite rebuilds it from the WAL).
+fn copy_database(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for name in ["w.db", "w.db-wal"] {
+        let src = from.join(name);
+        if src.exists() {
+            std::fs::copy(&src, to.join(name)).unwrap();
+        }
+    }
+}
+
+/// The database files put back as [`copy_database`] saved them, the redo log left as it is:
+/// what a power loss leaves when SQLite's last commits were not on disk yet.
+fn lose_unsynced_commits(saved: &Path, db: &Path) {
+    for name in ["w.db", "w.db-wal", "w.db-shm"] {
+        let _ = std::fs::remove_file(db.join(name));
+    }
+    copy_database(saved, db);
+}
+
+/// With full sync, a commit is durable once its redo record is on disk: SQLite committed it
+/// without an fsync. A power loss that took SQLite's last commits leaves them in the log,
+/// and the next open applies them again, once.
+#[tokio::test]
+async fn commits_the_database_lost_come_back_from_the_redo_log_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, saved) = (dir.path().join("db"), dir.path().join("saved"));
+    std::fs::create_dir_all(&db).unwrap();
+    let path = db.join("w.db");
+    let mut run = new_run(r#"{"name": "wf", "nodes": []}"#, serde_json::json!({}));
+    run.claim = Some(Claim {
+        owner: "me".into(),
+        ttl: Duration::from_secs(60),
+    });
+    {
+        let store = Sqlite::open_with(Some(&path), true).await.unwrap();
+        assert!(store.writer.logs(), "a full-sync store owns its redo log");
+        let lease = store.create_run(run).await.unwrap().lease.unwrap();
+        let note = |by: &str| vec![EventKind::CancelRequested { by: by.into() }];
+        // A durable write, then the state SQLite will fall back to.
+        let snapshot = Snapshot::default();
+        store
+            .release(&lease, &snapshot, note("first"))
+            .await
+            .unwrap();
+        let (lease, _) = store
+            .claim_run(
+                "r1",
+                &Claim {
+                    owner: "me".into(),
+                    ttl: Duration::from_secs(60),
+                },
+            )
+            .await
+            .unwrap();
+        copy_database(&db, &saved);
+        // Durable writes SQLite will lose.
+        let done = RunUpdate {
+            status: RunStatus::Succeeded,
+            error: None,
+            finished_at: Some(weir_core::store::now_rfc3339()),
+            snapshot: Default::default(),
+        };
+        store
+            .finish_run(&lease, &done, note("second"))
+            .await
+            .unwrap();
+        store.pool.close().await;
+    }
+    lose_unsynced_commits(&saved, &db);
+    let seqs = |events: Vec<RunEvent>| events.iter().map(|e| e.seq).collect::<Vec<_>>();
+    {
+        let plain = Sqlite::open(Some(&path)).await.unwrap();
+        assert_eq!(
+            plain.get_record("r1").await.unwrap().status,
+            RunStatus::Running,
+            "without its log the database has lost the run's end"
+        );
+        plain.pool.close().await;
+    }
+    let store = Sqlite::open_with(Some(&path), true).await.unwrap();
+    let record = store.get_record("r1").await.unwrap();
+    assert_eq!(record.status, RunStatus::Succeeded, "the end came back");
+    let events = seqs(store.events_after("r1", 0).await.unwrap());
+    assert!(
+        record
+            .events
+            .iter()
+            .any(|e| e["type"] == "cancel_requested" && e["by"] == "second"),
+        "{:?}",
+        record.events
+    );
+    store.pool.close().await;
+    drop(store);
+    // Opened again: nothing is applied twice.
+    let store = Sqlite::open_with(Some(&path), true).await.unwrap();
+    assert_eq!(seqs(store.events_after("r1", 0).await.unwrap()), events);
+    assert_eq!(
+        store.get_record("r1").await.unwrap().status,
+        RunStatus::Succeeded
+    );
+}
+
+/// One process at a time owns a database's redo log; another one opening it meanwhile
+/// commits with SQLite's own fsync, and both see each other's writes.
+#[tokio::test]
+async fn a_second_store_on_the_same_database_commits_without_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    let first = Sqlite::open_with(Some(&path), true).await.unwrap();
+    let second = Sqlite::open_with(Some(&path), true).await.unwrap();
+    assert!(first.writer.logs());
+    assert!(!second.writer.logs(), "the log has one owner");
+    second
+        .create_run(new_run("{}", serde_json::json!({})))
+        .await
+        .unwrap();
+    assert_eq!(
+        first.get_record("r1").await.unwrap().status,
+        RunStatus::Queued
+    );
+}
