@@ -244,3 +244,26 @@ pub fn default_url() -> String {
         .to_string_lossy()
         .into_owned()
 }
+
+#[cfg(test)]
+mod url_tests {
+    use super::*;
+
+    #[test]
+    fn a_sqlite_url_may_ask_for_full_sync() {
+        let url = |u: &str| sqlite_url(u).map(|u| (u.path, u.full_sync));
+        let p = |s: &str| Some(PathBuf::from(s));
+        assert_eq!(url("/data/w.db"), Ok((p("/data/w.db"), false)));
+        assert_eq!(
+            url("sqlite:///data/w.db?sync=full"),
+            Ok((p("/data/w.db"), true))
+        );
+        assert_eq!(url("sqlite://w.db?sync=normal"), Ok((p("w.db"), false)));
+        assert_eq!(url("sqlite::memory:?sync=full"), Ok((None, true)));
+        assert_eq!(
+            url("w.db?sync=fast"),
+            Err("unknown sync mode `fast` (use `?sync=full` or `?sync=normal`)".into())
+        );
+        assert_eq!(sqlite_path("sqlite://w.db?sync=full"), Ok(p("w.db")));
+    }
+}

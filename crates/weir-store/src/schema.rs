@@ -505,17 +505,4 @@ WHERE status = 'running' AND route IS NULL AND error IS NULL AND finished_at IS 
   AND tokens_out = 0;
 "#,
     ),
-    (
-        16,
-        r#"
--- The number of the last redo log record the database applied (`sqlite/redo.rs`): with full
--- sync, a step commit is durable once its record is in the log, and SQLite commits it
--- without an fsync; after a power loss the records above this number are applied again.
-CREATE TABLE redo_applied (
-    id   INTEGER PRIMARY KEY CHECK (id = 0),
-    lsn  INTEGER NOT NULL
-);
-INSERT INTO redo_applied (id, lsn) VALUES (0, 0);
-"#,
-    ),
 ];

@@ -117,3 +117,62 @@ fn resume_after_kill_reruns_only_the_step_in_flight() {
     assert_eq!(again.code, 5, "{}", again.stderr);
     assert!(again.stderr.contains("already ended"), "{}", again.stderr);
 }
+
+/// `?sync=full` on the database's URL: every commit is on disk before it returns
+/// (`synchronous=FULL`). A run killed mid-step resumes from what was committed, as without
+/// it; an unknown sync mode is a usage error.
+#[test]
+fn a_full_sync_database_resumes_after_kill() {
+    let fake = Fake::start();
+    fake.always("/first", Reply::text(200, "one"));
+    fake.queue(
+        "/second",
+        vec![Reply::text(200, "never").delayed(Duration::from_secs(120))],
+    );
+    fake.always("/second", Reply::text(200, "two"));
+    let plain = Weir::new();
+    let url = format!("sqlite://{}?sync=full", plain.path("weir.db").display());
+    let w = plain.env("WEIR_DB", &url);
+    w.short_lease(1.0, 0.25);
+    let f = w.file("two.json", &format!(r#"{{"name": "two", "nodes": [
+        {{"id": "first", "type": "tool", "config": {{"tool_name": "http_request", "params": {{"url": "{u}/first"}}}}}},
+        {{"id": "second", "type": "tool", "config": {{"tool_name": "http_request", "params": {{"url": "{u}/second?got={{first.body}}"}}}}}}],
+      "edges": [{{"source": "first", "target": "second"}}]}}"#, u = fake.url));
+    let mut child = w.spawn(&["run", &f, "--json"]);
+    wait_until("the second step to start", || {
+        fake.seen("/second").len() == 1
+    });
+    child.kill().expect("kill -9");
+    child.wait().expect("reap");
+    assert!(
+        w.path("weir.db").exists(),
+        "the database is the URL's path, without its `?sync=full`"
+    );
+
+    let id = w.run(&["runs", "list", "--json"]).json()[0]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let before = w.show(&id);
+    assert_eq!(steps(&before, "first")[0]["status"], "succeeded");
+    assert_eq!(before["state"]["first"]["body"], "one");
+    std::thread::sleep(Duration::from_millis(1200));
+    let ran = w.run(&["resume", &id, "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let r = ran.json();
+    assert_eq!(r["status"], "succeeded");
+    assert_eq!(
+        fake.seen("/first").len(),
+        1,
+        "the committed step is not run again"
+    );
+    assert_eq!(fake.seen("/second")[1].query, "got=one");
+
+    let bad = w.run_with(&["runs", "list"], &[("WEIR_DB", &format!("{url}x"))]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("unknown sync mode `fullx`"),
+        "{}",
+        bad.stderr
+    );
+}

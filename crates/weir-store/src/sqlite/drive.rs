@@ -2,8 +2,6 @@
 //! commit or a job of their own: the fenced writes (step commits, started steps, events,
 //! the end of a drive), run creation, claims and lease renewals.
 
-use std::borrow::Cow;
-
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use weir_core::record::RunStatus;
 use weir_core::store::StoreError;
@@ -18,7 +16,7 @@ pub struct StepRow {
     pub node_id: String,
     pub node_type: weir_core::record::NodeType,
     pub visit: i64,
-    pub status: Cow<'static, str>,
+    pub status: &'static str,
     pub route: Option<String>,
     pub input: String,
     pub output: String,
@@ -36,7 +34,7 @@ pub struct StepRow {
 /// How a write ends the drive, if it does.
 pub enum EndRow {
     Finish {
-        status: Cow<'static, str>,
+        status: &'static str,
         error: Option<String>,
         finished_at: Option<String>,
     },
@@ -65,7 +63,7 @@ pub struct FencedWrite {
     pub epoch: i64,
     /// The lease's owner and what the write is, for the event a refusal leaves.
     pub owner: String,
-    pub write: Cow<'static, str>,
+    pub write: &'static str,
     /// Write on the unsynced connection (progress only).
     pub visible: bool,
     /// The whole snapshot, or a patch of it, and the run's cost with either.
@@ -101,7 +99,7 @@ pub struct Fenced {
 pub fn fenced(conn: &Conn<'_>, w: &FencedWrite) -> Result<Result<Fenced, StoreError>, StoreError> {
     Ok(match apply(conn, w)? {
         Some(done) => Ok(done),
-        None => Err(refuse(conn, &w.run_id, w.epoch, &w.owner, &w.write)),
+        None => Err(refuse(conn, &w.run_id, w.epoch, &w.owner, w.write)),
     })
 }
 

@@ -26,8 +26,6 @@ use crate::rules;
 use crate::schema::MIGRATIONS;
 mod catalog;
 mod drive;
-mod redo;
-mod replay;
 mod rows;
 mod running;
 mod stmts;
@@ -80,7 +78,8 @@ impl Sqlite {
     }
 
     /// Like [`open`](Self::open); `full_sync` sets `synchronous=FULL`, so every commit is on
-    /// disk before it returns, even across power loss (the benchmarks' durable mode).
+    /// disk before it returns, even across power loss (`sqlite://path?sync=full`, and the
+    /// benchmarks' durable mode).
     pub async fn open_with(path: Option<&Path>, full_sync: bool) -> Result<Self, StoreError> {
         // A throwaway database lives in a temporary file: the writer thread and the pool
         // must see the same database, which two connections to `:memory:` would not.
@@ -124,9 +123,6 @@ impl Sqlite {
             _scratch: scratch,
         };
         store.migrate().await?;
-        if full_sync && store._scratch.is_none() {
-            store.writer.start_redo(path).await?;
-        }
         Ok(store)
     }
 

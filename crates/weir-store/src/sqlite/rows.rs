@@ -117,7 +117,7 @@ pub(super) fn step_row(s: &StepRecord) -> Result<StepRow, StoreError> {
         node_id: s.node_id.clone(),
         node_type: s.node_type.clone(),
         visit: i64::from(s.visit),
-        status: s.status.as_str().into(),
+        status: s.status.as_str(),
         route: s.route.clone(),
         input: json(&s.input)?,
         output: json(&s.output)?,
@@ -168,7 +168,7 @@ impl Sqlite {
             seen: self.keys.known(&w.lease.run_id),
             epoch: w.lease.epoch as i64,
             owner: w.lease.owner.clone(),
-            write: w.write.into(),
+            write: w.write,
             visible: w.visible,
             snapshot: match patch {
                 Some(_) => None,
@@ -188,7 +188,7 @@ impl Sqlite {
             events: crate::event_batch(&at, &w.events)?,
             end: match w.end {
                 Some(End::Finish(u)) => Some(EndRow::Finish {
-                    status: u.status.as_str().into(),
+                    status: u.status.as_str(),
                     error: u.error.as_ref().map(json).transpose()?,
                     finished_at: u.finished_at.clone(),
                 }),
@@ -199,12 +199,11 @@ impl Sqlite {
         // Shared with the writer, which lets go of it before it answers: the rows are
         // freed here, on the drive's thread, not on the writer's (the group commit's
         // bottleneck under many concurrent runs).
-        let redo = (!write.visible && self.writer.logs()).then(|| super::replay::encode(&write));
         let write = std::sync::Arc::new(write);
         let shared = write.clone();
         let done = self
             .writer
-            .grouped_redo(!write.visible, redo, move |c| drive::fenced(c, &shared))
+            .grouped(!write.visible, move |c| drive::fenced(c, &shared))
             .await??;
         drop(write);
         self.keys.learnt(&w.lease.run_id, done.seen, ends);

@@ -7,31 +7,20 @@
 //! worker hands every statement's result back on its own (see BENCHMARKS.md). The
 //! statements of those writes are in `drive.rs`.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 use weir_core::store::StoreError;
 
-use super::redo::RedoLog;
 use super::stmts::Conn;
 
-/// The connections a job may use.
+/// The two connections a job may use.
 pub struct Conns {
     pub synced: Connection,
     pub visible: Connection,
-    /// With full sync, the redo log and the connection (`synchronous=NORMAL`) of the writes
-    /// it makes durable (`redo.rs`).
-    logged: Option<Logged>,
-}
-
-struct Logged {
-    conn: Connection,
-    log: RedoLog,
-    /// A record being built (kept allocated).
-    payload: Vec<u8>,
 }
 
 /// A grouped write: its statements, which may run twice (a group whose every write
@@ -43,15 +32,12 @@ trait Grouped: Send {
     fn run(&mut self, conn: &Conn<'_>) -> bool;
     /// Answers the waiter: with the write's own result, or `failed` when the group failed.
     fn answer(self: Box<Self>, failed: Option<&StoreError>);
-    /// The write as a redo log record's part (`replay.rs`), when it can be replayed.
-    fn redo(&self) -> Option<&[u8]>;
 }
 
 type GroupedJob = Box<dyn Grouped>;
 
 struct Pending<T, F> {
     f: F,
-    redo: Option<Vec<u8>>,
     result: Option<Result<T, StoreError>>,
     tx: tokio::sync::oneshot::Sender<Result<T, StoreError>>,
 }
@@ -68,21 +54,11 @@ where
         keep
     }
 
-    fn redo(&self) -> Option<&[u8]> {
-        self.redo.as_deref()
-    }
-
     fn answer(self: Box<Self>, failed: Option<&StoreError>) {
-        let Pending {
-            f,
-            result,
-            tx,
-            redo,
-        } = *self;
+        let Pending { f, result, tx } = *self;
         // The write's statements go before the answer: data they share with the waiter (a
         // fenced write's rows) is then freed by the waiter, off the writer's thread.
         drop(f);
-        drop(redo);
         let _ = tx.send(match (failed, result) {
             (Some(e), _) => Err(e.clone()),
             (None, Some(result)) => result,
@@ -106,18 +82,12 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 const GROUP_MAX: usize = 256;
 
 pub struct Writer {
-    /// `None` once dropped (the thread then ends).
-    jobs: Option<mpsc::Sender<Job>>,
-    /// The thread, joined when the writer is dropped: its connections (and the redo log's
-    /// lock) are closed by then.
-    thread: Option<std::thread::JoinHandle<()>>,
+    jobs: mpsc::Sender<Job>,
     /// The connections: held by the thread while it runs a job or a group, or by a caller
     /// that runs its write in place (`grouped`).
     conns: Arc<Mutex<Conns>>,
     /// Jobs sent to the thread and not yet taken by it.
     queued: Arc<AtomicUsize>,
-    /// Synced writes are made durable by the redo log: they come with their records.
-    logging: Arc<AtomicBool>,
 }
 
 /// The connections, for the thread. A job that panicked while holding them may have left
@@ -125,11 +95,7 @@ pub struct Writer {
 fn lock(conns: &Mutex<Conns>) -> MutexGuard<'_, Conns> {
     conns.lock().unwrap_or_else(|poisoned| {
         let guard = poisoned.into_inner();
-        let logged = guard.logged.as_ref().map(|l| &l.conn);
-        for conn in [Some(&guard.synced), Some(&guard.visible), logged]
-            .into_iter()
-            .flatten()
-        {
+        for conn in [&guard.synced, &guard.visible] {
             if !conn.is_autocommit() {
                 let _ = control(conn, "ROLLBACK");
             }
@@ -166,12 +132,11 @@ impl Writer {
         let conns = Arc::new(Mutex::new(Conns {
             synced: connect(path, if full_sync { "FULL" } else { "NORMAL" })?,
             visible: connect(path, "OFF")?,
-            logged: None,
         }));
         let queued = Arc::new(AtomicUsize::new(0));
         let (jobs, rx) = mpsc::channel::<Job>();
         let (thread_conns, thread_queued) = (conns.clone(), queued.clone());
-        let thread = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("weir-sqlite-writer".into())
             .spawn(move || {
                 let mut next: Option<Job> = None;
@@ -215,76 +180,22 @@ impl Writer {
                                     Err(_) => break,
                                 }
                             }
-                            let to = target(&conns, synced, &group);
-                            commit(&mut conns, to, group, false);
+                            let conn = if synced {
+                                &mut conns.synced
+                            } else {
+                                &mut conns.visible
+                            };
+                            commit_group(conn, group);
                         }
                     }
                 }
             })
             .map_err(backend)?;
         Ok(Self {
-            jobs: Some(jobs),
-            thread: Some(thread),
+            jobs,
             conns,
             queued,
-            logging: Arc::new(AtomicBool::new(false)),
         })
-    }
-
-    /// Starts the redo log of the database at `db` (full sync; after the migrations): replays
-    /// the records SQLite lost, if any, then makes the synced grouped writes durable
-    /// through it. Without effect when another process owns the log.
-    pub async fn start_redo(&self, db: PathBuf) -> Result<(), StoreError> {
-        let logging = self.logging.clone();
-        self.run(move |conns| {
-            let conn = connect(&db, "NORMAL")?;
-            let applied = super::redo::applied(&conn)?;
-            let Some((log, found)) = RedoLog::open(&db, applied)? else {
-                tracing::info!(db = %db.display(), "another process owns the redo log: commits fsync their own WAL frames");
-                return Ok(());
-            };
-            if let Some(last) = found.last().map(|f| f.lsn) {
-                // On the synced connection: the replayed writes are on disk when it commits.
-                let c = &conns.synced;
-                control(c, "BEGIN IMMEDIATE")?;
-                let replayed = (|| {
-                    let held = Conn::new(c);
-                    let mut failed = 0;
-                    for f in &found {
-                        failed += super::replay::replay(&held, &f.payload)?;
-                    }
-                    drop(held);
-                    super::redo::mark(c, last)?;
-                    control(c, "COMMIT")?;
-                    Ok::<_, StoreError>(failed)
-                })();
-                match replayed {
-                    Ok(failed) => tracing::warn!(
-                        records = found.len(),
-                        failed,
-                        db = %db.display(),
-                        "replayed the redo log's records that the database lost"
-                    ),
-                    Err(e) => {
-                        let _ = control(c, "ROLLBACK");
-                        return Err(e);
-                    }
-                }
-            }
-            conns.logged = Some(Logged {
-                conn,
-                log,
-                payload: Vec::new(),
-            });
-            logging.store(true, Ordering::Release);
-            Ok(())
-        })
-        .await
-    }
-
-    /// Whether synced grouped writes should come with their redo records.
-    pub fn logs(&self) -> bool {
-        self.logging.load(Ordering::Acquire)
     }
 
     /// Commits `job` here when nothing is queued and the connections are free; else hands
@@ -296,8 +207,11 @@ impl Writer {
         let Ok(mut conns) = self.conns.try_lock() else {
             return Some(job);
         };
-        let to = target(&conns, synced, std::slice::from_ref(&job));
-        let conn = conns.conn(to);
+        let conn = if synced {
+            &mut conns.synced
+        } else {
+            &mut conns.visible
+        };
         // Without waiting: while another connection (a pool transaction) holds the write
         // lock, the write goes to the thread, which waits for it. Waiting here would block
         // this runtime thread, which may be the one that drives that transaction on.
@@ -307,21 +221,16 @@ impl Writer {
         if began.is_err() {
             return Some(job);
         }
-        commit(&mut conns, to, vec![job], true);
+        commit_begun(conn, vec![job]);
         None
     }
 
     fn send(&self, job: Job) -> Result<(), StoreError> {
         self.queued.fetch_add(1, Ordering::AcqRel);
-        if let Some(jobs) = &self.jobs
-            && jobs.send(job).is_ok()
-        {
-            return Ok(());
-        }
-        self.queued.fetch_sub(1, Ordering::AcqRel);
-        Err(StoreError::Backend(
-            "the SQLite writer thread stopped".into(),
-        ))
+        self.jobs.send(job).map_err(|_| {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            StoreError::Backend("the SQLite writer thread stopped".into())
+        })
     }
 
     /// Runs `f` on the writer thread and waits for its result.
@@ -348,21 +257,9 @@ impl Writer {
         synced: bool,
         f: impl FnMut(&Conn<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        self.grouped_redo(synced, None, f).await
-    }
-
-    /// [`grouped`](Self::grouped), with the write's redo record part (`replay::encode`)
-    /// when the store [`logs`](Self::logs).
-    pub async fn grouped_redo<T: Send + 'static>(
-        &self,
-        synced: bool,
-        redo: Option<Vec<u8>>,
-        f: impl FnMut(&Conn<'_>) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job: GroupedJob = Box::new(Pending {
             f,
-            redo,
             result: None,
             tx,
         });
@@ -371,18 +268,6 @@ impl Writer {
         }
         rx.await
             .map_err(|_| StoreError::Backend("the SQLite writer thread stopped".into()))?
-    }
-}
-
-impl Drop for Writer {
-    fn drop(&mut self) {
-        // The thread ends once it has done the jobs sent before.
-        self.jobs = None;
-        if let Some(t) = self.thread.take()
-            && t.thread().id() != std::thread::current().id()
-        {
-            let _ = t.join();
-        }
     }
 }
 
@@ -395,109 +280,22 @@ fn control(conn: &Connection, sql: &str) -> Result<(), StoreError> {
         .map_err(backend)
 }
 
-/// Which connection a group commits on.
-#[derive(Clone, Copy)]
-enum Target {
-    Visible,
-    Synced,
-    /// The redo log's: every write of the group comes with its record.
-    Logged,
-}
-
-fn target(conns: &Conns, synced: bool, group: &[GroupedJob]) -> Target {
-    match synced {
-        false => Target::Visible,
-        true if conns.logged.is_some() && group.iter().all(|j| j.redo().is_some()) => {
-            Target::Logged
+/// One group commit: a `BEGIN IMMEDIATE` transaction of every write, one commit, then every
+/// answer. Savepoints cost each write two statements and a copy of every page it changes, so
+/// the group first runs without them; only when a write fails is the group rolled back and
+/// run again with a savepoint per write, so that the failed one rolls back alone.
+fn commit_group(conn: &mut Connection, group: Vec<GroupedJob>) {
+    if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
+        for job in group {
+            job.answer(Some(&e));
         }
-        true => Target::Synced,
+        return;
     }
+    commit_begun(conn, group);
 }
 
-impl Conns {
-    fn conn(&mut self, to: Target) -> &mut Connection {
-        match (to, &mut self.logged) {
-            (Target::Visible, _) => &mut self.visible,
-            (Target::Logged, Some(l)) => &mut l.conn,
-            (Target::Synced | Target::Logged, _) => &mut self.synced,
-        }
-    }
-}
-
-/// How a group's writes came out, for their answers.
-enum Outcome {
-    /// Each write's own result; `clean`: all of them kept, and committed.
-    Own { clean: bool },
-    /// The group failed as a whole.
-    All(StoreError),
-    /// A savepoint per write: each one's failure, if any.
-    Each(Vec<Option<StoreError>>),
-}
-
-fn answer(group: Vec<GroupedJob>, outcome: Outcome) {
-    match outcome {
-        Outcome::Own { .. } => group.into_iter().for_each(|j| j.answer(None)),
-        Outcome::All(e) => group.into_iter().for_each(|j| j.answer(Some(&e))),
-        Outcome::Each(own) => {
-            for (job, own) in group.into_iter().zip(own) {
-                job.answer(own.as_ref());
-            }
-        }
-    }
-}
-
-/// One group commit on `to`'s connection (its transaction `begun` already, or not), then
-/// every answer.
-fn commit(conns: &mut Conns, to: Target, group: Vec<GroupedJob>, begun: bool) {
-    if let (Target::Logged, Some(l)) = (to, conns.logged.as_mut()) {
-        return commit_logged(l, group, begun);
-    }
-    let conn = conns.conn(to);
-    if !begun && let Err(e) = control(conn, "BEGIN IMMEDIATE") {
-        return answer(group, Outcome::All(e));
-    }
-    let (group, outcome) = commit_begun(conn, group, None);
-    answer(group, outcome);
-}
-
-/// A group whose writes the redo log makes durable: the record is written and its fsync
-/// started, then SQLite commits the writes without one (and the record's number with them),
-/// then the fsync is waited for, and only then do the writers hear back. A record whose
-/// writes SQLite did not all keep is made stale before anyone hears back, so that no
-/// replay brings back a write its writer was told had failed.
-fn commit_logged(l: &mut Logged, group: Vec<GroupedJob>, begun: bool) {
-    super::replay::group(
-        &mut l.payload,
-        group.iter().map(|j| j.redo().unwrap_or_default()),
-    );
-    let lsn = l.log.append(&l.payload);
-    let (group, outcome) = match begun {
-        false if let Err(e) = control(&l.conn, "BEGIN IMMEDIATE") => (group, Outcome::All(e)),
-        _ => commit_begun(&mut l.conn, group, lsn),
-    };
-    let durable = match (lsn, &outcome) {
-        (Some(_), Outcome::Own { clean: true }) => l.log.wait(),
-        (Some(_), _) => l.log.start_over(),
-        // Not logged (larger than the log, or the log failed): SQLite's WAL is fsynced, as
-        // `synchronous=FULL` would have.
-        (None, _) => l.log.sync_wal(),
-    };
-    match durable {
-        Ok(()) => answer(group, outcome),
-        Err(e) => answer(group, Outcome::All(e)),
-    }
-}
-
-/// [`commit`] once its transaction has begun. Savepoints cost each write two statements and
-/// a copy of every page it changes, so the group first runs without them; only when a write
-/// fails is the group rolled back and run again with a savepoint per write, so that the
-/// failed one rolls back alone. `mark`: the redo record the group's writes are, recorded as
-/// applied when all of them are kept.
-fn commit_begun(
-    conn: &mut Connection,
-    mut group: Vec<GroupedJob>,
-    mark: Option<u64>,
-) -> (Vec<GroupedJob>, Outcome) {
+/// [`commit_group`] once its transaction has begun.
+fn commit_begun(conn: &mut Connection, mut group: Vec<GroupedJob>) {
     let mut failed = false;
     {
         let held = Conn::new(conn);
@@ -509,33 +307,40 @@ fn commit_begun(
             }
         }
     }
-    if !failed && let Some(lsn) = mark {
-        failed = super::redo::mark(conn, lsn).is_err() || conn.is_autocommit();
-    }
     if !failed {
-        return match control(conn, "COMMIT") {
-            Ok(()) => (group, Outcome::Own { clean: true }),
+        let committed = match control(conn, "COMMIT") {
+            Ok(()) => None,
             Err(e) => {
                 let _ = control(conn, "ROLLBACK");
-                (group, Outcome::All(e))
+                Some(e)
             }
         };
+        for job in group {
+            job.answer(committed.as_ref());
+        }
+        return;
     }
     if !conn.is_autocommit() {
         let _ = control(conn, "ROLLBACK");
     }
     if group.len() == 1 {
         // The only write failed and was rolled back: its answer carries its own error.
-        return (group, Outcome::Own { clean: false });
+        for job in group {
+            job.answer(None);
+        }
+        return;
     }
-    commit_each(conn, group)
+    commit_each(conn, group);
 }
 
 /// A group one of whose writes failed, again: a savepoint per write, so each stands or falls
 /// alone.
-fn commit_each(conn: &mut Connection, mut group: Vec<GroupedJob>) -> (Vec<GroupedJob>, Outcome) {
+fn commit_each(conn: &mut Connection, mut group: Vec<GroupedJob>) {
     if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
-        return (group, Outcome::All(e));
+        for job in group {
+            job.answer(Some(&e));
+        }
+        return;
     }
     let mut own = Vec::with_capacity(group.len());
     let held = Conn::new(conn);
@@ -567,11 +372,14 @@ fn commit_each(conn: &mut Connection, mut group: Vec<GroupedJob>) -> (Vec<Groupe
         own.push(kept.err());
     }
     drop(held);
-    match control(conn, "COMMIT") {
-        Ok(()) => (group, Outcome::Each(own)),
+    let committed = match control(conn, "COMMIT") {
+        Ok(()) => None,
         Err(e) => {
             let _ = control(conn, "ROLLBACK");
-            (group, Outcome::All(e))
+            Some(e)
         }
+    };
+    for (job, own) in group.into_iter().zip(own) {
+        job.answer(committed.as_ref().or(own.as_ref()));
     }
 }
