@@ -200,7 +200,13 @@ async fn bench_loop() {
 }
 
 async fn bench_concurrency() {
-    let (runs, n, latency) = (2000, 5, Duration::from_millis(50));
+    // WEIR_BENCH_CONC_NODES=N: chains of N nodes instead of 5, to tell the cost of starting
+    // and ending 2,000 runs (one node) from each wave's.
+    let n = std::env::var("WEIR_BENCH_CONC_NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let (runs, latency) = (2000, Duration::from_millis(50));
     let before = status_kib("VmRSS:");
     concurrent(
         "concurrency",
