@@ -243,7 +243,7 @@ async fn outcome_of(eng: &Engine, run_id: &str) -> Result<RunOutcome> {
         run_id: r.run_id,
         status: r.status,
         error: r.error,
-        output: r.output,
+        output: r.output.into(),
         cost_usd: r.cost_usd,
     })
 }

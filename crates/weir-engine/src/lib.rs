@@ -120,7 +120,9 @@ pub struct RunOutcome {
     /// released for someone to resume.
     pub status: RunStatus,
     pub error: Option<RunError>,
-    pub output: Value,
+    /// The last output, as the run's snapshot holds it: a model's reply becomes JSON only
+    /// when read (`Deref` to a `Value`, or `into_value`).
+    pub output: weir_core::record::Output,
     pub cost_usd: f64,
 }
 

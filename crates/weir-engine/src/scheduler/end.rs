@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
 use weir_core::event::EventKind;
 use weir_core::ir::{EndStatus, NodeKind};
 use weir_core::patch::Tracker;
@@ -88,7 +87,7 @@ impl Run<'_> {
                     run_id: self.lease.run_id.clone(),
                     status: RunStatus::Queued,
                     error: None,
-                    output: Value::clone(&self.snapshot.output),
+                    output: weir_core::record::Output::clone(&self.snapshot.output),
                     cost_usd: self.snapshot.cost_usd,
                 });
             }
@@ -159,7 +158,7 @@ impl Run<'_> {
             run_id: self.lease.run_id.clone(),
             status,
             error,
-            output: Arc::unwrap_or_clone(snapshot.output).into_value(),
+            output: Arc::unwrap_or_clone(snapshot.output),
             cost_usd,
         })
     }
