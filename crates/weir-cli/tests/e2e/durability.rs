@@ -6,16 +6,22 @@ use serde_json::json;
 
 use crate::support::{Fake, Reply, Weir, steps, wait_until};
 
-#[test]
-fn resume_after_kill_reruns_only_the_step_in_flight() {
+/// A fake whose `/first` answers "one" and `/second` "two", except that the first call to
+/// `/second` hangs (the process is killed meanwhile).
+fn second_hangs_once() -> Fake {
     let fake = Fake::start();
     fake.always("/first", Reply::text(200, "one"));
-    // The first call to /second hangs (the process is killed meanwhile); later ones answer.
     fake.queue(
         "/second",
         vec![Reply::text(200, "never").delayed(Duration::from_secs(120))],
     );
     fake.always("/second", Reply::text(200, "two"));
+    fake
+}
+
+#[test]
+fn resume_after_kill_reruns_only_the_step_in_flight() {
+    let fake = second_hangs_once();
     fake.always("/third", Reply::text(200, "three"));
     let w = Weir::new();
     w.short_lease(1.0, 0.25);
@@ -123,13 +129,7 @@ fn resume_after_kill_reruns_only_the_step_in_flight() {
 /// it; an unknown sync mode is a usage error.
 #[test]
 fn a_full_sync_database_resumes_after_kill() {
-    let fake = Fake::start();
-    fake.always("/first", Reply::text(200, "one"));
-    fake.queue(
-        "/second",
-        vec![Reply::text(200, "never").delayed(Duration::from_secs(120))],
-    );
-    fake.always("/second", Reply::text(200, "two"));
+    let fake = second_hangs_once();
     let plain = Weir::new();
     let url = format!("sqlite://{}?sync=full", plain.path("weir.db").display());
     let w = plain.env("WEIR_DB", &url);
