@@ -25,6 +25,7 @@ use weir_core::store::{
 use crate::rules;
 use crate::schema::MIGRATIONS;
 mod catalog;
+mod checkpoint;
 mod drive;
 mod rows;
 mod running;

@@ -484,3 +484,34 @@ async fn a_schema_14_databases_running_steps_move_into_their_run() {
     let (_, running) = store.open_steps("old").await.unwrap();
     assert!(running.is_empty());
 }
+
+/// Commits that take the write-ahead log past its threshold have it checkpointed into the
+/// database file while the store is open (by the background thread, not by the commit):
+/// the log does not grow without end, and the database file holds what was written.
+#[tokio::test]
+async fn a_growing_log_is_checkpointed_into_the_database_while_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ckpt.db");
+    let store = Sqlite::open_with(Some(&path), true).await.unwrap();
+    let before = std::fs::metadata(&path).unwrap().len();
+    // 300 runs of 20 KB of input each: 6 MB, past the log's 1,000 pages (4 MB).
+    let big = "x".repeat(20_000);
+    for i in 0..300 {
+        let mut run = new_run("{}", serde_json::json!({ "text": big }));
+        run.run_id = format!("r{i}");
+        store.create_run(run).await.unwrap();
+    }
+    let mut size = before;
+    for _ in 0..100 {
+        size = std::fs::metadata(&path).unwrap().len();
+        if size > 4_000_000 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        size > 4_000_000,
+        "the database file is {size} bytes (was {before}): the log was not checkpointed"
+    );
+    assert_eq!(count(&store, "SELECT count(*) FROM runs").await, 300);
+}

@@ -15,6 +15,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 use weir_core::store::StoreError;
 
+use super::checkpoint::Checkpointer;
 use super::stmts::Conn;
 
 /// The two connections a job may use.
@@ -88,6 +89,8 @@ pub struct Writer {
     conns: Arc<Mutex<Conns>>,
     /// Jobs sent to the thread and not yet taken by it.
     queued: Arc<AtomicUsize>,
+    /// Checkpoints the write-ahead log in the background once commits have grown it.
+    checkpointer: Checkpointer,
 }
 
 /// The connections, for the thread. A job that panicked while holding them may have left
@@ -109,7 +112,7 @@ pub(super) fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
 }
 
-fn connect(path: &Path, synchronous: &str) -> Result<Connection, StoreError> {
+pub(super) fn connect(path: &Path, synchronous: &str) -> Result<Connection, StoreError> {
     let c = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -129,10 +132,16 @@ impl Writer {
     /// Opens the connections (the database exists: sqlx created and migrated it) and starts
     /// the thread; it ends when the store is dropped.
     pub fn open(path: &Path, full_sync: bool) -> Result<Self, StoreError> {
-        let conns = Arc::new(Mutex::new(Conns {
-            synced: connect(path, if full_sync { "FULL" } else { "NORMAL" })?,
+        let synchronous = if full_sync { "FULL" } else { "NORMAL" };
+        let conns = Conns {
+            synced: connect(path, synchronous)?,
             visible: connect(path, "OFF")?,
-        }));
+        };
+        Checkpointer::watch(&conns.synced);
+        Checkpointer::watch(&conns.visible);
+        let conns = Arc::new(Mutex::new(conns));
+        let checkpointer = Checkpointer::start(path, synchronous)?;
+        let thread_checkpointer = checkpointer.clone();
         let queued = Arc::new(AtomicUsize::new(0));
         let (jobs, rx) = mpsc::channel::<Job>();
         let (thread_conns, thread_queued) = (conns.clone(), queued.clone());
@@ -188,6 +197,8 @@ impl Writer {
                             commit_group(conn, group);
                         }
                     }
+                    drop(conns);
+                    thread_checkpointer.after_commit();
                 }
             })
             .map_err(backend)?;
@@ -195,6 +206,7 @@ impl Writer {
             jobs,
             conns,
             queued,
+            checkpointer,
         })
     }
 
@@ -222,6 +234,8 @@ impl Writer {
             return Some(job);
         }
         commit_begun(conn, vec![job]);
+        drop(conns);
+        self.checkpointer.after_commit();
         None
     }
 
