@@ -1,7 +1,8 @@
 //! The store conformance suite (DESIGN §8): every store must pass it unchanged. Each case
-//! runs against the in-memory store, SQLite on a file, and Postgres in a fresh database (skipped,
-//! loudly, without a server unless `WEIR_REQUIRE_POSTGRES=1`). Fixtures and builders are in
-//! `support/`; the catalog, listing and snapshot-patch cases in `conformance/`.
+//! runs against the in-memory store, SQLite on a file (as it opens by default, and with
+//! `sync=full`), and Postgres in a fresh database (skipped, loudly, without a server unless
+//! `WEIR_REQUIRE_POSTGRES=1`). Fixtures and builders are in `support/`; the catalog, listing
+//! and snapshot-patch cases in `conformance/`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -634,6 +635,10 @@ macro_rules! conformance {
         mod sqlite_store {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() { super::$case(super::sqlite().await).await })*
+        }
+        mod sqlite_full_sync_store {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() { super::$case(super::sqlite_full_sync().await).await })*
         }
         mod postgres_store {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,13 +25,13 @@ use weir_core::store::{
 use crate::rules;
 use crate::schema::MIGRATIONS;
 mod catalog;
-mod checkpoint;
 mod drive;
 mod rows;
 mod running;
 mod stmts;
 #[cfg(test)]
 mod tests;
+mod wal;
 mod writer;
 
 use crate::{backend, json};

@@ -15,8 +15,8 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 use weir_core::store::StoreError;
 
-use super::checkpoint::Checkpointer;
 use super::stmts::Conn;
+use super::wal::{self, Checkpointer, WalFile};
 
 /// The two connections a job may use.
 pub struct Conns {
@@ -68,9 +68,34 @@ where
     }
 }
 
+/// Answers a job's waiter, with the job's own result or `failed`.
+type Reply = Box<dyn FnOnce(Option<&StoreError>) + Send>;
+
+/// A waiter to answer once what the job committed is on disk, and the error it gets
+/// instead of its own result (its group failed).
+enum Answer {
+    Grouped(GroupedJob, Option<StoreError>),
+    Run(Reply),
+}
+
+impl Answer {
+    fn give(self, failed: Option<&StoreError>) {
+        match self {
+            Answer::Grouped(job, own) => job.answer(failed.or(own.as_ref())),
+            Answer::Run(reply) => reply(failed),
+        }
+    }
+}
+
+fn give_all(answers: Vec<Answer>, failed: Option<&StoreError>) {
+    for a in answers {
+        a.give(failed);
+    }
+}
+
 enum Job {
     /// Runs alone, with both connections (reads, claims, migrations of state).
-    Run(Box<dyn FnOnce(&mut Conns) + Send>),
+    Run(Box<dyn FnOnce(&mut Conns) -> Reply + Send>),
     /// Writes that queue up together on one connection share one transaction (and, on the
     /// synced connection, one fsync): group commit.
     Grouped { synced: bool, job: GroupedJob },
@@ -89,8 +114,14 @@ pub struct Writer {
     conns: Arc<Mutex<Conns>>,
     /// Jobs sent to the thread and not yet taken by it.
     queued: Arc<AtomicUsize>,
+    /// Syncs of the log going on (a write's in place, or the sync thread's): writes that
+    /// come meanwhile go to the thread, to share the next sync, rather than each run in
+    /// place and sync on its own.
+    syncing: Arc<AtomicUsize>,
     /// Checkpoints the write-ahead log in the background once commits have grown it.
     checkpointer: Checkpointer,
+    /// The log, synced by the store after the synced connection's commits (`full_sync`).
+    wal: Option<Arc<WalFile>>,
 }
 
 /// The connections, for the thread. A job that panicked while holding them may have left
@@ -132,16 +163,32 @@ impl Writer {
     /// Opens the connections (the database exists: sqlx created and migrated it) and starts
     /// the thread; it ends when the store is dropped.
     pub fn open(path: &Path, full_sync: bool) -> Result<Self, StoreError> {
-        let synchronous = if full_sync { "FULL" } else { "NORMAL" };
+        // `full_sync`: the synced connection commits with NORMAL and the store syncs the log
+        // after it (`wal.rs`); FULL itself only when the log file cannot be opened.
         let conns = Conns {
-            synced: connect(path, synchronous)?,
+            synced: connect(path, "NORMAL")?,
             visible: connect(path, "OFF")?,
         };
-        Checkpointer::watch(&conns.synced);
-        Checkpointer::watch(&conns.visible);
+        let wal = match full_sync.then(|| WalFile::open(path)) {
+            Some(Ok(f)) => Some(Arc::new(f)),
+            Some(Err(_)) => {
+                control(&conns.synced, "PRAGMA synchronous = FULL")?;
+                None
+            }
+            None => None,
+        };
+        wal::watch(&conns.synced, wal.is_some());
+        wal::watch(&conns.visible, false);
         let conns = Arc::new(Mutex::new(conns));
-        let checkpointer = Checkpointer::start(path, synchronous)?;
+        let checkpointer = Checkpointer::start(path, if full_sync { "FULL" } else { "NORMAL" })?;
         let thread_checkpointer = checkpointer.clone();
+        // The writer thread's answers that wait for the log's sync, given by a thread of
+        // their own so that the writer goes on with the next group meanwhile.
+        let syncing = Arc::new(AtomicUsize::new(0));
+        let syncer = match &wal {
+            Some(wal) => Some(start_syncer(wal.clone(), syncing.clone())?),
+            None => None,
+        };
         let queued = Arc::new(AtomicUsize::new(0));
         let (jobs, rx) = mpsc::channel::<Job>();
         let (thread_conns, thread_queued) = (conns.clone(), queued.clone());
@@ -161,8 +208,8 @@ impl Writer {
                         },
                     };
                     let mut conns = lock(&thread_conns);
-                    match job {
-                        Job::Run(f) => f(&mut conns),
+                    let answers = match job {
+                        Job::Run(f) => vec![Answer::Run(f(&mut conns))],
                         Job::Grouped { mut synced, job } => {
                             // Every grouped write already waiting joins this one's
                             // transaction, in the order they came; each waiter hears back
@@ -194,11 +241,24 @@ impl Writer {
                             } else {
                                 &mut conns.visible
                             };
-                            commit_group(conn, group);
+                            commit_group(conn, group)
                         }
-                    }
+                    };
                     drop(conns);
-                    thread_checkpointer.after_commit();
+                    let commits = wal::take_commits();
+                    thread_checkpointer.after(commits);
+                    match &syncer {
+                        Some((syncer, syncing)) if commits.to_sync => {
+                            syncing.fetch_add(1, Ordering::AcqRel);
+                            if let Err(mpsc::SendError(answers)) = syncer.send(answers) {
+                                syncing.fetch_sub(1, Ordering::AcqRel);
+                                let stopped =
+                                    StoreError::Backend("the SQLite sync thread stopped".into());
+                                give_all(answers, Some(&stopped));
+                            }
+                        }
+                        _ => give_all(answers, None),
+                    }
                 }
             })
             .map_err(backend)?;
@@ -206,14 +266,16 @@ impl Writer {
             jobs,
             conns,
             queued,
+            syncing,
             checkpointer,
+            wal,
         })
     }
 
     /// Commits `job` here when nothing is queued and the connections are free; else hands
     /// it back, for the thread.
     fn in_place(&self, synced: bool, job: GroupedJob) -> Option<GroupedJob> {
-        if self.queued.load(Ordering::Acquire) != 0 {
+        if self.queued.load(Ordering::Acquire) != 0 || self.syncing.load(Ordering::Acquire) != 0 {
             return Some(job);
         }
         let Ok(mut conns) = self.conns.try_lock() else {
@@ -233,9 +295,20 @@ impl Writer {
         if began.is_err() {
             return Some(job);
         }
-        commit_begun(conn, vec![job]);
+        let answers = commit_begun(conn, vec![job]);
         drop(conns);
-        self.checkpointer.after_commit();
+        let commits = wal::take_commits();
+        self.checkpointer.after(commits);
+        let synced = match &self.wal {
+            Some(wal) if commits.to_sync => {
+                self.syncing.fetch_add(1, Ordering::AcqRel);
+                let synced = wal.sync().err();
+                self.syncing.fetch_sub(1, Ordering::AcqRel);
+                synced
+            }
+            _ => None,
+        };
+        give_all(answers, synced.as_ref());
         None
     }
 
@@ -254,7 +327,13 @@ impl Writer {
     ) -> Result<T, StoreError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.send(Job::Run(Box::new(move |c| {
-            let _ = tx.send(f(c));
+            let result = f(c);
+            Box::new(move |failed: Option<&StoreError>| {
+                let _ = tx.send(match failed {
+                    Some(e) => Err(e.clone()),
+                    None => result,
+                });
+            })
         })))?;
         rx.await
             .map_err(|_| StoreError::Backend("the SQLite writer thread stopped".into()))?
@@ -298,18 +377,23 @@ fn control(conn: &Connection, sql: &str) -> Result<(), StoreError> {
 /// answer. Savepoints cost each write two statements and a copy of every page it changes, so
 /// the group first runs without them; only when a write fails is the group rolled back and
 /// run again with a savepoint per write, so that the failed one rolls back alone.
-fn commit_group(conn: &mut Connection, group: Vec<GroupedJob>) {
+fn commit_group(conn: &mut Connection, group: Vec<GroupedJob>) -> Vec<Answer> {
     if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
-        for job in group {
-            job.answer(Some(&e));
-        }
-        return;
+        return failed_all(group, e);
     }
-    commit_begun(conn, group);
+    commit_begun(conn, group)
+}
+
+/// Every write of a group answered with the group's error.
+fn failed_all(group: Vec<GroupedJob>, e: StoreError) -> Vec<Answer> {
+    group
+        .into_iter()
+        .map(|job| Answer::Grouped(job, Some(e.clone())))
+        .collect()
 }
 
 /// [`commit_group`] once its transaction has begun.
-fn commit_begun(conn: &mut Connection, mut group: Vec<GroupedJob>) {
+fn commit_begun(conn: &mut Connection, mut group: Vec<GroupedJob>) -> Vec<Answer> {
     let mut failed = false;
     {
         let held = Conn::new(conn);
@@ -322,39 +406,35 @@ fn commit_begun(conn: &mut Connection, mut group: Vec<GroupedJob>) {
         }
     }
     if !failed {
-        let committed = match control(conn, "COMMIT") {
-            Ok(()) => None,
+        return match control(conn, "COMMIT") {
+            Ok(()) => group
+                .into_iter()
+                .map(|job| Answer::Grouped(job, None))
+                .collect(),
             Err(e) => {
                 let _ = control(conn, "ROLLBACK");
-                Some(e)
+                failed_all(group, e)
             }
         };
-        for job in group {
-            job.answer(committed.as_ref());
-        }
-        return;
     }
     if !conn.is_autocommit() {
         let _ = control(conn, "ROLLBACK");
     }
     if group.len() == 1 {
         // The only write failed and was rolled back: its answer carries its own error.
-        for job in group {
-            job.answer(None);
-        }
-        return;
+        return group
+            .into_iter()
+            .map(|job| Answer::Grouped(job, None))
+            .collect();
     }
-    commit_each(conn, group);
+    commit_each(conn, group)
 }
 
 /// A group one of whose writes failed, again: a savepoint per write, so each stands or falls
 /// alone.
-fn commit_each(conn: &mut Connection, mut group: Vec<GroupedJob>) {
+fn commit_each(conn: &mut Connection, mut group: Vec<GroupedJob>) -> Vec<Answer> {
     if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
-        for job in group {
-            job.answer(Some(&e));
-        }
-        return;
+        return failed_all(group, e);
     }
     let mut own = Vec::with_capacity(group.len());
     let held = Conn::new(conn);
@@ -393,7 +473,35 @@ fn commit_each(conn: &mut Connection, mut group: Vec<GroupedJob>) {
             Some(e)
         }
     };
-    for (job, own) in group.into_iter().zip(own) {
-        job.answer(committed.as_ref().or(own.as_ref()));
-    }
+    group
+        .into_iter()
+        .zip(own)
+        .map(|(job, own)| Answer::Grouped(job, committed.clone().or(own)))
+        .collect()
+}
+
+/// Starts the thread that syncs the log for the writer thread's answers: it takes every
+/// batch of answers waiting, syncs once, and gives them (with the sync's error, if any).
+fn start_syncer(
+    wal: Arc<WalFile>,
+    syncing: Arc<AtomicUsize>,
+) -> Result<(mpsc::Sender<Vec<Answer>>, Arc<AtomicUsize>), StoreError> {
+    let (tx, rx) = mpsc::channel::<Vec<Answer>>();
+    let thread_syncing = syncing.clone();
+    std::thread::Builder::new()
+        .name("weir-sqlite-sync".into())
+        .spawn(move || {
+            while let Ok(mut answers) = rx.recv() {
+                let mut batches = 1;
+                while let Ok(more) = rx.try_recv() {
+                    answers.extend(more);
+                    batches += 1;
+                }
+                let failed = wal.sync().err();
+                give_all(answers, failed.as_ref());
+                thread_syncing.fetch_sub(batches, Ordering::AcqRel);
+            }
+        })
+        .map_err(backend)?;
+    Ok((tx, syncing))
 }

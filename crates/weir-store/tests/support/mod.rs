@@ -35,9 +35,22 @@ pub async fn memory() -> Fixture {
 }
 
 pub async fn sqlite() -> Fixture {
+    sqlite_with(false).await
+}
+
+/// SQLite with `sync=full`: every commit synced before it is answered (`wal.rs`).
+pub async fn sqlite_full_sync() -> Fixture {
+    sqlite_with(true).await
+}
+
+async fn sqlite_with(full_sync: bool) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("weir.db");
-    let s = Arc::new(weir_store::Sqlite::open(Some(&path)).await.unwrap());
+    let s = Arc::new(
+        weir_store::Sqlite::open_with(Some(&path), full_sync)
+            .await
+            .unwrap(),
+    );
     Fixture {
         store: s.clone(),
         catalog: s,

@@ -1,0 +1,168 @@
+//! The write-ahead log, kept by the store itself on two counts.
+//!
+//! **Checkpoints off the commit path.** SQLite's own auto-checkpoint runs inside the commit
+//! that takes the log past 1,000 pages: that commit, and every write queued behind it, waits
+//! while the log's pages are copied into the database file and both are synced (17–20 ms on
+//! this VM, BENCHMARKS.md). Here the writer's connections report the log's size after each
+//! commit (`sqlite3_wal_hook`), and a thread of the store's own checkpoints the log in the
+//! background (`PASSIVE`: it copies what is committed while writers go on). Only when the log
+//! outgrows [`BACKSTOP_PAGES`], the checkpointer not keeping up, does a commit checkpoint in
+//! place, as SQLite's auto-checkpoint would have.
+//!
+//! **The sync of `synchronous=FULL` outside the write lock.** With `FULL`, SQLite syncs the
+//! log inside `COMMIT`, holding the database's one write lock, so the next group of writes
+//! cannot start its statements until the disk has answered. A store opened with `full_sync`
+//! commits with `NORMAL` instead (the log is written, not synced, and a crash still never
+//! corrupts it: recovery stops at the first frame whose checksum fails) and then syncs the
+//! log file itself ([`WalFile`]) before anyone hears that the write is done. A write alone
+//! syncs on its own thread, as `FULL` would; the writer thread's group commits hand their
+//! answers to a thread that syncs once for all the groups waiting, while the writer goes on
+//! with the next group. A step is still on disk before its driver goes on. What changes is
+//! that a committed write is visible to readers for the length of that sync before it is
+//! durable, as every write is under `NORMAL`.
+
+use std::cell::Cell;
+use std::fs::File;
+use std::path::Path;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, mpsc};
+
+use rusqlite::Connection;
+use rusqlite::hooks::{CheckpointMode, Wal};
+use weir_core::store::StoreError;
+
+/// The log's size, in pages, at which the background thread checkpoints it: SQLite's
+/// default auto-checkpoint threshold.
+const CHECKPOINT_PAGES: i32 = 1000;
+
+/// The log's size at which a commit checkpoints it itself. The log starts again from its
+/// beginning only when a write begins while nothing in it is left to copy, which a
+/// checkpoint running beside a steady stream of commits seldom leaves; the commit's own
+/// checkpoint (what is left since the thread's last one) lets the next write start it again.
+const BACKSTOP_PAGES: i32 = 4 * CHECKPOINT_PAGES;
+
+/// What this thread's commits on the writer's connections did since [`take_commits`].
+#[derive(Clone, Copy, Default)]
+pub struct Commits {
+    /// The log's size after the last one, in pages (0: no commit).
+    pub pages: i32,
+    /// One of them was on a connection whose commits must be synced (`full_sync`).
+    pub to_sync: bool,
+}
+
+thread_local! {
+    static COMMITS: Cell<Commits> = const { Cell::new(Commits { pages: 0, to_sync: false }) };
+}
+
+/// What this thread's commits did since the last call.
+pub fn take_commits() -> Commits {
+    COMMITS.with(|c| c.take())
+}
+
+fn noted(wal: &Wal, pages: i32, to_sync: bool) -> rusqlite::Result<()> {
+    COMMITS.with(|c| {
+        let before = c.get();
+        c.set(Commits {
+            pages,
+            to_sync: before.to_sync || to_sync,
+        })
+    });
+    if pages >= BACKSTOP_PAGES {
+        // Best effort, as SQLite's own: a checkpoint already going on makes this one busy.
+        let _ = wal.checkpoint_v2(CheckpointMode::PASSIVE);
+    }
+    Ok(())
+}
+
+/// The hook on a connection whose commits need no sync of ours.
+fn hook(wal: &Wal, pages: i32) -> rusqlite::Result<()> {
+    noted(wal, pages, false)
+}
+
+/// The hook on the synced connection of a `full_sync` store.
+fn hook_to_sync(wal: &Wal, pages: i32) -> rusqlite::Result<()> {
+    noted(wal, pages, true)
+}
+
+/// Puts the hook on one of the writer's connections, in place of SQLite's auto-checkpoint;
+/// `to_sync`: its commits are synced by the store ([`WalFile`]).
+pub fn watch(conn: &Connection, to_sync: bool) {
+    conn.wal_hook(Some(if to_sync { hook_to_sync } else { hook }));
+}
+
+/// Hands the log's size from commits to the background checkpoint thread.
+#[derive(Clone)]
+pub struct Checkpointer {
+    /// One pending request at most: a checkpoint copies everything committed before it.
+    wake: mpsc::SyncSender<()>,
+    /// The frames of the log the thread's last checkpoint copied: a checkpoint is due when
+    /// as many again are in the log (or the log started again and holds that many).
+    copied: Arc<AtomicI32>,
+}
+
+impl Checkpointer {
+    /// Starts the thread, on a connection of its own; it ends when the store is dropped.
+    pub fn start(path: &Path, synchronous: &str) -> Result<Self, StoreError> {
+        let conn = super::writer::connect(path, synchronous)?;
+        let (wake, rx) = mpsc::sync_channel::<()>(1);
+        let copied = Arc::new(AtomicI32::new(0));
+        let thread_copied = copied.clone();
+        std::thread::Builder::new()
+            .name("weir-sqlite-checkpoint".into())
+            .spawn(move || {
+                while rx.recv().is_ok() {
+                    // (busy, frames in the log, frames copied). Busy (another checkpoint
+                    // going on) or failed: the next commit past the threshold asks again;
+                    // the log is still whole meanwhile.
+                    let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                        Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(2)?))
+                    });
+                    if let Ok((0, copied)) = done {
+                        thread_copied.store(copied.try_into().unwrap_or(0), Ordering::Relaxed);
+                    }
+                }
+            })
+            .map_err(super::writer::backend)?;
+        Ok(Self { wake, copied })
+    }
+
+    /// After commits: wakes the checkpoint thread when the log holds enough frames its
+    /// last checkpoint did not copy.
+    pub fn after(&self, commits: Commits) {
+        let copied = self.copied.load(Ordering::Relaxed);
+        let new = if commits.pages < copied {
+            commits.pages
+        } else {
+            commits.pages - copied
+        };
+        if new >= CHECKPOINT_PAGES {
+            let _ = self.wake.try_send(());
+        }
+    }
+}
+
+/// The log file, open for syncing. SQLite keeps one log file for as long as any connection
+/// to the database is open (it deletes it when the last one closes), and the store's own
+/// connections stay open as long as this does: the file synced is the one SQLite writes.
+pub struct WalFile(File);
+
+impl WalFile {
+    /// The log of the database at `path`, which a connection in WAL mode has opened.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let mut name = path.as_os_str().to_owned();
+        name.push("-wal");
+        File::open(&name).map(Self).map_err(|e| {
+            StoreError::Backend(format!(
+                "cannot open the write-ahead log {}: {e}",
+                Path::new(&name).display()
+            ))
+        })
+    }
+
+    /// Syncs everything written to the log so far (and the log's size) to disk.
+    pub fn sync(&self) -> Result<(), StoreError> {
+        self.0
+            .sync_data()
+            .map_err(|e| StoreError::Backend(format!("syncing the write-ahead log failed: {e}")))
+    }
+}
