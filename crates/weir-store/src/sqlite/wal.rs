@@ -101,16 +101,23 @@ pub struct Checkpointer {
 }
 
 impl Checkpointer {
-    /// Starts the thread, on a connection of its own; it ends when the store is dropped.
-    pub fn start(path: &Path, synchronous: &str) -> Result<Self, StoreError> {
-        let conn = super::writer::connect(path, synchronous)?;
+    /// Starts the thread; it opens a connection of its own when first asked for a
+    /// checkpoint (a short `weir run` never is), and ends when the store is dropped.
+    pub fn start(path: &Path, synchronous: &'static str) -> Result<Self, StoreError> {
+        let path = path.to_path_buf();
         let (wake, rx) = mpsc::sync_channel::<()>(1);
         let copied = Arc::new(AtomicI32::new(0));
         let thread_copied = copied.clone();
         std::thread::Builder::new()
             .name("weir-sqlite-checkpoint".into())
             .spawn(move || {
+                let mut conn = None;
                 while rx.recv().is_ok() {
+                    if conn.is_none() {
+                        // Without a connection the commits' own backstop checkpoints the log.
+                        conn = super::writer::connect(&path, synchronous).ok();
+                    }
+                    let Some(conn) = &conn else { continue };
                     // (busy, frames in the log, frames copied). Busy (another checkpoint
                     // going on) or failed: the next commit past the threshold asks again;
                     // the log is still whole meanwhile.
