@@ -59,7 +59,7 @@ pub fn take_commits() -> Commits {
     COMMITS.with(|c| c.take())
 }
 
-fn noted(wal: &Wal, pages: i32, to_sync: bool) -> rusqlite::Result<()> {
+fn noted(wal: &Wal, pages: i32, to_sync: bool, backstop: bool) -> rusqlite::Result<()> {
     COMMITS.with(|c| {
         let before = c.get();
         c.set(Commits {
@@ -67,27 +67,57 @@ fn noted(wal: &Wal, pages: i32, to_sync: bool) -> rusqlite::Result<()> {
             to_sync: before.to_sync || to_sync,
         })
     });
-    if pages >= BACKSTOP_PAGES {
+    if backstop && pages >= BACKSTOP_PAGES {
         // Best effort, as SQLite's own: a checkpoint already going on makes this one busy.
         let _ = wal.checkpoint_v2(CheckpointMode::PASSIVE);
     }
     Ok(())
 }
 
-/// The hook on a connection whose commits need no sync of ours.
+/// The hook on the synced connection of a store without `full_sync`.
 fn hook(wal: &Wal, pages: i32) -> rusqlite::Result<()> {
-    noted(wal, pages, false)
+    noted(wal, pages, false, true)
 }
 
 /// The hook on the synced connection of a `full_sync` store.
 fn hook_to_sync(wal: &Wal, pages: i32) -> rusqlite::Result<()> {
-    noted(wal, pages, true)
+    noted(wal, pages, true, true)
 }
 
-/// Puts the hook on one of the writer's connections, in place of SQLite's auto-checkpoint;
-/// `to_sync`: its commits are synced by the store ([`WalFile`]).
-pub fn watch(conn: &Connection, to_sync: bool) {
-    conn.wal_hook(Some(if to_sync { hook_to_sync } else { hook }));
+/// The hook on the unsynced connection (`synchronous=OFF`), which never checkpoints: a
+/// checkpoint takes its connection's sync setting, and one that copied the log into the
+/// database without syncing either could let the log start again over frames whose pages
+/// are not on disk yet.
+fn hook_unsynced(wal: &Wal, pages: i32) -> rusqlite::Result<()> {
+    noted(wal, pages, false, false)
+}
+
+/// Which of the writer's connections a hook watches.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Watched {
+    /// The synced connection; `to_sync`: its commits are synced by the store ([`WalFile`]).
+    Synced { to_sync: bool },
+    /// The connection with `synchronous=OFF`.
+    Unsynced,
+}
+
+/// Puts the hook on one of the writer's connections, in place of SQLite's auto-checkpoint.
+/// The unsynced connection does not checkpoint when it closes either (for the same reason
+/// as its hook: the log is left for the next connection to open, which recovers it).
+pub fn watch(conn: &Connection, watched: Watched) -> Result<(), StoreError> {
+    conn.wal_hook(Some(match watched {
+        Watched::Synced { to_sync: false } => hook,
+        Watched::Synced { to_sync: true } => hook_to_sync,
+        Watched::Unsynced => hook_unsynced,
+    }));
+    if watched == Watched::Unsynced {
+        conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )
+        .map_err(super::writer::backend)?;
+    }
+    Ok(())
 }
 
 /// Hands the log's size from commits to the background checkpoint thread.

@@ -16,7 +16,7 @@ use rusqlite::{Connection, OpenFlags};
 use weir_core::store::StoreError;
 
 use super::stmts::Conn;
-use super::wal::{self, Checkpointer, WalFile};
+use super::wal::{self, Checkpointer, WalFile, Watched};
 
 /// The two connections a job may use.
 pub struct Conns {
@@ -177,8 +177,13 @@ impl Writer {
             }
             None => None,
         };
-        wal::watch(&conns.synced, wal.is_some());
-        wal::watch(&conns.visible, false);
+        wal::watch(
+            &conns.synced,
+            Watched::Synced {
+                to_sync: wal.is_some(),
+            },
+        )?;
+        wal::watch(&conns.visible, Watched::Unsynced)?;
         let conns = Arc::new(Mutex::new(conns));
         let checkpointer = Checkpointer::start(path, if full_sync { "FULL" } else { "NORMAL" })?;
         let thread_checkpointer = checkpointer.clone();
@@ -244,12 +249,17 @@ impl Writer {
                             commit_group(conn, group)
                         }
                     };
-                    drop(conns);
                     let commits = wal::take_commits();
+                    let deferred = syncer.as_ref().filter(|_| commits.to_sync);
+                    if let Some((_, syncing)) = deferred {
+                        // Counted before the connections are free: a write that takes them
+                        // next goes to this thread, to share the coming sync.
+                        syncing.fetch_add(1, Ordering::AcqRel);
+                    }
+                    drop(conns);
                     thread_checkpointer.after(commits);
-                    match &syncer {
-                        Some((syncer, syncing)) if commits.to_sync => {
-                            syncing.fetch_add(1, Ordering::AcqRel);
+                    match deferred {
+                        Some((syncer, syncing)) => {
                             if let Err(mpsc::SendError(answers)) = syncer.send(answers) {
                                 syncing.fetch_sub(1, Ordering::AcqRel);
                                 let stopped =
@@ -257,7 +267,7 @@ impl Writer {
                                 give_all(answers, Some(&stopped));
                             }
                         }
-                        _ => give_all(answers, None),
+                        None => give_all(answers, None),
                     }
                 }
             })
@@ -296,18 +306,18 @@ impl Writer {
             return Some(job);
         }
         let answers = commit_begun(conn, vec![job]);
-        drop(conns);
         let commits = wal::take_commits();
+        let wal = self.wal.as_ref().filter(|_| commits.to_sync);
+        if wal.is_some() {
+            self.syncing.fetch_add(1, Ordering::AcqRel);
+        }
+        drop(conns);
         self.checkpointer.after(commits);
-        let synced = match &self.wal {
-            Some(wal) if commits.to_sync => {
-                self.syncing.fetch_add(1, Ordering::AcqRel);
-                let synced = wal.sync().err();
-                self.syncing.fetch_sub(1, Ordering::AcqRel);
-                synced
-            }
-            _ => None,
-        };
+        let synced = wal.and_then(|wal| {
+            let failed = wal.sync().err();
+            self.syncing.fetch_sub(1, Ordering::AcqRel);
+            failed
+        });
         give_all(answers, synced.as_ref());
         None
     }
