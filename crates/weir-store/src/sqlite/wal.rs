@@ -39,7 +39,7 @@ const CHECKPOINT_PAGES: i32 = 1000;
 /// beginning only when a write begins while nothing in it is left to copy, which a
 /// checkpoint running beside a steady stream of commits seldom leaves; the commit's own
 /// checkpoint (what is left since the thread's last one) lets the next write start it again.
-const BACKSTOP_PAGES: i32 = 4 * CHECKPOINT_PAGES;
+const BACKSTOP_PAGES: i32 = 2 * CHECKPOINT_PAGES;
 
 /// What this thread's commits on the writer's connections did since [`take_commits`].
 #[derive(Clone, Copy, Default)]
