@@ -6,8 +6,8 @@
 //! this VM, BENCHMARKS.md). Here the writer's connections report the log's size after each
 //! commit (`sqlite3_wal_hook`), and a thread of the store's own checkpoints the log in the
 //! background (`PASSIVE`: it copies what is committed while writers go on). Only when the log
-//! outgrows [`BACKSTOP_PAGES`], the checkpointer not keeping up, does a commit checkpoint in
-//! place, as SQLite's auto-checkpoint would have.
+//! outgrows [`BACKSTOP_PAGES`] does a commit checkpoint in place (what the thread's last
+//! checkpoint left), so that the log starts again from its beginning.
 //!
 //! **The sync of `synchronous=FULL` outside the write lock.** With `FULL`, SQLite syncs the
 //! log inside `COMMIT`, holding the database's one write lock, so the next group of writes
