@@ -124,8 +124,8 @@ fn resume_after_kill_reruns_only_the_step_in_flight() {
     assert!(again.stderr.contains("already ended"), "{}", again.stderr);
 }
 
-/// `?sync=full` on the database's URL: every commit is on disk before it returns
-/// (`synchronous=FULL`). A run killed mid-step resumes from what was committed, as without
+/// `?sync=full` on the database's URL: every commit is on disk before it returns (the
+/// write-ahead log synced after each commit). A run killed mid-step resumes from what was committed, as without
 /// it; an unknown sync mode is a usage error.
 #[test]
 fn a_full_sync_database_resumes_after_kill() {

@@ -78,9 +78,10 @@ impl Sqlite {
         Self::open_with(path, false).await
     }
 
-    /// Like [`open`](Self::open); `full_sync` sets `synchronous=FULL`, so every commit is on
-    /// disk before it returns, even across power loss (`sqlite://path?sync=full`, and the
-    /// benchmarks' durable mode).
+    /// Like [`open`](Self::open); with `full_sync` every commit is on disk before it returns,
+    /// even across power loss (`sqlite://path?sync=full`, and the benchmarks' durable mode):
+    /// the writer syncs the write-ahead log after its commits (`wal.rs`), the pool's
+    /// connections commit with `synchronous=FULL`.
     pub async fn open_with(path: Option<&Path>, full_sync: bool) -> Result<Self, StoreError> {
         // A throwaway database lives in a temporary file: the writer thread and the pool
         // must see the same database, which two connections to `:memory:` would not.

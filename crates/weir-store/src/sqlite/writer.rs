@@ -194,6 +194,7 @@ impl Writer {
             Some(wal) => Some(start_syncer(wal.clone(), syncing.clone())?),
             None => None,
         };
+        let thread_syncing = syncing.clone();
         let queued = Arc::new(AtomicUsize::new(0));
         let (jobs, rx) = mpsc::channel::<Job>();
         let (thread_conns, thread_queued) = (conns.clone(), queued.clone());
@@ -251,17 +252,17 @@ impl Writer {
                     };
                     let commits = wal::take_commits();
                     let deferred = syncer.as_ref().filter(|_| commits.to_sync);
-                    if let Some((_, syncing)) = deferred {
+                    if deferred.is_some() {
                         // Counted before the connections are free: a write that takes them
                         // next goes to this thread, to share the coming sync.
-                        syncing.fetch_add(1, Ordering::AcqRel);
+                        thread_syncing.fetch_add(1, Ordering::AcqRel);
                     }
                     drop(conns);
                     thread_checkpointer.after(commits);
                     match deferred {
-                        Some((syncer, syncing)) => {
+                        Some(syncer) => {
                             if let Err(mpsc::SendError(answers)) = syncer.send(answers) {
-                                syncing.fetch_sub(1, Ordering::AcqRel);
+                                thread_syncing.fetch_sub(1, Ordering::AcqRel);
                                 let stopped =
                                     StoreError::Backend("the SQLite sync thread stopped".into());
                                 give_all(answers, Some(&stopped));
@@ -492,12 +493,12 @@ fn commit_each(conn: &mut Connection, mut group: Vec<GroupedJob>) -> Vec<Answer>
 
 /// Starts the thread that syncs the log for the writer thread's answers: it takes every
 /// batch of answers waiting, syncs once, and gives them (with the sync's error, if any).
+/// `syncing` counts the batches sent and not yet answered.
 fn start_syncer(
     wal: Arc<WalFile>,
     syncing: Arc<AtomicUsize>,
-) -> Result<(mpsc::Sender<Vec<Answer>>, Arc<AtomicUsize>), StoreError> {
+) -> Result<mpsc::Sender<Vec<Answer>>, StoreError> {
     let (tx, rx) = mpsc::channel::<Vec<Answer>>();
-    let thread_syncing = syncing.clone();
     std::thread::Builder::new()
         .name("weir-sqlite-sync".into())
         .spawn(move || {
@@ -509,9 +510,9 @@ fn start_syncer(
                 }
                 let failed = wal.sync().err();
                 give_all(answers, failed.as_ref());
-                thread_syncing.fetch_sub(batches, Ordering::AcqRel);
+                syncing.fetch_sub(batches, Ordering::AcqRel);
             }
         })
         .map_err(backend)?;
-    Ok((tx, syncing))
+    Ok(tx)
 }
