@@ -300,10 +300,13 @@ pub trait RunStore: Send + Sync {
     ) -> Result<Written, StoreError>;
 
     /// Ends the drive: the final (or paused) status and snapshot, with its events; releases
-    /// the lease.
+    /// the lease. `steps`: the drive's last steps, finished and not written yet, which go in
+    /// the same write (a run whose last step ends it pays one durable write for both; their
+    /// events come first in `events`).
     async fn finish_run(
         &self,
         lease: &Lease,
+        steps: &[&StepRecord],
         update: &RunUpdate,
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError>;

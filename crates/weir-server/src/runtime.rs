@@ -439,7 +439,7 @@ impl App {
                     status: RunStatus::Failed,
                     error: Some(error),
                 }];
-                match self.store.finish_run(&lease, &update, events).await {
+                match self.store.finish_run(&lease, &[], &update, events).await {
                     Ok(w) => {
                         self.metrics.observe(&w.events);
                         self.hub.changed(&run_id);

@@ -362,10 +362,16 @@ impl RunStore for Memory {
     async fn finish_run(
         &self,
         lease: &Lease,
+        steps: &[&StepRecord],
         u: &RunUpdate,
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
         let ((), w) = self.with_lease(lease, "finish_run", |run, w| {
+            if !run.ephemeral {
+                for s in steps {
+                    run.steps.insert(s.seq, (*s).clone());
+                }
+            }
             run.status = u.status;
             run.error = u.error.clone();
             run.finished_at = u.finished_at.clone();

@@ -90,7 +90,7 @@ async fn expired_lease_is_taken_over_and_the_old_one_fenced(f: Fixture) {
         snapshot: snap(&["a"], vec![]),
     };
     assert!(matches!(
-        s.finish_run(&old, &done, vec![]).await,
+        s.finish_run(&old, &[], &done, vec![]).await,
         Err(StoreError::LeaseLost { .. })
     ));
     assert!(matches!(
@@ -134,7 +134,7 @@ async fn expired_lease_is_taken_over_and_the_old_one_fenced(f: Fixture) {
         ]
     );
     // The new lease still works.
-    s.finish_run(&new, &done, vec![]).await.unwrap();
+    s.finish_run(&new, &[], &done, vec![]).await.unwrap();
     assert_eq!(s.load_run("r1").await.unwrap().status, RunStatus::Succeeded);
     // A finished run's lease is released: writing with it is refused too.
     assert!(matches!(
@@ -220,6 +220,55 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
             "step_finished"
         ]
     );
+}
+
+async fn a_runs_end_carries_its_last_steps(f: Fixture) {
+    let s = f.store;
+    let mut n = new_run("r1");
+    n.claim = Some(claim("alice", 30_000));
+    let lease = s.create_run(n.clone()).await.unwrap().lease.unwrap();
+    let b_run = step(2, "b", StepStatus::Running);
+    commit_first(s.as_ref(), &lease, "a").await.unwrap();
+    s.start_steps(&lease, &[&b_run], vec![]).await.unwrap();
+    // The last step, finished and not written on its own, goes in with the run's end; its
+    // event comes before `run_finished`.
+    let mut b = b_run.clone();
+    b.status = StepStatus::Succeeded;
+    b.finished_at = Some(weir_core::store::Stamp::now());
+    let done = RunUpdate {
+        status: RunStatus::Succeeded,
+        error: None,
+        finished_at: Some(weir_core::store::now_rfc3339()),
+        snapshot: snap(&["a", "b"], vec![]),
+    };
+    let ended = vec![
+        finished(2, "b", 1),
+        EventKind::RunFinished {
+            status: RunStatus::Succeeded,
+            error: None,
+        },
+    ];
+    // With a stale lease nothing of it is written, the step included.
+    let mut stale = lease.clone();
+    stale.epoch += 1;
+    assert!(matches!(
+        s.finish_run(&stale, &[&b], &done, ended.clone()).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    let r = s.get_record("r1").await.unwrap();
+    assert_eq!(r.steps[1].status, StepStatus::Running);
+    let w = s.finish_run(&lease, &[&b], &done, ended).await.unwrap();
+    assert_eq!(
+        w.events.iter().map(|e| e.kind.name()).collect::<Vec<_>>(),
+        ["step_finished", "run_finished"]
+    );
+    let r = s.get_record("r1").await.unwrap();
+    assert_eq!(r.status, RunStatus::Succeeded);
+    assert_eq!(r.steps.len(), 2, "one row per step: {:?}", r.steps);
+    assert_eq!(r.steps[1], b, "the last step as it finished");
+    assert_eq!(r.state, json!({"a": true, "b": true}));
+    let t = types(&r.events);
+    assert_eq!(t[t.len() - 2..], ["step_finished", "run_finished"]);
 }
 
 async fn concurrent_decisions_exactly_one_wins(f: Fixture) {
@@ -669,4 +718,5 @@ conformance!(
     concurrent_writes_of_many_runs_stand_or_fall_alone,
     patched_commits_rebuild_the_snapshot,
     a_record_is_read_at_one_moment,
+    a_runs_end_carries_its_last_steps,
 );

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use weir_core::event::EventKind;
 use weir_core::ir::{EndStatus, NodeKind};
 use weir_core::patch::Tracker;
-use weir_core::record::{ErrorCode, RunError, RunStatus, StepStatus};
+use weir_core::record::{ErrorCode, RunError, RunStatus, StepRecord, StepStatus};
 use weir_core::store::{RunUpdate, Stamp, StepCommit};
 
 use super::{Ending, Run, finished_event};
@@ -14,6 +14,12 @@ use crate::{Error, RunOutcome, now};
 
 impl Run<'_> {
     pub(super) async fn cancel_in_flight(&mut self) -> Result<(), Error> {
+        if self.in_flight.is_empty() {
+            return Ok(());
+        }
+        // What finished before is written first (the loop left nothing unwritten while steps
+        // were in flight; this keeps it so).
+        self.flush().await?;
         let interrupted = matches!(self.ending, Some(Ending::Interrupted));
         let reason = match &self.ending {
             Some(Ending::Failed(e)) => match &e.node_id {
@@ -72,6 +78,9 @@ impl Run<'_> {
         let store = self.engine.services.store.clone();
         let (status, error) = match self.ending.take() {
             Some(Ending::Interrupted) => {
+                // Released, not ended: the steps that finished are written on their own
+                // first, as every step before them was.
+                self.flush().await?;
                 let w = store
                     .release(
                         &self.lease,
@@ -125,21 +134,22 @@ impl Run<'_> {
             self.snapshot.pending.clear();
             self.snapshot.gates.clear();
         }
-        let events: Vec<EventKind> = if status == RunStatus::Paused {
-            self.snapshot
-                .gates
-                .iter()
-                .map(|g| EventKind::RunPaused {
-                    node_id: g.node_id.clone(),
-                    prompt: g.prompt.clone(),
-                })
-                .collect()
+        // The steps that finished last and are not written yet (nothing was in flight after
+        // them) go in with the run's end, their events first.
+        let mut events = std::mem::take(&mut self.events);
+        let last = std::mem::take(&mut self.unsaved);
+        self.started.clear();
+        if status == RunStatus::Paused {
+            events.extend(self.snapshot.gates.iter().map(|g| EventKind::RunPaused {
+                node_id: g.node_id.clone(),
+                prompt: g.prompt.clone(),
+            }));
         } else {
-            vec![EventKind::RunFinished {
+            events.push(EventKind::RunFinished {
                 status,
                 error: error.clone(),
-            }]
-        };
+            });
+        }
         let cost_usd = self.snapshot.cost_usd;
         let update = RunUpdate {
             status,
@@ -147,7 +157,13 @@ impl Run<'_> {
             finished_at: status.is_terminal().then(now),
             snapshot: std::mem::take(&mut self.snapshot),
         };
-        let w = store.finish_run(&self.lease, &update, events).await?;
+        let steps: Vec<&StepRecord> = last.iter().collect();
+        let w = store
+            .finish_run(&self.lease, &steps, &update, events)
+            .await?;
+        // Before the output is taken below: the last step shares it.
+        drop(steps);
+        drop(last);
         self.written(w);
         // The last output is moved out of the snapshot when nothing else holds it (a store
         // that keeps records holds it in the last step's): no copy of it per run.

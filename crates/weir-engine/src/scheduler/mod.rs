@@ -281,8 +281,12 @@ impl<'e> Run<'e> {
                 self.launch_ready(&mut tasks);
             }
             // Commit before polling: a finished step (and the state it produced) is durable
-            // before its successors run.
-            self.flush().await?;
+            // before its successors run. With nothing in flight the loop ends here, and
+            // what is left to write goes in with the run's end (`finalize`): one durable
+            // write where there were two (a chain's last step and the run's end).
+            if !tasks.is_empty() {
+                self.flush().await?;
+            }
             if draining
                 && tasks.is_empty()
                 && self.ending.is_none()
@@ -353,7 +357,6 @@ impl<'e> Run<'e> {
                 }
             }
         }
-        self.flush().await?;
         // Dropping the futures cancels whatever is still in flight.
         drop(tasks);
         self.cancel_in_flight().await?;

@@ -419,6 +419,7 @@ impl RunStore for Postgres {
     async fn finish_run(
         &self,
         lease: &Lease,
+        steps: &[&StepRecord],
         u: &RunUpdate,
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
@@ -429,7 +430,7 @@ impl RunStore for Postgres {
             snapshot: Some(&u.snapshot),
             patch: None,
             clear: true,
-            steps: Vec::new(),
+            steps: steps.to_vec(),
             events,
             status: Some(u.status),
             error: u.error.as_ref(),

@@ -71,6 +71,13 @@ pub struct Sqlite {
 const BEGIN: &str = "BEGIN IMMEDIATE";
 
 impl Sqlite {
+    /// The transactions the SQLite stores of this process have committed through their
+    /// writers: on the synced connection (with `full_sync`, one sync of the log each) and on
+    /// the unsynced one (progress only). Benchmarks count them per run.
+    pub fn commits() -> (u64, u64) {
+        wal::commits()
+    }
+
     /// Opens (creating if needed) the database at `path`, or an in-memory one for `None`, with
     /// `synchronous=NORMAL`: in WAL mode a commit survives the process dying at any point; only
     /// an OS crash or power loss can lose the last commits.
@@ -325,6 +332,7 @@ impl RunStore for Sqlite {
     async fn finish_run(
         &self,
         lease: &Lease,
+        steps: &[&StepRecord],
         u: &RunUpdate,
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
@@ -335,7 +343,7 @@ impl RunStore for Sqlite {
             snapshot: Some(&u.snapshot),
             patch: None,
             clear: true,
-            steps: Vec::new(),
+            steps: steps.to_vec(),
             events,
             end: Some(End::Finish(u)),
         })

@@ -198,7 +198,10 @@ async fn a_stale_drive_whose_runs_key_was_reused_is_refused() {
         finished_at: Some(weir_core::store::now_rfc3339()),
         snapshot: Default::default(),
     };
-    other.finish_run(&taker, &done, Vec::new()).await.unwrap();
+    other
+        .finish_run(&taker, &[], &done, Vec::new())
+        .await
+        .unwrap();
     assert_eq!(
         other.prune("9999", &[]).await.unwrap(),
         vec!["r1".to_string()]

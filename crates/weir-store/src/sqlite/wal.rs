@@ -24,7 +24,7 @@
 use std::cell::Cell;
 use std::fs::File;
 use std::path::Path;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 
 use rusqlite::Connection;
@@ -59,7 +59,29 @@ pub fn take_commits() -> Commits {
     COMMITS.with(|c| c.take())
 }
 
+/// Commits on the writers' synced connections, and on their unsynced ones, in this process
+/// ([`commits`]).
+static SYNCED_COMMITS: AtomicU64 = AtomicU64::new(0);
+static UNSYNCED_COMMITS: AtomicU64 = AtomicU64::new(0);
+
+/// How many transactions every SQLite store of this process has committed on its synced
+/// connection (each one a sync of the log with `full_sync`), and on its unsynced one (the
+/// writes that only make progress visible), since the process started: what a benchmark
+/// counts per run.
+pub fn commits() -> (u64, u64) {
+    (
+        SYNCED_COMMITS.load(Ordering::Relaxed),
+        UNSYNCED_COMMITS.load(Ordering::Relaxed),
+    )
+}
+
 fn noted(wal: &Wal, pages: i32, to_sync: bool, backstop: bool) -> rusqlite::Result<()> {
+    // `backstop`: the synced connection's hooks (the unsynced one never checkpoints).
+    match backstop {
+        true => &SYNCED_COMMITS,
+        false => &UNSYNCED_COMMITS,
+    }
+    .fetch_add(1, Ordering::Relaxed);
     COMMITS.with(|c| {
         let before = c.get();
         c.set(Commits {

@@ -16,6 +16,7 @@ pub(super) async fn retention_deletes_only_ended_runs(f: Fixture) {
     s.create_run(running.clone()).await.unwrap();
     s.finish_run(
         &lease,
+        &[],
         &RunUpdate {
             status: RunStatus::Succeeded,
             error: None,

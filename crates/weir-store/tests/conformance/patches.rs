@@ -170,6 +170,7 @@ pub(super) async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
     Arc::make_mut(&mut end.state).insert("done".into(), json!(true));
     s2.finish_run(
         &bob,
+        &[],
         &RunUpdate {
             status: RunStatus::Succeeded,
             error: None,

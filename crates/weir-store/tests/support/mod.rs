@@ -221,6 +221,7 @@ pub async fn paused_run(store: &dyn RunStore, id: &str) -> u64 {
     store
         .finish_run(
             &lease,
+            &[],
             &RunUpdate {
                 status: RunStatus::Paused,
                 error: None,
