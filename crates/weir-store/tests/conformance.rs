@@ -146,9 +146,7 @@ async fn expired_lease_is_taken_over_and_the_old_one_fenced(f: Fixture) {
 
 async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
     let s = f.store;
-    let mut n = new_run("r1");
-    n.claim = Some(claim("alice", 30_000));
-    let lease = s.create_run(n.clone()).await.unwrap().lease.unwrap();
+    let lease = claimed_run(s.as_ref(), "r1", "alice").await;
     let a_run = step(1, "a", StepStatus::Running);
     s.start_steps(
         &lease,
@@ -224,9 +222,7 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
 
 async fn a_runs_end_carries_its_last_steps(f: Fixture) {
     let s = f.store;
-    let mut n = new_run("r1");
-    n.claim = Some(claim("alice", 30_000));
-    let lease = s.create_run(n.clone()).await.unwrap().lease.unwrap();
+    let lease = claimed_run(s.as_ref(), "r1", "alice").await;
     let b_run = step(2, "b", StepStatus::Running);
     commit_first(s.as_ref(), &lease, "a").await.unwrap();
     s.start_steps(&lease, &[&b_run], vec![]).await.unwrap();
@@ -310,9 +306,7 @@ async fn concurrent_decisions_exactly_one_wins(f: Fixture) {
 
 async fn event_sequence_is_gap_free_and_ordered(f: Fixture) {
     let s = f.store;
-    let mut n = new_run("r1");
-    n.claim = Some(claim("alice", 30_000));
-    let lease = s.create_run(n.clone()).await.unwrap().lease.unwrap();
+    let lease = claimed_run(s.as_ref(), "r1", "alice").await;
     s.create_run(new_run("other")).await.unwrap();
     for i in 0..20u32 {
         let kinds = vec![
@@ -623,9 +617,7 @@ async fn concurrent_writes_of_many_runs_stand_or_fall_alone(f: Fixture) {
 async fn a_record_is_read_at_one_moment(f: Fixture) {
     const STEPS: u32 = 60;
     let s = f.store.clone();
-    let mut n = new_run("r1");
-    n.claim = Some(claim("alice", 30_000));
-    let lease = s.create_run(n).await.unwrap().lease.unwrap();
+    let lease = claimed_run(s.as_ref(), "r1", "alice").await;
     let writing = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let reader = {
         let (s, writing) = (s.clone(), writing.clone());

@@ -144,6 +144,13 @@ pub fn new_run(id: &str) -> NewRun {
     }
 }
 
+/// Creates run `id` claimed by `owner` (a 30 s lease), as `weir run` does; its lease.
+pub async fn claimed_run(store: &dyn RunStore, id: &str, owner: &str) -> Lease {
+    let mut n = new_run(id);
+    n.claim = Some(claim(owner, 30_000));
+    store.create_run(n).await.unwrap().lease.unwrap()
+}
+
 pub fn step(seq: u32, node: &str, status: StepStatus) -> StepRecord {
     StepRecord {
         seq,
@@ -195,9 +202,7 @@ pub fn snap(done: &[&str], gates: Vec<PendingGate>) -> Snapshot {
 
 /// Creates a run, claims it and parks it at gate `g` (step 1, waiting).
 pub async fn paused_run(store: &dyn RunStore, id: &str) -> u64 {
-    let mut n = new_run(id);
-    n.claim = Some(claim("driver", 30_000));
-    let lease = store.create_run(n.clone()).await.unwrap().lease.unwrap();
+    let lease = claimed_run(store, id, "driver").await;
     let gate = step(1, "g", StepStatus::Waiting);
     let gates = vec![PendingGate {
         node_id: "g".into(),
