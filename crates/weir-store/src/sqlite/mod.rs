@@ -72,8 +72,9 @@ const BEGIN: &str = "BEGIN IMMEDIATE";
 
 impl Sqlite {
     /// The transactions the SQLite stores of this process have committed through their
-    /// writers: on the synced connection (with `full_sync`, one sync of the log each) and on
-    /// the unsynced one (progress only). Benchmarks count them per run.
+    /// writers: on the synced connection (with `full_sync`, each on disk before its writes
+    /// are answered; the sync thread may sync several with one fdatasync) and on the
+    /// unsynced one (progress only). Benchmarks count them per run.
     pub fn commits() -> (u64, u64) {
         wal::commits()
     }

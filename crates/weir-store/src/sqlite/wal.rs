@@ -65,7 +65,7 @@ static SYNCED_COMMITS: AtomicU64 = AtomicU64::new(0);
 static UNSYNCED_COMMITS: AtomicU64 = AtomicU64::new(0);
 
 /// How many transactions every SQLite store of this process has committed on its synced
-/// connection (each one a sync of the log with `full_sync`), and on its unsynced one (the
+/// connection (with `full_sync`, each synced before it is answered), and on its unsynced one (the
 /// writes that only make progress visible), since the process started: what a benchmark
 /// counts per run.
 pub fn commits() -> (u64, u64) {
@@ -77,11 +77,12 @@ pub fn commits() -> (u64, u64) {
 
 fn noted(wal: &Wal, pages: i32, to_sync: bool, backstop: bool) -> rusqlite::Result<()> {
     // `backstop`: the synced connection's hooks (the unsynced one never checkpoints).
-    match backstop {
-        true => &SYNCED_COMMITS,
-        false => &UNSYNCED_COMMITS,
-    }
-    .fetch_add(1, Ordering::Relaxed);
+    let counter = if backstop {
+        &SYNCED_COMMITS
+    } else {
+        &UNSYNCED_COMMITS
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
     COMMITS.with(|c| {
         let before = c.get();
         c.set(Commits {
