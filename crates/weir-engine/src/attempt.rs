@@ -36,94 +36,100 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
             Box::pin(lease.still_held(ctx.services.store.as_ref())).await;
             started = Instant::now();
         }
-        // Replaying, the attempt runs with its call site set; a live drive pays nothing.
-        let timed = if ctx.replay {
-            let site = crate::replay::CallSite {
-                node_id: ctx.node().id.clone(),
-                visit: ctx.visit,
-                attempt: n,
-            };
-            Box::pin(tokio::time::timeout(
-                policy.timeout,
-                crate::replay::at(site, nodes::execute(ctx)),
-            ))
-            .await
-        } else {
-            tokio::time::timeout(policy.timeout, nodes::execute(ctx)).await
-        };
-        let result = match timed {
-            Ok(r) => r,
-            Err(_) => Err(Failure {
-                message: format!("attempt timed out after {}", humanize(policy.timeout)),
-                class: "timeout".into(),
-                retryable: true,
-                retry_after: None,
-                request: None,
-                spent: None,
-            }),
-        };
-        let duration_ms = started.elapsed().as_millis() as u64;
-        match result {
-            Ok(mut outcome) => {
-                merge(&mut total, &outcome.spent);
-                // The request, reply and calls belong to the attempt record: moved, not copied.
-                attempts.push(Attempt {
-                    n,
-                    status: StepStatus::Succeeded,
-                    error: None,
-                    error_class: None,
-                    duration_ms,
-                    request: outcome.request.take(),
-                    response: outcome.response.take(),
-                    calls: std::mem::take(&mut outcome.spent.calls),
-                    cost_usd: outcome.spent.cost_usd,
-                });
-                return Attempts {
-                    result: Ok(outcome),
-                    attempts,
-                    spent: total,
+        // The attempt, and the retry's wait when it failed, in a block of their own: the
+        // attempt's result is gone before the wait's await (a future keeps room for every
+        // value alive across an await, and this one is moved at every launch).
+        let wait = {
+            // Replaying, the attempt runs with its call site set; a live drive pays nothing.
+            let timed = if ctx.replay {
+                let site = crate::replay::CallSite {
+                    node_id: ctx.node().id.clone(),
+                    visit: ctx.visit,
+                    attempt: n,
                 };
-            }
-            Err(f) => {
-                let spent = f.spent.as_deref().cloned().unwrap_or_default();
-                merge(&mut total, &spent);
-                attempts.push(Attempt {
-                    n,
-                    status: StepStatus::Failed,
-                    error: Some(f.message.clone()),
-                    error_class: Some(f.class.clone()),
-                    duration_ms,
-                    request: f.request.as_deref().cloned(),
-                    response: None,
-                    calls: spent.calls,
-                    cost_usd: spent.cost_usd,
-                });
-                if !f.retryable || n > policy.retry_count {
+                Box::pin(tokio::time::timeout(
+                    policy.timeout,
+                    crate::replay::at(site, nodes::execute(ctx)),
+                ))
+                .await
+            } else {
+                tokio::time::timeout(policy.timeout, nodes::execute(ctx)).await
+            };
+            let result = match timed {
+                Ok(r) => r,
+                Err(_) => Err(Failure {
+                    message: format!("attempt timed out after {}", humanize(policy.timeout)),
+                    class: "timeout".into(),
+                    retryable: true,
+                    retry_after: None,
+                    request: None,
+                    spent: None,
+                }),
+            };
+            let duration_ms = started.elapsed().as_millis() as u64;
+            match result {
+                Ok(mut outcome) => {
+                    merge(&mut total, &outcome.spent);
+                    // The request, reply and calls belong to the attempt record: moved, not copied.
+                    attempts.push(Attempt {
+                        n,
+                        status: StepStatus::Succeeded,
+                        error: None,
+                        error_class: None,
+                        duration_ms,
+                        request: outcome.request.take(),
+                        response: outcome.response.take(),
+                        calls: std::mem::take(&mut outcome.spent.calls),
+                        cost_usd: outcome.spent.cost_usd,
+                    });
                     return Attempts {
-                        result: Err(f),
+                        result: Ok(outcome),
                         attempts,
                         spent: total,
                     };
                 }
-                let wait = f
-                    .retry_after
-                    .map(|r| r.min(MAX_RETRY_AFTER))
-                    .unwrap_or_else(|| AttemptPolicy::backoff(n + 1));
-                // The log shows the retry now, not when the step ends.
-                let _ = ctx.progress.send(Box::new(EventKind::AttemptFailed {
-                    step: ctx.seq,
-                    node_id: ctx.node().id.clone(),
-                    n,
-                    error: f.message.clone(),
-                    error_class: f.class.clone(),
-                    backoff_ms: wait.as_millis() as u64,
-                }));
-                if !ctx.replay {
-                    Box::pin(tokio::time::sleep(wait)).await;
+                Err(f) => {
+                    let spent = f.spent.as_deref().cloned().unwrap_or_default();
+                    merge(&mut total, &spent);
+                    attempts.push(Attempt {
+                        n,
+                        status: StepStatus::Failed,
+                        error: Some(f.message.clone()),
+                        error_class: Some(f.class.clone()),
+                        duration_ms,
+                        request: f.request.as_deref().cloned(),
+                        response: None,
+                        calls: spent.calls,
+                        cost_usd: spent.cost_usd,
+                    });
+                    if !f.retryable || n > policy.retry_count {
+                        return Attempts {
+                            result: Err(f),
+                            attempts,
+                            spent: total,
+                        };
+                    }
+                    let wait = f
+                        .retry_after
+                        .map(|r| r.min(MAX_RETRY_AFTER))
+                        .unwrap_or_else(|| AttemptPolicy::backoff(n + 1));
+                    // The log shows the retry now, not when the step ends.
+                    let _ = ctx.progress.send(Box::new(EventKind::AttemptFailed {
+                        step: ctx.seq,
+                        node_id: ctx.node().id.clone(),
+                        n,
+                        error: f.message.clone(),
+                        error_class: f.class.clone(),
+                        backoff_ms: wait.as_millis() as u64,
+                    }));
+                    wait
                 }
-                n += 1;
             }
+        };
+        if !ctx.replay {
+            Box::pin(tokio::time::sleep(wait)).await;
         }
+        n += 1;
     }
 }
 

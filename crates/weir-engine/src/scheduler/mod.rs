@@ -402,10 +402,11 @@ impl<'e> Run<'e> {
         // A step that started and already finished is written once, finished.
         // Siblings finished beside the first go in as its company (every store writes a
         // finished step among the started ones whole). The list keeps its room between
-        // writes: taken, it would be allocated again at every step.
+        // writes: taken, it would be allocated again at every step. The list of steps
+        // this write starts is on the stack while it holds two or fewer (a chain's next
+        // step, a join's), not allocated at every write.
         let unsaved = &self.unsaved;
-        let mut started: Vec<&StepRecord> =
-            Vec::with_capacity(self.started.len() + unsaved.len().saturating_sub(1));
+        let mut started: smallvec::SmallVec<[&StepRecord; 2]> = smallvec::SmallVec::new();
         started.extend(unsaved.iter().skip(1));
         for seq in &self.started {
             if let Some(step) = self.in_flight.steps().find(|s| s.seq == *seq)
@@ -441,6 +442,7 @@ impl<'e> Run<'e> {
             None if !events.is_empty() => store.append_events(&self.lease, events).await?,
             None => return Ok(()),
         };
+        drop(started);
         self.unsaved.clear();
         self.started.clear();
         self.written(w);
