@@ -401,10 +401,10 @@ impl<'e> Run<'e> {
         let events = std::mem::take(&mut self.events);
         // A step that started and already finished is written once, finished.
         // Siblings finished beside the first go in as its company (every store writes a
-        // finished step among the started ones whole). The list keeps its room between
-        // writes: taken, it would be allocated again at every step. The list of steps
+        // finished step among the started ones whole). `unsaved` keeps its room between
+        // writes (taken, it would be allocated again at every step); the list of steps
         // this write starts is on the stack while it holds two or fewer (a chain's next
-        // step, a join's), not allocated at every write.
+        // step, a join's).
         let unsaved = &self.unsaved;
         let mut started: smallvec::SmallVec<[&StepRecord; 2]> = smallvec::SmallVec::new();
         started.extend(unsaved.iter().skip(1));
