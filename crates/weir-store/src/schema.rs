@@ -505,4 +505,20 @@ WHERE status = 'running' AND route IS NULL AND error IS NULL AND finished_at IS 
   AND tokens_out = 0;
 "#,
     ),
+    // (16 was the redo log's `redo_applied`, released in 24065e7 and taken out in 3de446a:
+    // a database that ran that build is at 16, so the next number is 17.)
+    (
+        17,
+        r#"
+-- The events of a write that ends steps are a column of the first of those steps' rows
+-- (`events`, numbered from `event_seq`), not a row of `run_events`: a step commit then
+-- writes the step's B-tree pages and the run's, not also the events table's and its
+-- index's, two pages fewer in the write-ahead log at every durable step (BENCHMARKS.md).
+-- Writes without steps (a run's creation, start, pause, cancel request, a refusal) keep
+-- their row of `run_events`; readers take both, in event order. A step row written again
+-- keeps the events it holds (an upsert, not a replace).
+ALTER TABLE steps ADD COLUMN event_seq INTEGER;
+ALTER TABLE steps ADD COLUMN events TEXT;
+"#,
+    ),
 ];

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use weir_core::event::EventKind;
-use weir_core::record::{RunStatus, StepStatus};
+use weir_core::record::{RunStatus, StepRecord, StepStatus};
 use weir_core::store::{
     CancelOutcome, Lease, RunFilter, RunStore, RunUpdate, StepCommit, StoreError,
 };
@@ -331,6 +331,103 @@ async fn event_sequence_is_gap_free_and_ordered(f: Fixture) {
     // Another run's log is its own.
     let other = s.events_after("other", 0).await.unwrap();
     assert_eq!(other.iter().map(|e| e.seq).collect::<Vec<_>>(), [1]);
+}
+
+/// The events of step commits, of writes without steps, and of a step written a second
+/// time read back whole and in order, from any point (SQLite keeps a step commit's events in
+/// the step's row, migration 17: a row written again must keep them).
+async fn events_read_back_whole_when_a_step_is_written_again(f: Fixture) {
+    let s = f.store;
+    let lease = claimed_run(s.as_ref(), "r1", "alice").await;
+    let commit = |st: StepRecord, started: Vec<StepRecord>, events: Vec<EventKind>| {
+        let s = s.clone();
+        let lease = lease.clone();
+        async move {
+            let started: Vec<&StepRecord> = started.iter().collect();
+            s.commit_step(
+                &lease,
+                StepCommit {
+                    step: &st,
+                    started: &started,
+                    snapshot: &snap(&[st.node_id.as_str()], vec![]),
+                    patch: None,
+                    covers_patches: false,
+                    events,
+                },
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let b = step(2, "b", StepStatus::Running);
+    let b_started = EventKind::StepStarted {
+        step: 2,
+        node_id: "b".into(),
+        node_type: "agent".into(),
+        visit: 1,
+    };
+    let first = step(1, "a", StepStatus::Succeeded);
+    commit(first, vec![b.clone()], vec![finished(1, "a", 1), b_started]).await;
+    s.append_events(
+        &lease,
+        vec![EventKind::CancelRequested {
+            by: "nobody".into(),
+        }],
+    )
+    .await
+    .unwrap();
+    let mut again = step(1, "a", StepStatus::Failed);
+    again.output = std::sync::Arc::new(json!({"node": "a", "again": true}).into());
+    commit(again, vec![], vec![finished(1, "a", 2)]).await;
+    let mut b_done = b;
+    b_done.status = StepStatus::Succeeded;
+    commit(
+        b_done,
+        vec![],
+        vec![finished(2, "b", 1), finished(2, "b", 1)],
+    )
+    .await;
+
+    let all = s.events_after("r1", 0).await.unwrap();
+    assert_eq!(
+        all.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=8).collect::<Vec<u64>>(),
+        "every write's events, none lost to the step written again"
+    );
+    let kinds: Vec<&str> = all.iter().map(|e| e.kind.name()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "run_created",
+            "run_started",
+            "step_finished",
+            "step_started",
+            "cancel_requested",
+            "step_finished",
+            "step_finished",
+            "step_finished"
+        ]
+    );
+    for after in 0..=8 {
+        let tail = s.events_after("r1", after).await.unwrap();
+        assert_eq!(
+            tail.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            (after + 1..=8).collect::<Vec<u64>>(),
+            "the events after {after}"
+        );
+    }
+    let r = s.get_record("r1").await.unwrap();
+    assert_eq!(types(&r.events), kinds);
+    assert_eq!(r.steps.len(), 2);
+    assert_eq!(
+        r.steps[0].status,
+        StepStatus::Failed,
+        "the step's second writing"
+    );
+    assert_eq!(
+        r.steps[0].output.as_ref(),
+        &json!({"node": "a", "again": true})
+    );
 }
 
 async fn idempotent_creation(f: Fixture) {
@@ -698,6 +795,7 @@ conformance!(
     step_commit_is_atomic_with_snapshot_and_events,
     concurrent_decisions_exactly_one_wins,
     event_sequence_is_gap_free_and_ordered,
+    events_read_back_whole_when_a_step_is_written_again,
     idempotent_creation,
     cancel_rules,
     claim_next_takes_runnable_runs_oldest_first,

@@ -38,8 +38,6 @@ use crate::{backend, json};
 use rows::{End, Fenced, insert_events, insert_steps};
 use writer::Writer;
 
-/// The patches written after a run's whole snapshot, as one JSON array in commit order: a
-/// column of the statement that reads the snapshot, so both come from one read.
 /// The rows of one run's steps (`steps.id` is `run_key * 2^32 + seq`), for the run whose
 /// id is the statement's first parameter.
 macro_rules! steps_of {
@@ -49,6 +47,23 @@ macro_rules! steps_of {
     };
 }
 
+/// A run's batches of events (`seq`, `bodies`: one write's events, numbered from `seq`), for
+/// the run whose id is the statement's first parameter: the rows of `run_events` and the
+/// batches step rows hold (migration 17), as the table `batches` of a `WITH` clause.
+macro_rules! event_batches {
+    () => {
+        "WITH run(key) AS (SELECT key FROM runs WHERE id = ?1),
+         batches(seq, bodies) AS (
+             SELECT seq, bodies FROM run_events, run WHERE run_events.run_key = run.key
+             UNION ALL
+             SELECT event_seq, events FROM steps, run
+             WHERE steps.id BETWEEN run.key * 4294967296 AND run.key * 4294967296 + 4294967295
+               AND events IS NOT NULL)"
+    };
+}
+
+/// The patches written after a run's whole snapshot, as one JSON array in commit order: a
+/// column of the statement that reads the snapshot, so both come from one read.
 macro_rules! patches {
     () => {
         "(SELECT json_group_array(json(p.patch) ORDER BY p.seq) FROM run_patches p
@@ -581,10 +596,10 @@ impl RunStore for Sqlite {
         .map_err(backend)?
         .ok_or_else(|| not_found(run_id))?;
         let mut events = Vec::new();
-        for r in sqlx::query(
-            "SELECT seq, bodies FROM run_events
-             WHERE run_key = (SELECT key FROM runs WHERE id = ?) ORDER BY seq",
-        )
+        for r in sqlx::query(concat!(
+            event_batches!(),
+            " SELECT seq, bodies FROM batches ORDER BY seq"
+        ))
         .bind(run_id)
         .fetch_all(&mut *tx)
         .await
@@ -725,14 +740,12 @@ impl RunStore for Sqlite {
     async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError> {
         // The row holding event `after` (a row holds one write's events, numbered from its
         // `seq`) and every row after it; the events up to `after` are skipped.
-        let rows = sqlx::query(
-            "SELECT seq, bodies FROM run_events
-             WHERE run_key = (SELECT key FROM runs WHERE id = ?1)
-               AND seq >= COALESCE((SELECT MAX(seq) FROM run_events
-                                    WHERE run_key = (SELECT key FROM runs WHERE id = ?1)
-                                      AND seq <= ?2), 0)
-             ORDER BY seq",
-        )
+        let rows = sqlx::query(concat!(
+            event_batches!(),
+            " SELECT seq, bodies FROM batches
+              WHERE seq >= COALESCE((SELECT MAX(seq) FROM batches WHERE seq <= ?2), 0)
+              ORDER BY seq"
+        ))
         .bind(run_id)
         .bind(after as i64)
         .fetch_all(&self.pool)

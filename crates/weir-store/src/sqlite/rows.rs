@@ -38,11 +38,9 @@ pub(super) async fn insert_steps(
         let id = drive::step_id(key, i64::from(s.seq))?;
         rows.push((s, id, json(&s.input)?, json(&s.output)?, json(&s.attempts)?));
     }
-    let mut q: QueryBuilder<Db> = QueryBuilder::new(
-        "INSERT OR REPLACE INTO steps (id, node_id, node_type, visit, status, route,
-             input, output, error, cost_usd, tokens_in, tokens_out, started_at, finished_at,
-             duration_ms, attempts) ",
-    );
+    // A step row written again keeps the events it holds (migration 17).
+    let mut q: QueryBuilder<Db> =
+        QueryBuilder::new(concat!("INSERT INTO steps (", drive::step_columns!(), ") "));
     q.push_values(rows, |mut b, (s, id, input, output, attempts)| {
         b.push_bind(id)
             .push_bind(s.node_id.as_str())
@@ -61,6 +59,7 @@ pub(super) async fn insert_steps(
             .push_bind(s.duration_ms.map(|d| d as i64))
             .push_bind(attempts);
     });
+    q.push(drive::step_upsert!());
     q.build().execute(&mut *conn).await.map_err(backend)?;
     Ok(())
 }
