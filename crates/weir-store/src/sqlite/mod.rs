@@ -63,11 +63,20 @@ macro_rules! event_batches {
 }
 
 /// The patches written after a run's whole snapshot, as one JSON array in commit order: a
-/// column of the statement that reads the snapshot, so both come from one read.
+/// column of the statement that reads the snapshot, so both come from one read. For the
+/// run whose id is the statement's first parameter: the rows of `run_patches` and the
+/// patches step rows hold from the run's `patch_base` on (migration 17).
 macro_rules! patches {
     () => {
-        "(SELECT json_group_array(json(p.patch) ORDER BY p.seq) FROM run_patches p
-          WHERE p.run_key = runs.key) AS patches"
+        "(SELECT json_group_array(json(p.patch) ORDER BY p.seq) FROM (
+             SELECT seq, patch FROM run_patches
+             WHERE run_key = (SELECT key FROM runs WHERE id = ?1)
+             UNION ALL
+             SELECT event_seq, patch FROM steps
+             WHERE steps.id BETWEEN (SELECT key FROM runs WHERE id = ?1) * 4294967296
+                                AND (SELECT key FROM runs WHERE id = ?1) * 4294967296 + 4294967295
+               AND patch IS NOT NULL
+               AND event_seq >= (SELECT patch_base FROM runs WHERE id = ?1)) p) AS patches"
     };
 }
 
@@ -450,7 +459,7 @@ impl RunStore for Sqlite {
             "SELECT status, lease_expires_at, cancel_requested, snapshot, ",
             patches!(),
             " FROM runs
-             WHERE id = ?"
+             WHERE id = ?1"
         ))
         .bind(run_id)
         .fetch_optional(&mut *tx)
@@ -563,7 +572,7 @@ impl RunStore for Sqlite {
             patches!(),
             ", epoch, owner,
                     lease_expires_at, cancel_requested, workflow_id, workflow_version, input
-             FROM runs JOIN run_sources ON run_sources.run_key = runs.key WHERE id = ?"
+             FROM runs JOIN run_sources ON run_sources.run_key = runs.key WHERE id = ?1"
         ))
         .bind(run_id)
         .fetch_optional(&self.pool)
@@ -588,7 +597,7 @@ impl RunStore for Sqlite {
             "SELECT workflow, dialect, status, input, snapshot, ",
             patches!(),
             ", error, started_at, finished_at
-             FROM runs JOIN run_sources ON run_sources.run_key = runs.key WHERE id = ?"
+             FROM runs JOIN run_sources ON run_sources.run_key = runs.key WHERE id = ?1"
         ))
         .bind(run_id)
         .fetch_optional(&mut *tx)
@@ -763,10 +772,16 @@ impl RunStore for Sqlite {
 
 /// A whole snapshot was written: it covers every patch written before it.
 async fn snapshot_written(tx: &mut sqlx::SqliteConnection, run_id: &str) -> Result<(), StoreError> {
-    sqlx::query("DELETE FROM run_patches WHERE run_key = (SELECT key FROM runs WHERE id = ?)")
-        .bind(run_id)
-        .execute(&mut *tx)
-        .await
-        .map_err(backend)?;
+    for sql in [
+        "DELETE FROM run_patches WHERE run_key = (SELECT key FROM runs WHERE id = ?1)",
+        // The patches step rows hold (migration 17) are all numbered below the next event.
+        "UPDATE runs SET patch_base = event_seq + 1 WHERE id = ?1",
+    ] {
+        sqlx::query(sql)
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+    }
     Ok(())
 }
