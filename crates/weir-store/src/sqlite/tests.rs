@@ -518,3 +518,116 @@ async fn a_growing_log_is_checkpointed_into_the_database_while_open() {
     );
     assert_eq!(count(&store, "SELECT count(*) FROM runs").await, 300);
 }
+
+/// A database of schema 15 keeps every write's events in `run_events` and patches in
+/// `run_patches`; after migration 17 a step commit keeps its events in the step's row. The
+/// old rows still read back (the patch applied to the snapshot), and the events of both
+/// kinds of rows come back in order from any point.
+#[tokio::test]
+async fn a_schema_15_databases_events_and_patches_read_back_beside_new_ones() {
+    let (_dir, store) = opened_after(
+        15,
+        r#"INSERT INTO runs (key, id, workflow, dialect, status, source_path, snapshot, started_at, epoch, owner, lease_expires_at, event_seq)
+               VALUES (5, 'old', 'wf', 'graph', 'running', 'wf.json', '{"state": {"k": 1}, "loops": {}, "pending": ["a"], "completed": [], "arrivals": {}, "hops": 0, "visits": {}, "next_seq": 1, "cost_usd": 0.0, "output": null, "gates": []}', '2026-01-01T00:00:00.000Z', 1, 'gone', 1, 2);
+               INSERT INTO run_sources (run_key, source_text, input) VALUES (5, '{"name": "wf"}', '{}');
+               INSERT INTO run_events (run_key, seq, bodies) VALUES
+                   (5, 1, '[{"at": "2026-01-01T00:00:00.000Z", "type": "run_created", "workflow": "wf"}, {"at": "2026-01-01T00:00:00.000Z", "type": "cancel_requested", "by": "nobody"}]');
+               INSERT INTO run_patches (run_key, seq, patch) VALUES
+                   (5, 2, '{"state": [{"key": "k", "value": 2}], "loops": {}, "pending": ["a"], "completed": [], "arrivals": {}, "hops": 0, "visits": {}, "next_seq": 1, "cost_usd": 0.5, "gates": [], "pass": 0}');"#,
+    )
+    .await;
+    let snapshot = store.load_run("old").await.unwrap().snapshot;
+    assert_eq!(
+        snapshot.state.get("k"),
+        Some(&serde_json::json!(2)),
+        "the old patch applies"
+    );
+    assert_eq!(snapshot.cost_usd, 0.5);
+
+    // Its driver is gone: another takes it over and commits a step.
+    let claim = Claim {
+        owner: "bob".into(),
+        ttl: Duration::from_secs(60),
+    };
+    let (lease, _) = store.claim_run("old", &claim).await.unwrap();
+    let step = StepRecord {
+        seq: 1,
+        node_id: "a".into(),
+        node_type: "agent".into(),
+        visit: 1,
+        status: StepStatus::Succeeded,
+        route: None,
+        input: serde_json::Value::Null,
+        output: Default::default(),
+        error: None,
+        cost_usd: 0.0,
+        tokens: Default::default(),
+        attempts: Vec::new(),
+        started_at: weir_core::store::Stamp::now(),
+        finished_at: Some(weir_core::store::Stamp::now()),
+        duration_ms: Some(1),
+    };
+    store
+        .commit_step(
+            &lease,
+            weir_core::store::StepCommit {
+                step: &step,
+                started: &[],
+                snapshot: &snapshot,
+                patch: None,
+                covers_patches: true,
+                events: vec![EventKind::StepFinished {
+                    step: 1,
+                    node_id: "a".into(),
+                    node_type: "agent".into(),
+                    status: StepStatus::Succeeded,
+                    route: None,
+                    error: None,
+                    duration_ms: 1,
+                    cost_usd: 0.0,
+                    attempts: 0,
+                }],
+            },
+        )
+        .await
+        .unwrap();
+    let held = count(
+        &store,
+        "SELECT COUNT(*) FROM steps WHERE events IS NOT NULL AND event_seq = 4",
+    )
+    .await;
+    assert_eq!(held, 1, "the commit's events are in its step's row");
+    let names = |events: Vec<RunEvent>| {
+        events
+            .iter()
+            .map(|e| (e.seq, e.kind.name()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(store.events_after("old", 0).await.unwrap()),
+        [
+            (1, "run_created"),
+            (2, "cancel_requested"),
+            (3, "run_resumed"),
+            (4, "step_finished")
+        ]
+    );
+    assert_eq!(
+        names(store.events_after("old", 1).await.unwrap()),
+        [
+            (2, "cancel_requested"),
+            (3, "run_resumed"),
+            (4, "step_finished")
+        ]
+    );
+    assert_eq!(
+        names(store.events_after("old", 3).await.unwrap()),
+        [(4, "step_finished")]
+    );
+    let record = store.get_record("old").await.unwrap();
+    assert_eq!(record.events.len(), 4);
+    assert_eq!(record.state, serde_json::json!({"k": 2}));
+    let patches = count(&store, "SELECT COUNT(*) FROM run_patches WHERE run_key = 5").await;
+    assert_eq!(patches, 0, "the whole snapshot covers the old patch");
+    assert_eq!(store.load_run("old").await.unwrap().snapshot, snapshot);
+}
