@@ -511,19 +511,14 @@ WHERE status = 'running' AND route IS NULL AND error IS NULL AND finished_at IS 
         17,
         r#"
 -- The events of a write that ends steps are a column of the first of those steps' rows
--- (`events`, numbered from `event_seq`), and so is the write's snapshot patch (`patch`,
--- numbered like its events), not rows of `run_events` and `run_patches`: a step commit
--- then writes the step's B-tree pages and the run's, not also two more tables' and their
--- indexes', four pages fewer in the write-ahead log at every durable step
--- (BENCHMARKS.md). Writes without steps (a run's creation, start, pause, cancel request,
--- a refusal) keep their row of `run_events`; readers take both, in event order. A step
--- row written again keeps what it holds (an upsert, not a replace). A whole snapshot
--- covers the patches numbered below the run's `patch_base`, which it sets: the step rows'
--- patches are left in place (the `run_patches` rows it covers are deleted, as before).
+-- (`events`, numbered from `event_seq`), not a row of `run_events`: a step commit then
+-- writes the step's B-tree pages and the run's, not also the events table's and its
+-- index's, two pages fewer in the write-ahead log at every durable step (BENCHMARKS.md).
+-- Writes without steps (a run's creation, start, pause, cancel request, a refusal) keep
+-- their row of `run_events`; readers take both, in event order. A step row written again
+-- keeps the events it holds (an upsert, not a replace).
 ALTER TABLE steps ADD COLUMN event_seq INTEGER;
 ALTER TABLE steps ADD COLUMN events TEXT;
-ALTER TABLE steps ADD COLUMN patch TEXT;
-ALTER TABLE runs ADD COLUMN patch_base INTEGER NOT NULL DEFAULT 0;
 "#,
     ),
 ];

@@ -430,6 +430,69 @@ async fn events_read_back_whole_when_a_step_is_written_again(f: Fixture) {
     );
 }
 
+/// A long run whose commits interleave with another run's reads its events back from any
+/// point: more step rows than one read of SQLite's newest rows takes (`held_batches`), writes
+/// with and without steps, siblings committed together.
+async fn a_long_runs_events_read_back_from_any_point(f: Fixture) {
+    let s = f.store;
+    let lease = claimed_run(s.as_ref(), "r1", "alice").await;
+    let other = claimed_run(s.as_ref(), "r2", "bob").await;
+    for i in 1..=40u32 {
+        for (lease, run) in [(&lease, "r1"), (&other, "r2")] {
+            let node = format!("{run}-n{i}");
+            let st = step(i, &node, StepStatus::Succeeded);
+            let sibling = step(1000 + i, &format!("{node}-b"), StepStatus::Succeeded);
+            // Every fifth commit of r1 ends two steps at once.
+            let started: Vec<&StepRecord> = if run == "r1" && i % 5 == 0 {
+                vec![&sibling]
+            } else {
+                vec![]
+            };
+            s.commit_step(
+                lease,
+                StepCommit {
+                    step: &st,
+                    started: &started,
+                    snapshot: &snap(&[node.as_str()], vec![]),
+                    patch: None,
+                    covers_patches: false,
+                    events: vec![finished(i, &node, 1)],
+                },
+            )
+            .await
+            .unwrap();
+        }
+        if i % 7 == 0 {
+            s.append_events(
+                &lease,
+                vec![EventKind::CancelRequested {
+                    by: format!("note {i}"),
+                }],
+            )
+            .await
+            .unwrap();
+        }
+    }
+    let all = s.events_after("r1", 0).await.unwrap();
+    // run_created, run_started, 40 step ends, 5 notes.
+    assert_eq!(all.len(), 2 + 40 + 5);
+    assert_eq!(
+        all.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=all.len() as u64).collect::<Vec<_>>()
+    );
+    for after in 0..=all.len() as u64 {
+        let tail = s.events_after("r1", after).await.unwrap();
+        assert_eq!(
+            tail.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            (after + 1..=all.len() as u64).collect::<Vec<_>>(),
+            "the events after {after}"
+        );
+    }
+    let record = s.get_record("r1").await.unwrap();
+    assert_eq!(record.events.len(), all.len());
+    assert_eq!(s.events_after("r2", 0).await.unwrap().len(), 2 + 40);
+}
+
 async fn idempotent_creation(f: Fixture) {
     let s = f.store;
     let mut tasks = Vec::new();
@@ -796,6 +859,7 @@ conformance!(
     concurrent_decisions_exactly_one_wins,
     event_sequence_is_gap_free_and_ordered,
     events_read_back_whole_when_a_step_is_written_again,
+    a_long_runs_events_read_back_from_any_point,
     idempotent_creation,
     cancel_rules,
     claim_next_takes_runnable_runs_oldest_first,

@@ -146,10 +146,8 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
     // The steps in flight change with the write's steps (`running.rs`): ?8 the step numbers
     // that leave the run's `running` column, ?9 the lines that join it; NULL without steps.
     let [by_id, by_key, unchanged] = if snapshot.is_some() {
-        // A whole snapshot covers every patch numbered below this write's first event
-        // (migration 17; `SET` reads the row as it was).
         fence!(
-            "event_seq = event_seq + ?1, snapshot = ?2, cost_usd = ?3, patch_base = event_seq + 1",
+            "event_seq = event_seq + ?1, snapshot = ?2, cost_usd = ?3",
             ""
         )
     } else if cost.is_some() {
@@ -221,16 +219,16 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
     let first = last - n + 1;
     // A step is written to `steps` once, when it ends (its start is a line of the run's
     // `running` column, migration 15), appended in time order and found by its key's unique
-    // index (migration 14). The write's events and snapshot patch go in its first step's
-    // row (migration 17): four B-tree pages fewer per commit than rows of `run_events` and
-    // `run_patches`. A step written again (a takeover's cancelled steps, a decision's) keeps
-    // one row and what it holds; the write's own events and patch then take their tables.
+    // index (migration 14). The write's events go in its first step's row (migration 17):
+    // two B-tree pages fewer per commit than a row of `run_events`. A step written again (a
+    // takeover's cancelled steps, a decision's) keeps one row and the events it holds; the
+    // write's own events then take a row of `run_events`.
     let mut held = false;
     for (i, s) in w.steps.iter().enumerate() {
         let id = step_id(key, s.seq)?;
         let row = step_params(&id, s);
         if i == 0 && n > 0 {
-            let holder = [&first as &dyn rusqlite::ToSql, &w.events, &w.patch];
+            let holder = [&first as &dyn rusqlite::ToSql, &w.events];
             held = tx
                 .prepare(STEP_HOLDING_EVENTS)?
                 .execute(rusqlite::params_from_iter(row.iter().chain(&holder)))
@@ -250,7 +248,7 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
             .execute(params![key])
             .map_err(backend)?;
     }
-    if let Some(patch) = w.patch.as_ref().filter(|_| !held) {
+    if let Some(patch) = &w.patch {
         // Numbered by the write's first event: patches apply in commit order.
         tx.prepare("INSERT INTO run_patches (run_key, seq, patch) VALUES (?1, ?2, ?3)")?
             .execute(params![key, first, patch])
@@ -327,14 +325,12 @@ const STEP_UPSERT: &str = concat!(
     step_upsert!()
 );
 
-/// A new step row that holds its write's events and snapshot patch; writes nothing when the
-/// step has a row.
+/// A new step row that holds its write's events; writes nothing when the step has a row.
 const STEP_HOLDING_EVENTS: &str = concat!(
     "INSERT INTO steps (",
     step_columns!(),
-    ", event_seq, events, patch)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-             ?19)
+    ", event_seq, events)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
      ON CONFLICT (id) DO NOTHING"
 );
 

@@ -49,7 +49,9 @@ macro_rules! steps_of {
 
 /// A run's batches of events (`seq`, `bodies`: one write's events, numbered from `seq`), for
 /// the run whose id is the statement's first parameter: the rows of `run_events` and the
-/// batches step rows hold (migration 17), as the table `batches` of a `WITH` clause.
+/// batches step rows hold (migration 17), as the table `batches` of a `WITH` clause. For a
+/// whole record, which reads every step row anyway (`events_after` reads only the newest:
+/// `held_batches`).
 macro_rules! event_batches {
     () => {
         "WITH run(key) AS (SELECT key FROM runs WHERE id = ?1),
@@ -63,20 +65,11 @@ macro_rules! event_batches {
 }
 
 /// The patches written after a run's whole snapshot, as one JSON array in commit order: a
-/// column of the statement that reads the snapshot, so both come from one read. For the
-/// run whose id is the statement's first parameter: the rows of `run_patches` and the
-/// patches step rows hold from the run's `patch_base` on (migration 17).
+/// column of the statement that reads the snapshot, so both come from one read.
 macro_rules! patches {
     () => {
-        "(SELECT json_group_array(json(p.patch) ORDER BY p.seq) FROM (
-             SELECT seq, patch FROM run_patches
-             WHERE run_key = (SELECT key FROM runs WHERE id = ?1)
-             UNION ALL
-             SELECT event_seq, patch FROM steps
-             WHERE steps.id BETWEEN (SELECT key FROM runs WHERE id = ?1) * 4294967296
-                                AND (SELECT key FROM runs WHERE id = ?1) * 4294967296 + 4294967295
-               AND patch IS NOT NULL
-               AND event_seq >= (SELECT patch_base FROM runs WHERE id = ?1)) p) AS patches"
+        "(SELECT json_group_array(json(p.patch) ORDER BY p.seq) FROM run_patches p
+          WHERE p.run_key = runs.key) AS patches"
     };
 }
 
@@ -459,7 +452,7 @@ impl RunStore for Sqlite {
             "SELECT status, lease_expires_at, cancel_requested, snapshot, ",
             patches!(),
             " FROM runs
-             WHERE id = ?1"
+             WHERE id = ?"
         ))
         .bind(run_id)
         .fetch_optional(&mut *tx)
@@ -572,7 +565,7 @@ impl RunStore for Sqlite {
             patches!(),
             ", epoch, owner,
                     lease_expires_at, cancel_requested, workflow_id, workflow_version, input
-             FROM runs JOIN run_sources ON run_sources.run_key = runs.key WHERE id = ?1"
+             FROM runs JOIN run_sources ON run_sources.run_key = runs.key WHERE id = ?"
         ))
         .bind(run_id)
         .fetch_optional(&self.pool)
@@ -597,7 +590,7 @@ impl RunStore for Sqlite {
             "SELECT workflow, dialect, status, input, snapshot, ",
             patches!(),
             ", error, started_at, finished_at
-             FROM runs JOIN run_sources ON run_sources.run_key = runs.key WHERE id = ?1"
+             FROM runs JOIN run_sources ON run_sources.run_key = runs.key WHERE id = ?"
         ))
         .bind(run_id)
         .fetch_optional(&mut *tx)
@@ -747,22 +740,45 @@ impl RunStore for Sqlite {
     }
 
     async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError> {
-        // The row holding event `after` (a row holds one write's events, numbered from its
-        // `seq`) and every row after it; the events up to `after` are skipped.
-        let rows = sqlx::query(concat!(
-            event_batches!(),
-            " SELECT seq, bodies FROM batches
-              WHERE seq >= COALESCE((SELECT MAX(seq) FROM batches WHERE seq <= ?2), 0)
-              ORDER BY seq"
-        ))
-        .bind(run_id)
-        .bind(after as i64)
-        .fetch_all(&self.pool)
+        let after = after as i64;
+        // One read transaction: the batches of both tables are of one moment.
+        let mut tx = self.pool.begin().await.map_err(backend)?;
+        let Some(key) = sqlx::query_scalar::<_, i64>("SELECT key FROM runs WHERE id = ?1")
+            .bind(run_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?
+        else {
+            return Ok(Vec::new());
+        };
+        // The row of `run_events` holding event `after` (a row holds one write's events,
+        // numbered from its `seq`) and every row after it, through its index by run.
+        let mut batches: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT seq, bodies FROM run_events
+             WHERE run_key = ?1
+               AND seq >= COALESCE((SELECT MAX(seq) FROM run_events
+                                    WHERE run_key = ?1 AND seq <= ?2), 0)",
+        )
+        .bind(key)
+        .bind(after)
+        .fetch_all(&mut *tx)
         .await
         .map_err(backend)?;
+        batches.extend(held_batches(&mut tx, key, after).await?);
+        tx.commit().await.map_err(backend)?;
+        // The batch holding `after` is the last one, of either table, that starts at or
+        // below it; the events up to `after` are skipped.
+        let from = batches
+            .iter()
+            .map(|(seq, _)| *seq)
+            .filter(|seq| *seq <= after)
+            .max()
+            .unwrap_or(0);
+        batches.retain(|(seq, _)| *seq >= from);
+        batches.sort_unstable_by_key(|(seq, _)| *seq);
         let mut events = Vec::new();
-        for r in &rows {
-            for v in crate::batch_values(r.get(0), r.get::<&str, _>(1), after as i64)? {
+        for (seq, bodies) in &batches {
+            for v in crate::batch_values(*seq, bodies, after)? {
                 events.push(crate::typed_event(v)?);
             }
         }
@@ -770,18 +786,54 @@ impl RunStore for Sqlite {
     }
 }
 
+/// The event batches a run's step rows hold (migration 17) that may have events after
+/// `after`: the step rows written last, newest first, down to the first that holds a batch
+/// starting at or below `after`. A run's commits append their rows in order (the rowid,
+/// `row`, migration 14), so the batches they hold number upward with it; the run's other
+/// rows are passed over in its key's index without being read, so a follower of a long
+/// run reads what is new, not every step again.
+async fn held_batches(
+    tx: &mut sqlx::SqliteConnection,
+    key: i64,
+    after: i64,
+) -> Result<Vec<(i64, String)>, StoreError> {
+    const CHUNK: i64 = 16;
+    let first = drive::step_id(key, 0)?;
+    let mut below = i64::MAX;
+    let mut out = Vec::new();
+    loop {
+        let rows: Vec<(i64, Option<i64>, Option<String>)> = sqlx::query_as(
+            "SELECT row, event_seq, events FROM steps
+             WHERE row IN (SELECT row FROM steps
+                           WHERE id BETWEEN ?1 AND ?1 + 4294967295 AND row < ?2
+                           ORDER BY row DESC LIMIT ?3)",
+        )
+        .bind(first)
+        .bind(below)
+        .bind(CHUNK)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?;
+        let mut reached = false;
+        for (row, seq, events) in &rows {
+            below = below.min(*row);
+            if let (Some(seq), Some(events)) = (seq, events) {
+                reached |= *seq <= after;
+                out.push((*seq, events.clone()));
+            }
+        }
+        if reached || (rows.len() as i64) < CHUNK {
+            return Ok(out);
+        }
+    }
+}
+
 /// A whole snapshot was written: it covers every patch written before it.
 async fn snapshot_written(tx: &mut sqlx::SqliteConnection, run_id: &str) -> Result<(), StoreError> {
-    for sql in [
-        "DELETE FROM run_patches WHERE run_key = (SELECT key FROM runs WHERE id = ?1)",
-        // The patches step rows hold (migration 17) are all numbered below the next event.
-        "UPDATE runs SET patch_base = event_seq + 1 WHERE id = ?1",
-    ] {
-        sqlx::query(sql)
-            .bind(run_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
-    }
+    sqlx::query("DELETE FROM run_patches WHERE run_key = (SELECT key FROM runs WHERE id = ?)")
+        .bind(run_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
     Ok(())
 }

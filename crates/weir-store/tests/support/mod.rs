@@ -83,15 +83,9 @@ impl Fixture {
                 let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", p.display()))
                     .await
                     .unwrap();
-                // Rows of `run_patches`, and the patches step rows hold from the run's
-                // `patch_base` on (migration 17): the patches a reader applies.
                 let n = sqlx::query_scalar(
-                    "SELECT (SELECT COUNT(*) FROM run_patches WHERE run_key = runs.key)
-                          + (SELECT COUNT(*) FROM steps
-                             WHERE steps.id BETWEEN runs.key * 4294967296
-                                                AND runs.key * 4294967296 + 4294967295
-                               AND patch IS NOT NULL AND event_seq >= runs.patch_base)
-                     FROM runs WHERE id = ?1",
+                    "SELECT COUNT(*) FROM run_patches
+                     WHERE run_key = (SELECT key FROM runs WHERE id = ?1)",
                 )
                 .bind(run_id)
                 .fetch_one(&pool)
