@@ -437,6 +437,14 @@ async fn a_long_runs_events_read_back_from_any_point(f: Fixture) {
     let s = f.store;
     let lease = claimed_run(s.as_ref(), "r1", "alice").await;
     let other = claimed_run(s.as_ref(), "r2", "bob").await;
+    // A follower reads what is new after every write, as the SSE stream does.
+    let mut followed: Vec<u64> = Vec::new();
+    let mut follow = async || {
+        let after = followed.last().copied().unwrap_or(0);
+        for e in s.events_after("r1", after).await.unwrap() {
+            followed.push(e.seq);
+        }
+    };
     for i in 1..=40u32 {
         for (lease, run) in [(&lease, "r1"), (&other, "r2")] {
             let node = format!("{run}-n{i}");
@@ -461,6 +469,7 @@ async fn a_long_runs_events_read_back_from_any_point(f: Fixture) {
             )
             .await
             .unwrap();
+            follow().await;
         }
         if i % 7 == 0 {
             s.append_events(
@@ -473,7 +482,13 @@ async fn a_long_runs_events_read_back_from_any_point(f: Fixture) {
             .unwrap();
         }
     }
+    follow().await;
     let all = s.events_after("r1", 0).await.unwrap();
+    assert_eq!(
+        followed,
+        all.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        "the follower saw every event once, in order"
+    );
     // run_created, run_started, 40 step ends, 5 notes.
     assert_eq!(all.len(), 2 + 40 + 5);
     assert_eq!(

@@ -81,6 +81,8 @@ pub struct Sqlite {
     writer: Writer,
     /// The keys of the runs this process drives (`rows::Keys`).
     keys: rows::Keys,
+    /// Where `events_after` may start reading a run's step rows (`Follows`).
+    follows: Follows,
     /// The folder of a throwaway database (`sqlite::memory:`), removed with the store.
     _scratch: Option<tempfile::TempDir>,
 }
@@ -147,6 +149,7 @@ impl Sqlite {
                 .map_err(|e| StoreError::Backend(format!("cannot open {}: {e}", path.display())))?,
             pool,
             keys: rows::Keys::default(),
+            follows: Follows::default(),
             _scratch: scratch,
         };
         store.migrate().await?;
@@ -741,43 +744,52 @@ impl RunStore for Sqlite {
 
     async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError> {
         let after = after as i64;
-        // One read transaction: the batches of both tables are of one moment.
-        let mut tx = self.pool.begin().await.map_err(backend)?;
-        let Some(key) = sqlx::query_scalar::<_, i64>("SELECT key FROM runs WHERE id = ?1")
-            .bind(run_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(backend)?
-        else {
-            return Ok(Vec::new());
-        };
-        // The row of `run_events` holding event `after` (a row holds one write's events,
-        // numbered from its `seq`) and every row after it, through its index by run.
-        let mut batches: Vec<(i64, String)> = sqlx::query_as(
-            "SELECT seq, bodies FROM run_events
-             WHERE run_key = ?1
-               AND seq >= COALESCE((SELECT MAX(seq) FROM run_events
-                                    WHERE run_key = ?1 AND seq <= ?2), 0)",
+        // One statement, so one moment: the row of `run_events` holding event `after` (a row
+        // holds one write's events, numbered from its `seq`) and every row after it, through
+        // its index by run; and the batches the run's step rows hold (migration 17) from the
+        // row `Follows` knows to be early enough on (every row of the run when it knows none).
+        let rows: Vec<(i64, String, Option<i64>)> = sqlx::query_as(
+            "WITH run(key) AS (SELECT key FROM runs WHERE id = ?1)
+             SELECT seq, bodies, NULL FROM run_events, run
+             WHERE run_events.run_key = run.key
+               AND seq >= COALESCE((SELECT MAX(e.seq) FROM run_events e, run
+                                    WHERE e.run_key = run.key AND e.seq <= ?2), 0)
+             UNION ALL
+             SELECT event_seq, events, row FROM steps, run
+             WHERE steps.id BETWEEN run.key * 4294967296 AND run.key * 4294967296 + 4294967295
+               AND row >= ?3 AND events IS NOT NULL",
         )
-        .bind(key)
+        .bind(run_id)
         .bind(after)
-        .fetch_all(&mut *tx)
+        .bind(self.follows.from(run_id, after))
+        .fetch_all(&self.pool)
         .await
         .map_err(backend)?;
-        batches.extend(held_batches(&mut tx, key, after).await?);
-        tx.commit().await.map_err(backend)?;
         // The batch holding `after` is the last one, of either table, that starts at or
         // below it; the events up to `after` are skipped.
-        let from = batches
+        let from = rows
             .iter()
-            .map(|(seq, _)| *seq)
+            .map(|(seq, _, _)| *seq)
             .filter(|seq| *seq <= after)
             .max()
             .unwrap_or(0);
-        batches.retain(|(seq, _)| *seq >= from);
-        batches.sort_unstable_by_key(|(seq, _)| *seq);
+        let mut batches: Vec<&(i64, String, Option<i64>)> =
+            rows.iter().filter(|(seq, _, _)| *seq >= from).collect();
+        batches.sort_unstable_by_key(|(seq, _, _)| *seq);
+        // The step batch that holds `after` (for a read after the same point again: a
+        // follower's poll that found nothing new) and the newest (for a read after what
+        // this one returned).
+        let held: Vec<(i64, i64)> = batches
+            .iter()
+            .filter_map(|(seq, _, row)| Some((*seq, (*row)?)))
+            .collect();
+        self.follows.learn(
+            run_id,
+            held.iter().rev().find(|(seq, _)| *seq <= after).copied(),
+            held.last().copied(),
+        );
         let mut events = Vec::new();
-        for (seq, bodies) in &batches {
+        for (seq, bodies, _) in batches {
             for v in crate::batch_values(*seq, bodies, after)? {
                 events.push(crate::typed_event(v)?);
             }
@@ -786,45 +798,51 @@ impl RunStore for Sqlite {
     }
 }
 
-/// The event batches a run's step rows hold (migration 17) that may have events after
-/// `after`: the step rows written last, newest first, down to the first that holds a batch
-/// starting at or below `after`. A run's commits append their rows in order (the rowid,
-/// `row`, migration 14), so the batches they hold number upward with it; the run's other
-/// rows are passed over in its key's index without being read, so a follower of a long
-/// run reads what is new, not every step again.
-async fn held_batches(
-    tx: &mut sqlx::SqliteConnection,
-    key: i64,
-    after: i64,
-) -> Result<Vec<(i64, String)>, StoreError> {
-    const CHUNK: i64 = 16;
-    let first = drive::step_id(key, 0)?;
-    let mut below = i64::MAX;
-    let mut out = Vec::new();
-    loop {
-        let rows: Vec<(i64, Option<i64>, Option<String>)> = sqlx::query_as(
-            "SELECT row, event_seq, events FROM steps
-             WHERE row IN (SELECT row FROM steps
-                           WHERE id BETWEEN ?1 AND ?1 + 4294967295 AND row < ?2
-                           ORDER BY row DESC LIMIT ?3)",
-        )
-        .bind(first)
-        .bind(below)
-        .bind(CHUNK)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(backend)?;
-        let mut reached = false;
-        for (row, seq, events) in &rows {
-            below = below.min(*row);
-            if let (Some(seq), Some(events)) = (seq, events) {
-                reached |= *seq <= after;
-                out.push((*seq, events.clone()));
-            }
+/// For each run whose events were read after a point (an SSE follower's read at every write
+/// of its run), the newest event batch a step row held then: its first event's number and
+/// its row. A run's commits append their step rows in order (the rowid, `row`, migration
+/// 14), so the batches they hold number upward with it: a later read for the events after
+/// that number or a higher one needs no step row below that row, and reads only what was
+/// written since, where it would read every step row of the run (`run_events` has an index
+/// by run and number; step rows are found by run through their key's index, in step order,
+/// not in the order they were written). Rows do not move (a step written again keeps its
+/// row and writes its events to `run_events`), and run ids are never reused.
+#[derive(Default)]
+struct Follows(std::sync::Mutex<std::collections::HashMap<String, [Held; 2]>>);
+
+/// A batch of events in a step row: its first event's number and the row.
+type Held = Option<(i64, i64)>;
+
+impl Follows {
+    /// Runs remembered at most; forgotten all at once beyond it (a read then starts at the
+    /// run's first step row again).
+    const MOST: usize = 4096;
+
+    /// The row from which to read the step rows of `run_id` for the events after `after`.
+    fn from(&self, run_id: &str, after: i64) -> i64 {
+        let known = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        known
+            .get(run_id)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|(seq, _)| *seq <= after)
+            .map(|(_, row)| *row)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Two batches a read found in step rows, `(first event's number, row)`: the one
+    /// holding the point it read after, and the newest.
+    fn learn(&self, run_id: &str, at: Held, newest: Held) {
+        if at.is_none() && newest.is_none() {
+            return;
         }
-        if reached || (rows.len() as i64) < CHUNK {
-            return Ok(out);
+        let mut known = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if known.len() >= Self::MOST && !known.contains_key(run_id) {
+            known.clear();
         }
+        known.insert(run_id.to_string(), [at, newest]);
     }
 }
 
