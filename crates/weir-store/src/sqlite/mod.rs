@@ -50,8 +50,8 @@ macro_rules! steps_of {
 /// A run's batches of events (`seq`, `bodies`: one write's events, numbered from `seq`), for
 /// the run whose id is the statement's first parameter: the rows of `run_events` and the
 /// batches step rows hold (migration 17), as the table `batches` of a `WITH` clause. For a
-/// whole record, which reads every step row anyway (`events_after` reads only the newest:
-/// `held_batches`).
+/// whole record, which reads every step row anyway (`events_after` reads the step rows from
+/// a row it remembers on: `Follows`).
 macro_rules! event_batches {
     () => {
         "WITH run(key) AS (SELECT key FROM runs WHERE id = ?1),
@@ -799,14 +799,15 @@ impl RunStore for Sqlite {
 }
 
 /// For each run whose events were read after a point (an SSE follower's read at every write
-/// of its run), the newest event batch a step row held then: its first event's number and
-/// its row. A run's commits append their step rows in order (the rowid, `row`, migration
-/// 14), so the batches they hold number upward with it: a later read for the events after
-/// that number or a higher one needs no step row below that row, and reads only what was
-/// written since, where it would read every step row of the run (`run_events` has an index
-/// by run and number; step rows are found by run through their key's index, in step order,
-/// not in the order they were written). Rows do not move (a step written again keeps its
-/// row and writes its events to `run_events`), and run ids are never reused.
+/// of its run), two event batches that step rows held then, each as its first event's
+/// number and its row: the one holding the point read after, and the newest. A run's
+/// commits append their step rows in order (the rowid, `row`, migration 14), so the batches
+/// they hold number upward with it: a later read for the events after that number or a
+/// higher one needs no step row below that row, and reads only what was written since,
+/// where it would read every step row of the run (`run_events` has an index by run and
+/// number; step rows are found by run through their key's index, in step order, not in the
+/// order they were written). Rows do not move (a step written again keeps its row and
+/// writes its events to `run_events`), and run ids are never reused.
 #[derive(Default)]
 struct Follows(std::sync::Mutex<std::collections::HashMap<String, [Held; 2]>>);
 
