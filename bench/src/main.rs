@@ -51,13 +51,18 @@ fn agent(id: &str, msg: &str) -> Value {
 
 /// `n0 → n1 → … → n{N-1}`, each an LLM call reading the previous reply.
 fn chain(n: usize) -> Arc<Workflow> {
+    load(&chain_doc(n).to_string())
+}
+
+/// The document of [`chain`].
+fn chain_doc(n: usize) -> Value {
     let nodes: Vec<Value> = (0..n)
         .map(|i| agent(&format!("n{i}"), &format!("node {i}: {{last}}")))
         .collect();
     let edges: Vec<Value> = (1..n)
         .map(|i| json!({"source": format!("n{}", i - 1), "target": format!("n{i}")}))
         .collect();
-    load(&json!({"name": "chain", "nodes": nodes, "edges": edges}).to_string())
+    json!({"name": "chain", "nodes": nodes, "edges": edges})
 }
 
 /// `start → b0..b4 → join (merge) → summary`.
@@ -467,6 +472,53 @@ async fn bench_paused() {
     );
 }
 
+/// What a follower of a long run pays per read of its new events (the SSE stream reads the
+/// log after every write of the run it follows): one durable run of a 2,000-node chain with
+/// 1 KB replies on SQLite, then `events_after` of its last event but one, timed over 200
+/// reads, and once from the start (a first read, which reads every step row). Named only:
+/// `weir-bench follow` (`WEIR_BENCH_FOLLOW_NODES=N` for another length).
+async fn bench_follow() {
+    // WEIR_BENCH_FOLLOW_NODES=N: a chain of N nodes instead.
+    let n: usize = std::env::var("WEIR_BENCH_FOLLOW_NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Arc::new(
+        weir_store::Sqlite::open_with(Some(&dir.path().join("follow.db")), false)
+            .await
+            .expect("sqlite"),
+    );
+    let e = engine_with(store.clone(), Duration::ZERO, 1024);
+    // Past the default hop ceiling of 1,000 node executions.
+    let mut doc = chain_doc(n);
+    doc["hop_ceiling"] = json!(n + 1);
+    let wf = load(&doc.to_string());
+    let id = run(&e, &wf, json!({"last": ""})).await.run_id;
+    let from_start = Instant::now();
+    let all = store.events_after(&id, 0).await.expect("events");
+    emit(
+        "follow",
+        "first_read",
+        from_start.elapsed().as_secs_f64() * 1e6,
+        "us",
+    );
+    let last = all.last().expect("events").seq;
+    let reads = 200;
+    let t = Instant::now();
+    for _ in 0..reads {
+        let new = store.events_after(&id, last - 1).await.expect("events");
+        assert_eq!(new.len(), 1);
+    }
+    emit(
+        "follow",
+        "read_of_new_events",
+        t.elapsed().as_secs_f64() / reads as f64 * 1e6,
+        "us",
+    );
+    emit("follow", "events", all.len() as f64, "count");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let want = |b: &str| args.is_empty() || args.iter().any(|a| a == b);
@@ -495,6 +547,7 @@ fn main() {
         if want("paused") { bench_paused().await; }
         if want("api") { server::bench_api().await; }
         if args.iter().any(|a| a == "pg") { pg::bench_pg().await; }
+        if args.iter().any(|a| a == "follow") { bench_follow().await; }
     });
     emit("env", "total_runtime", t0.elapsed().as_secs_f64(), "s");
 }
