@@ -6,7 +6,7 @@
 # by the extra nodes (or iterations) is the count per node, with start-up and warm-up
 # cancelled out.
 #
-#   bench/instructions.sh                 # chain fanout loop durable_normal durable_state
+#   bench/instructions.sh                 # chain fanout loop launch durable_normal durable_state
 #   bench/instructions.sh chain loop      # some of them
 #
 # Prints JSON lines {"bench", "metric": "instructions_per_…", "value", "unit": "instr"}.
@@ -19,10 +19,10 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
 # workload → small runs, large runs, units of work per run, unit name
-declare -A small=([chain]=5 [fanout]=5 [loop]=2 [durable_normal]=3 [durable_state]=3)
-declare -A large=([chain]=25 [fanout]=25 [loop]=6 [durable_normal]=13 [durable_state]=13)
-declare -A per=([chain]=20 [fanout]=1 [loop]=100 [durable_normal]=20 [durable_state]=20)
-declare -A unit=([chain]=node [fanout]=run [loop]=iteration [durable_normal]=node [durable_state]=node)
+declare -A small=([chain]=5 [fanout]=5 [loop]=2 [durable_normal]=3 [durable_state]=3 [launch]=20)
+declare -A large=([chain]=25 [fanout]=25 [loop]=6 [durable_normal]=13 [durable_state]=13 [launch]=100)
+declare -A per=([chain]=20 [fanout]=1 [loop]=100 [durable_normal]=20 [durable_state]=20 [launch]=1)
+declare -A unit=([chain]=node [fanout]=run [loop]=iteration [durable_normal]=node [durable_state]=node [launch]=run)
 
 count() { # workload runs → total instructions
   WEIR_BENCH_RUNTIME=current_thread WEIR_BENCH_RUNS="$2" \
@@ -30,7 +30,7 @@ count() { # workload runs → total instructions
   awk '/^(summary|totals):/ {print $2; exit}' "$out/cg.$1.$2"
 }
 
-for w in "${@:-chain fanout loop durable_normal durable_state}"; do
+for w in "${@:-chain fanout loop launch durable_normal durable_state}"; do
   for name in $w; do
     a=$(count "$name" "${small[$name]}")
     b=$(count "$name" "${large[$name]}")

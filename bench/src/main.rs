@@ -179,6 +179,17 @@ async fn bench_chain() {
     emit("chain", "runs_per_sec", r as f64 / dt, "runs/s");
 }
 
+/// What starting and ending a run costs beside its one node: runs of a one-node chain, one
+/// after the other, in memory. Each of the concurrency workload's 2,000 runs pays this
+/// before its first model call or after its last, so it sets how long their launch takes.
+/// Named only: `weir-bench launch` (bench/instructions.sh counts it per run).
+async fn bench_launch() {
+    let r = runs_or(2000);
+    let e = engine(Arc::new(Memory::ephemeral()), Duration::ZERO);
+    let dt = timed(&e, &chain(1), r, json!({"last": ""})).await;
+    emit("launch", "per_run", dt / r as f64 * 1e6, "us");
+}
+
 async fn bench_fanout() {
     let r = runs_or(500);
     let e = engine(Arc::new(Memory::ephemeral()), Duration::ZERO);
@@ -548,6 +559,7 @@ fn main() {
         if want("api") { server::bench_api().await; }
         if args.iter().any(|a| a == "pg") { pg::bench_pg().await; }
         if args.iter().any(|a| a == "follow") { bench_follow().await; }
+        if args.iter().any(|a| a == "launch") { bench_launch().await; }
     });
     emit("env", "total_runtime", t0.elapsed().as_secs_f64(), "s");
 }

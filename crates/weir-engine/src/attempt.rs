@@ -114,14 +114,14 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
                         .map(|r| r.min(MAX_RETRY_AFTER))
                         .unwrap_or_else(|| AttemptPolicy::backoff(n + 1));
                     // The log shows the retry now, not when the step ends.
-                    let _ = ctx.progress.send(Box::new(EventKind::AttemptFailed {
+                    ctx.progress.send(EventKind::AttemptFailed {
                         step: ctx.seq,
                         node_id: ctx.node().id.clone(),
                         n,
                         error: f.message.clone(),
                         error_class: f.class.clone(),
                         backoff_ms: wait.as_millis() as u64,
-                    }));
+                    });
                     wait
                 }
             }

@@ -434,18 +434,19 @@ impl Engine {
         source: Source,
         input: Value,
     ) -> Result<RunOutcome, Error> {
-        let (created, snapshot) = self
-            .insert(
-                &wf,
-                source,
-                input,
-                CreateOptions {
-                    claim: true,
-                    ..CreateOptions::default()
-                },
-                None,
-            )
-            .await?;
+        // Boxed, and freed before the drive starts: in place, the creation's state (900
+        // bytes) set the size of this future, which lives as long as the run.
+        let (created, snapshot) = Box::pin(self.insert(
+            &wf,
+            source,
+            input,
+            CreateOptions {
+                claim: true,
+                ..CreateOptions::default()
+            },
+            None,
+        ))
+        .await?;
         let lease = created
             .lease
             .ok_or_else(|| Error::Store("the store did not claim the new run".into()))?;

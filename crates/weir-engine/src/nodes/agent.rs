@@ -47,12 +47,12 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
             let progress = ctx.progress.clone();
             let node_id = ctx.node().id.clone();
             weir_core::model::OnFallback(std::sync::Arc::new(move |model, class, next| {
-                let _ = progress.send(Box::new(weir_core::event::EventKind::ModelFallback {
+                progress.send(weir_core::event::EventKind::ModelFallback {
                     node_id: node_id.clone(),
                     model: model.to_string(),
                     error_class: class.as_str().to_string(),
                     next: next.to_string(),
-                }));
+                });
             }))
         }),
     };

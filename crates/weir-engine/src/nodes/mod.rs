@@ -45,8 +45,8 @@ pub struct NodeCtx {
     /// The step's sequence number in the run.
     pub seq: u32,
     /// Events that must reach the log while the step runs (an attempt that failed and will
-    /// be retried).
-    pub progress: tokio::sync::mpsc::UnboundedSender<Box<weir_core::event::EventKind>>,
+    /// be retried, a fallback).
+    pub progress: Arc<Progress>,
     /// The drive's lease, checked before each attempt (`Held::still_held`).
     pub(crate) lease: Option<Arc<crate::heartbeat::Held>>,
     /// Shared by every node of every run: one reference count, not one per service.
@@ -322,4 +322,42 @@ pub fn invalid_reply(
     f.request = Some(Box::new(request.into()));
     f.spent = Some(Box::new(spent));
     f
+}
+
+/// What a run's node futures tell its drive while they run (an attempt that failed and will
+/// be retried, a model fallback), read at the drive's next turn. Such events are rare, so
+/// this is a list behind a lock and the drive's waker: about 80 bytes per run, where a tokio
+/// channel took 800 for every run in flight (its shared state, and its first block of slots
+/// allocated with it).
+#[derive(Default)]
+pub struct Progress {
+    told: std::sync::Mutex<Vec<weir_core::event::EventKind>>,
+    waker: futures_util::task::AtomicWaker,
+}
+
+impl Progress {
+    /// Tells the drive; it writes the event at its next turn.
+    pub fn send(&self, event: weir_core::event::EventKind) {
+        self.told.lock().expect("progress lock").push(event);
+        self.waker.wake();
+    }
+
+    /// What was told since the last read, without waiting.
+    pub(crate) fn take(&self) -> Vec<weir_core::event::EventKind> {
+        std::mem::take(&mut *self.told.lock().expect("progress lock"))
+    }
+
+    /// Waits until something is told, and takes all of it.
+    pub(crate) async fn next(&self) -> Vec<weir_core::event::EventKind> {
+        std::future::poll_fn(|cx| {
+            self.waker.register(cx.waker());
+            let told = self.take();
+            if told.is_empty() {
+                std::task::Poll::Pending
+            } else {
+                std::task::Poll::Ready(told)
+            }
+        })
+        .await
+    }
 }

@@ -22,7 +22,6 @@ use std::pin::Pin;
 
 use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::mpsc;
 use weir_core::Workflow;
 use weir_core::event::EventKind;
 use weir_core::ir::{EndStatus, NodeKind, StateLayout};
@@ -34,7 +33,7 @@ use weir_core::store::{Lease, Stamp, StepCommit, Written};
 
 use crate::attempt::{self, Attempts};
 use crate::heartbeat::Signal;
-use crate::nodes::{NodeCtx, Route};
+use crate::nodes::{NodeCtx, Progress, Route};
 use crate::routing::{fire, ready_merges};
 
 mod end;
@@ -128,11 +127,7 @@ pub struct Run<'e> {
     /// Events of the changes not committed yet; they go in the same transaction.
     events: Vec<EventKind>,
     /// Attempt events from node futures (a retry shows when it happens).
-    /// Boxed: the channel allocates its first block of 32 slots up front, 32 event-sized
-    /// slots (3.9 KB) for every run where boxes take 256 bytes (the events are rare: a retry,
-    /// a fallback).
-    progress: mpsc::UnboundedSender<Box<EventKind>>,
-    progress_rx: Option<mpsc::UnboundedReceiver<Box<EventKind>>>,
+    progress: Arc<Progress>,
     /// For stores that keep snapshot patches: what changed since the last write (marked as
     /// the scheduler writes it), so a step commit writes a patch of the snapshot, and the
     /// whole snapshot every few commits (`weir_core::patch`).
@@ -162,7 +157,6 @@ async fn interrupted(n: &Option<Arc<tokio::sync::Notify>>) {
 
 impl<'e> Run<'e> {
     pub fn new(engine: &'e Engine, wf: Arc<Workflow>, lease: Lease, snapshot: Snapshot) -> Self {
-        let (progress, progress_rx) = mpsc::unbounded_channel();
         let stored = engine.services.store.keeps_patches().then(Tracker::new);
         let run_id = lease.run_id.as_str().into();
         Self {
@@ -177,8 +171,7 @@ impl<'e> Run<'e> {
             started: Vec::new(),
             run_id,
             events: Vec::new(),
-            progress,
-            progress_rx: Some(progress_rx),
+            progress: Arc::default(),
             stored,
             held: None,
         }
@@ -265,7 +258,7 @@ impl<'e> Run<'e> {
                 .hold(&self.lease, &self.engine.services.store, self.engine.lease);
         self.held = Some(holding.held.clone());
         let interrupt = self.engine.interrupt.clone();
-        let mut progress = self.progress_rx.take().expect("a run is driven once");
+        let progress = self.progress.clone();
         // Node futures are polled here, in the run's own task: concurrency without a task
         // spawn (and a cross-thread wake-up) per node.
         let mut tasks: Tasks = FuturesUnordered::new();
@@ -311,22 +304,22 @@ impl<'e> Run<'e> {
                 _ = &mut interrupted => {
                     self.ending.get_or_insert(Ending::Interrupted);
                 }
-                Some(mut ev) = progress.recv() => {
-                    if let EventKind::AttemptFailed { error, .. } = &mut *ev {
-                        self.engine.redactor.string(error);
+                mut told = progress.next() => {
+                    for ev in &mut told {
+                        self.redact(ev);
                     }
                     let w = self
                         .engine
                         .services
                         .store
-                        .append_events(&self.lease, vec![*ev])
+                        .append_events(&self.lease, told)
                         .await?;
                     self.written(w);
                 }
                 next = tasks.next() => {
                     let Some(first) = next else { break };
                     if tasks.is_empty() || ends_gathering(&first.1) {
-                        self.joined(first.0, first.1, &mut progress);
+                        self.joined(first.0, first.1);
                     } else {
                         // Siblings that finished at the same moment (parallel branches of
                         // instant nodes) are committed together, as one write: none of
@@ -347,7 +340,7 @@ impl<'e> Run<'e> {
                             }
                         }
                         for (index, joined) in done {
-                            self.joined(index, joined, &mut progress);
+                            self.joined(index, joined);
                         }
                     }
                     // Merges are weighed once the steps that finished together are in.
@@ -366,19 +359,12 @@ impl<'e> Run<'e> {
     }
 
     /// A node's future ended: its step is finished (or the run failed, if it panicked).
-    fn joined(
-        &mut self,
-        index: usize,
-        joined: std::thread::Result<Box<Attempts>>,
-        progress: &mut mpsc::UnboundedReceiver<Box<EventKind>>,
-    ) {
+    fn joined(&mut self, index: usize, joined: std::thread::Result<Box<Attempts>>) {
         // What a node told while it ran (a fallback) but the loop has not read yet goes in
         // with its step, before the step's end.
-        while let Ok(mut ev) = progress.try_recv() {
-            if let EventKind::AttemptFailed { error, .. } = &mut *ev {
-                self.engine.redactor.string(error);
-            }
-            self.events.push(*ev);
+        for mut ev in self.progress.take() {
+            self.redact(&mut ev);
+            self.events.push(ev);
         }
         match joined {
             Ok(r) => self.finish(index, r),
@@ -391,6 +377,13 @@ impl<'e> Run<'e> {
                     node_id: Some(node_id),
                 });
             }
+        }
+    }
+
+    /// A told event's error as the log may show it (no secrets).
+    fn redact(&self, ev: &mut EventKind) {
+        if let EventKind::AttemptFailed { error, .. } = ev {
+            self.engine.redactor.string(error);
         }
     }
 
@@ -722,6 +715,11 @@ impl<'e> Run<'e> {
         self.engine.redactor.step(&mut step);
         self.events
             .push(finished_event_of(&step, wf.node_id(index).clone()));
+        // Room for one at first, which a chain never outgrows: a first push would reserve
+        // four records (1.1 KB), kept for the whole run (BENCHMARKS.md, memory per run).
+        if self.unsaved.capacity() == 0 {
+            self.unsaved.reserve_exact(1);
+        }
         self.unsaved.push(step);
     }
 }
