@@ -497,7 +497,7 @@ async fn a_growing_log_is_checkpointed_into_the_database_while_open() {
     let path = dir.path().join("ckpt.db");
     let store = Sqlite::open_with(Some(&path), true).await.unwrap();
     let before = std::fs::metadata(&path).unwrap().len();
-    // 300 runs of 20 KB of input each: 6 MB, past the log's 1,000 pages (4 MB).
+    // 300 runs of 20 KB of input each: 6 MB, past the log's 1,000 pages (2 MB).
     let big = "x".repeat(20_000);
     for i in 0..300 {
         let mut run = new_run("{}", serde_json::json!({ "text": big }));
@@ -630,4 +630,41 @@ async fn a_schema_15_databases_events_and_patches_read_back_beside_new_ones() {
     let patches = count(&store, "SELECT COUNT(*) FROM run_patches WHERE run_key = 5").await;
     assert_eq!(patches, 0, "the whole snapshot covers the old patch");
     assert_eq!(store.load_run("old").await.unwrap().snapshot, snapshot);
+}
+
+/// The page size of SQLite's `PRAGMA page_size`.
+async fn page_size(store: &Sqlite) -> i64 {
+    count(store, "PRAGMA page_size").await
+}
+
+/// A database the store creates has 2 KiB pages (`PAGE_SIZE`); one an earlier weir created
+/// with SQLite's 4 KiB keeps them, and its runs are written and read back as before.
+#[tokio::test]
+async fn new_databases_get_2_kib_pages_and_old_ones_keep_theirs() {
+    let dir = tempfile::tempdir().unwrap();
+    let new = Sqlite::open(Some(&dir.path().join("new.db")))
+        .await
+        .unwrap();
+    assert_eq!(page_size(&new).await, 2048);
+
+    let path = dir.path().join("old.db");
+    {
+        let opts = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .page_size(4096)
+            .journal_mode(SqliteJournalMode::Wal);
+        let pool = SqlitePoolOptions::new().connect_with(opts).await.unwrap();
+        sqlx::query("CREATE TABLE earlier (x INTEGER)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+    }
+    let old = Sqlite::open(Some(&path)).await.unwrap();
+    assert_eq!(page_size(&old).await, 4096);
+    let run = new_run("{}", serde_json::json!({ "text": "x".repeat(5_000) }));
+    let id = old.create_run(run).await.unwrap().run_id;
+    let back = old.get_record(&id).await.unwrap();
+    assert_eq!(back.input["text"].as_str().map(str::len), Some(5_000));
 }
