@@ -15,7 +15,7 @@ use crate::nodes::{self, Failure, NodeCtx, Outcome, Spent};
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 pub struct Attempts {
-    pub result: Result<Outcome, Failure>,
+    pub result: Result<Box<Outcome>, Failure>,
     pub attempts: Vec<Attempt>,
     /// Everything every attempt spent.
     pub spent: Spent,

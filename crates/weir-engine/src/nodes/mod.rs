@@ -227,9 +227,11 @@ impl Failure {
 /// A future is as large as the largest of its states, and every layer that awaits it
 /// (timeout, panic guard, the run's task list) moves it: the executors whose futures are
 /// large (several model calls, tool and script calls) are boxed, so the common agent step
-/// does not copy their size around at every launch.
-pub async fn execute(ctx: &NodeCtx) -> Result<Outcome, Failure> {
-    match &ctx.node().kind {
+/// does not copy their size around at every launch. The outcome (480 bytes) is boxed as it
+/// leaves: the timeout, the attempt loop, the panic guard and the step's record each moved
+/// it whole (chain −2.5% instructions per node, BENCHMARKS.md).
+pub async fn execute(ctx: &NodeCtx) -> Result<Box<Outcome>, Failure> {
+    let done = match &ctx.node().kind {
         NodeKind::Agent(spec) => agent::execute(ctx, spec).await,
         NodeKind::Tool(spec) => Box::pin(tool::execute(ctx, spec)).await,
         NodeKind::Condition(spec) => condition::execute(ctx, spec),
@@ -241,7 +243,8 @@ pub async fn execute(ctx: &NodeCtx) -> Result<Outcome, Failure> {
         NodeKind::Consensus(spec) => Box::pin(consensus::execute(ctx, spec)).await,
         NodeKind::Script(spec) => Box::pin(script::execute(ctx, spec)).await,
         NodeKind::Step(spec) => Box::pin(step::execute(ctx, spec)).await,
-    }
+    };
+    done.map(Box::new)
 }
 
 impl NodeCtx {

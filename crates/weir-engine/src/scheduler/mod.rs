@@ -568,7 +568,7 @@ impl<'e> Run<'e> {
             // room for one.
             if let Some(outcome) = self.take_reused(&wf.nodes[index], seq) {
                 let done = attempt::Attempts {
-                    result: Ok(outcome),
+                    result: Ok(Box::new(outcome)),
                     attempts: Vec::new(),
                     spent: Default::default(),
                 };
