@@ -21,13 +21,23 @@ pub struct Attempts {
     pub spent: Spent,
 }
 
+/// An attempt's deadline: `timeout` after its start, or (a timeout too long to add) thirty
+/// years on, as `tokio::time::timeout` does.
+fn deadline(started: Instant, timeout: Duration) -> tokio::time::Instant {
+    let started = tokio::time::Instant::from_std(started);
+    started
+        .checked_add(timeout)
+        .unwrap_or_else(|| started + Duration::from_secs(86_400 * 365 * 30))
+}
+
 pub async fn run(ctx: &NodeCtx) -> Attempts {
     let policy = ctx.node().policy;
     let mut attempts = Vec::new();
     let mut total = Spent::default();
     let mut n = 1;
     loop {
-        let mut started = Instant::now();
+        // The first attempt starts when the step was launched: the clock was read then.
+        let mut started = if n == 1 { ctx.launched } else { Instant::now() };
         // The rare awaits (a lease to renew, a replay) are boxed: a future is as large as
         // all its awaits together, and the common one is moved at every launch.
         if let Some(lease) = &ctx.lease
@@ -47,13 +57,14 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
                     visit: ctx.visit,
                     attempt: n,
                 };
-                Box::pin(tokio::time::timeout(
-                    policy.timeout,
+                Box::pin(tokio::time::timeout_at(
+                    deadline(started, policy.timeout),
                     crate::replay::at(site, nodes::execute(ctx)),
                 ))
                 .await
             } else {
-                tokio::time::timeout(policy.timeout, nodes::execute(ctx)).await
+                tokio::time::timeout_at(deadline(started, policy.timeout), nodes::execute(ctx))
+                    .await
             };
             let result = match timed {
                 Ok(r) => r,

@@ -53,6 +53,9 @@ pub struct NodeCtx {
     pub services: Arc<Services>,
     /// The engine is replaying a recorded run (see [`crate::replay`]).
     pub replay: bool,
+    /// When the step was launched: its first attempt's start (one clock reading for the
+    /// step's duration, the attempt's and its deadline).
+    pub launched: std::time::Instant,
 }
 
 /// Where the run goes after a node.

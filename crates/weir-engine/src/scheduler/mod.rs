@@ -534,6 +534,7 @@ impl<'e> Run<'e> {
             });
             self.started.push(seq);
             let loop_count = self.snapshot.loops.get(node_id).copied().unwrap_or(0) + 1;
+            let launched = Instant::now();
             let ctx = NodeCtx {
                 run_id: self.run_id.clone(),
                 wf: self.wf.clone(),
@@ -555,12 +556,13 @@ impl<'e> Run<'e> {
                 lease: self.held.clone(),
                 services: self.engine.services.clone(),
                 replay: self.engine.replay,
+                launched,
             };
             self.in_flight.insert(
                 index,
                 InFlight {
                     step,
-                    started: Instant::now(),
+                    started: launched,
                 },
             );
             let wf = self.wf.clone();
