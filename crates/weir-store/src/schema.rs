@@ -521,4 +521,26 @@ ALTER TABLE steps ADD COLUMN event_seq INTEGER;
 ALTER TABLE steps ADD COLUMN events TEXT;
 "#,
     ),
+    (
+        18,
+        r#"
+-- A run's step rows are a chain, newest first: the run's row holds its newest step row
+-- (`last_row`), each step row the one written before it (`prev`). The unique index on the
+-- step's key goes: it was a third B-tree page, so a third WAL frame, at every durable step
+-- commit (BENCHMARKS.md), and rows stay in time order (migration 14), so the rows of many
+-- runs committed together still fill pages one after another. A step written again (a
+-- decision, a cancel) is a new row in the chain; readers take the newest row of each step.
+-- The chain is in commit order, so an event follower walks back from the newest row only
+-- as far as the events it has not read.
+ALTER TABLE steps ADD COLUMN prev INTEGER;
+ALTER TABLE runs ADD COLUMN last_row INTEGER;
+UPDATE steps SET prev = p.prev
+FROM (SELECT row, LAG(row) OVER (PARTITION BY run_key ORDER BY row) AS prev FROM steps) AS p
+WHERE steps.row = p.row AND p.prev IS NOT NULL;
+UPDATE runs SET last_row = h.row
+FROM (SELECT run_key, MAX(row) AS row FROM steps GROUP BY run_key) AS h
+WHERE runs.key = h.run_key;
+DROP INDEX steps_id;
+"#,
+    ),
 ];

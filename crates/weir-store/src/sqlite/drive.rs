@@ -49,6 +49,8 @@ pub struct Seen {
     /// The run's last event number, and its cancel flag, as that write left them.
     pub event_seq: i64,
     pub cancel: bool,
+    /// The run's newest step row (migration 18), as that write left it.
+    pub last_row: Option<i64>,
 }
 
 /// One fenced write of a drive, owned so it can travel to the writer thread.
@@ -116,7 +118,9 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
         ($set:literal, $also:literal) => {
             fence!(@ concat!(
                 $set,
-                ", running = CASE WHEN ?8 IS NULL THEN running ELSE weir_running(running, ?8, ?9) END"
+                ", running = CASE WHEN ?8 IS NULL THEN running ELSE weir_running(running, ?8, ?9) END,
+                 last_row = CASE WHEN ?10 = 0 THEN last_row
+                                 ELSE COALESCE((SELECT MAX(row) FROM steps), 0) + ?10 END"
             ), $also)
         };
         (@ $set:expr, $also:literal) => {
@@ -165,6 +169,10 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
         Some((d, a)) => (Some(d.as_str()), Some(a.as_str())),
         None => (None, None),
     };
+    // ?10: the step rows the write appends. Each takes the table's largest rowid plus one,
+    // so the last of them, the run's newest (`last_row`), is the largest now plus their
+    // number; each links to the one before it (`prev`), the first to the run's newest.
+    let appended = w.steps.len() as i64;
     let none: Option<i64> = None;
     // The row as the drive last left it: one `UPDATE`, nothing to read back.
     let same = match w.seen {
@@ -180,68 +188,74 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
                     seen.key,
                     seen.event_seq,
                     done,
-                    add
+                    add,
+                    appended
                 ])
                 .map_err(backend)?;
             (changed == 1).then_some(Fence {
                 key: seen.key,
                 event_seq: seen.event_seq + n,
                 cancel: i64::from(seen.cancel),
+                last_row: seen.last_row,
             })
         }
         None => None,
     };
     let fence = match (same, w.seen) {
         (Some(f), _) => Some(f),
-        (None, Some(seen)) => update_then_read(
+        (None, Some(seen)) => read_then_update(
             tx,
             by_key,
             params![
-                n, snapshot, cost, w.run_id, w.epoch, seen.key, none, done, add
+                n, snapshot, cost, w.run_id, w.epoch, seen.key, none, done, add, appended
             ],
             Known::Key(seen.key),
+            n,
         )?,
-        (None, None) => update_then_read(
+        (None, None) => read_then_update(
             tx,
             by_id,
-            params![n, snapshot, cost, w.run_id, w.epoch, none, none, done, add],
+            params![
+                n, snapshot, cost, w.run_id, w.epoch, none, none, done, add, appended
+            ],
             Known::Id(&w.run_id),
+            n,
         )?,
     };
     let Some(Fence {
         key,
         event_seq: last,
         cancel,
+        last_row,
     }) = fence
     else {
         return Ok(None);
     };
     let first = last - n + 1;
-    // A step is written to `steps` once, when it ends (its start is a line of the run's
-    // `running` column, migration 15), appended in time order and found by its key's unique
-    // index (migration 14). The write's events go in its first step's row (migration 17):
-    // two B-tree pages fewer per commit than a row of `run_events`. A step written again (a
-    // takeover's cancelled steps, a decision's) keeps one row and the events it holds; the
-    // write's own events then take a row of `run_events`.
-    let mut held = false;
+    // A step is written to `steps` when it ends (its start is a line of the run's `running`
+    // column, migration 15), appended in time order (migration 14) to the run's chain of
+    // step rows (migration 18). The write's events go in its first step's row (migration
+    // 17): two B-tree pages fewer per commit than a row of `run_events`. A step written
+    // again is a new row of the chain; readers take the newest.
+    let mut head = last_row;
     for (i, s) in w.steps.iter().enumerate() {
         let id = step_id(key, s.seq)?;
         let row = step_params(&id, s);
-        if i == 0 && n > 0 {
+        let linked = [&head as &dyn rusqlite::ToSql];
+        head = Some(if i == 0 && n > 0 {
             let holder = [&first as &dyn rusqlite::ToSql, &w.events];
-            held = tx
-                .prepare(STEP_HOLDING_EVENTS)?
-                .execute(rusqlite::params_from_iter(row.iter().chain(&holder)))
+            tx.prepare(STEP_HOLDING_EVENTS)?
+                .insert(rusqlite::params_from_iter(
+                    row.iter().chain(&linked).chain(&holder),
+                ))
                 .map_err(backend)?
-                == 1;
-            if held {
-                continue;
-            }
-        }
-        tx.prepare(STEP_UPSERT)?
-            .execute(&row[..])
-            .map_err(backend)?;
+        } else {
+            tx.prepare(STEP_INSERT)?
+                .insert(rusqlite::params_from_iter(row.iter().chain(&linked)))
+                .map_err(backend)?
+        });
     }
+    let held = n > 0 && !w.steps.is_empty();
     if w.clear {
         // The whole snapshot covers every patch written before it.
         tx.prepare("DELETE FROM run_patches WHERE run_key = ?1")?
@@ -287,51 +301,37 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
             key,
             event_seq: last,
             cancel: cancel != 0,
+            last_row: head,
         },
         first_seq: first,
         cancel_requested: cancel != 0,
     }))
 }
 
-/// The columns of a step row a write sets: all but the events it may hold (migration 17).
+/// The columns of a step row a write sets, with the row it links to (`prev`, migration
+/// 18): all but the events it may hold (migration 17).
 macro_rules! step_columns {
     () => {
         "id, node_id, node_type, visit, status, route, input, output, error, cost_usd,
-         tokens_in, tokens_out, started_at, finished_at, duration_ms, attempts"
+         tokens_in, tokens_out, started_at, finished_at, duration_ms, attempts, prev"
     };
 }
+pub(super) use step_columns;
 
-/// Writes a step's row, or rewrites the row it already has (the key's unique index,
-/// migration 14) and keeps the events that row holds: an upsert, where `INSERT OR REPLACE`
-/// would delete them with the old row. Also for `rows::insert_steps` (more rows per
-/// statement).
-macro_rules! step_upsert {
-    () => {
-        " ON CONFLICT (id) DO UPDATE SET node_id = excluded.node_id,
-            node_type = excluded.node_type, visit = excluded.visit, status = excluded.status,
-            route = excluded.route, input = excluded.input, output = excluded.output,
-            error = excluded.error, cost_usd = excluded.cost_usd,
-            tokens_in = excluded.tokens_in, tokens_out = excluded.tokens_out,
-            started_at = excluded.started_at, finished_at = excluded.finished_at,
-            duration_ms = excluded.duration_ms, attempts = excluded.attempts"
-    };
-}
-pub(super) use {step_columns, step_upsert};
-
-const STEP_UPSERT: &str = concat!(
+/// A step row, linked to the run's newest (`?17`).
+const STEP_INSERT: &str = concat!(
     "INSERT INTO steps (",
     step_columns!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
-    step_upsert!()
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
 );
 
-/// A new step row that holds its write's events; writes nothing when the step has a row.
+/// A step row that holds its write's events.
 const STEP_HOLDING_EVENTS: &str = concat!(
     "INSERT INTO steps (",
     step_columns!(),
     ", event_seq, events)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
-     ON CONFLICT (id) DO NOTHING"
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
+             ?19)"
 );
 
 /// A step row's values, in `step_columns!` order.
@@ -371,6 +371,8 @@ struct Fence {
     key: i64,
     event_seq: i64,
     cancel: i64,
+    /// The run's newest step row before the write (migration 18).
+    last_row: Option<i64>,
 }
 
 /// Runs `update`, a single-row `UPDATE runs … WHERE id = …`, and when it changed the row
@@ -389,11 +391,11 @@ fn update_then_read(
     }
     let (read, by): (&'static str, &dyn rusqlite::ToSql) = match &row {
         Known::Id(id) => (
-            "SELECT key, event_seq, cancel_requested FROM runs WHERE id = ?1",
+            "SELECT key, event_seq, cancel_requested, last_row FROM runs WHERE id = ?1",
             id,
         ),
         Known::Key(k) => (
-            "SELECT key, event_seq, cancel_requested FROM runs WHERE key = ?1",
+            "SELECT key, event_seq, cancel_requested, last_row FROM runs WHERE key = ?1",
             k,
         ),
     };
@@ -401,6 +403,43 @@ fn update_then_read(
         .query_row([by], fence_row)
         .map(Some)
         .map_err(backend)
+}
+
+/// A fenced write's `UPDATE`, `update`, when the drive does not know the run's row as it
+/// stands: the row is read first (the run's newest step row, which the write links its
+/// step rows to, is the one before the `UPDATE`), then updated; `None` when the `UPDATE`
+/// changed nothing (the fence refused). `n`: the events the `UPDATE` adds. Nothing else
+/// writes in between: the write holds the database's write lock.
+fn read_then_update(
+    tx: &Conn<'_>,
+    update: &'static str,
+    params: &[&dyn rusqlite::ToSql],
+    row: Known<'_>,
+    n: i64,
+) -> Result<Option<Fence>, StoreError> {
+    let (read, by): (&'static str, &dyn rusqlite::ToSql) = match &row {
+        Known::Id(id) => (
+            "SELECT key, event_seq, cancel_requested, last_row FROM runs WHERE id = ?1",
+            id,
+        ),
+        Known::Key(k) => (
+            "SELECT key, event_seq, cancel_requested, last_row FROM runs WHERE key = ?1",
+            k,
+        ),
+    };
+    let Some(before) = tx
+        .prepare(read)?
+        .query_row([by], fence_row)
+        .optional()
+        .map_err(backend)?
+    else {
+        return Ok(None);
+    };
+    let changed = tx.prepare(update)?.execute(params).map_err(backend)?;
+    Ok((changed == 1).then_some(Fence {
+        event_seq: before.event_seq + n,
+        ..before
+    }))
 }
 
 /// How a fenced write names the run's row: by id, or by the key the drive learnt.
@@ -415,6 +454,7 @@ fn fence_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Fence> {
         key: r.get(0)?,
         event_seq: r.get(1)?,
         cancel: r.get(2)?,
+        last_row: r.get(3)?,
     })
 }
 
@@ -590,6 +630,7 @@ fn claim_one(
         key,
         event_seq,
         cancel,
+        ..
     }) = claimed
     else {
         return Ok(None);
@@ -715,6 +756,7 @@ pub fn create_run(
         key,
         event_seq,
         cancel: false,
+        last_row: None,
     });
     let created = weir_core::store::Created {
         run_id: run.run_id.clone(),

@@ -38,29 +38,45 @@ use crate::{backend, json};
 use rows::{End, Fenced, insert_events, insert_steps};
 use writer::Writer;
 
-/// The rows of one run's steps (`steps.id` is `run_key * 2^32 + seq`), for the run whose
-/// id is the statement's first parameter.
-macro_rules! steps_of {
+/// The step rows of one run, for the run whose id is the statement's first parameter: the
+/// table `chain` (`r`: a row of `steps`) of a `WITH RECURSIVE` clause, walked from the run's
+/// newest step row back through each row's `prev` (migration 18). A step written more than
+/// once has a row for each write; [`newest_steps`] takes the last.
+macro_rules! chain_of {
     () => {
-        "steps.id BETWEEN (SELECT key FROM runs WHERE runs.id = ?1) * 4294967296
-                      AND (SELECT key FROM runs WHERE runs.id = ?1) * 4294967296 + 4294967295"
+        "chain(r) AS (
+             SELECT last_row FROM runs WHERE runs.id = ?1 AND last_row IS NOT NULL
+             UNION ALL
+             SELECT steps.prev FROM steps, chain
+             WHERE steps.row = chain.r AND steps.prev IS NOT NULL)"
+    };
+}
+
+/// The newest row of each of a run's steps (the table `newest`, `r`: a row of `steps`),
+/// after [`chain_of`] in the same `WITH RECURSIVE` clause.
+macro_rules! newest_steps {
+    () => {
+        "newest(r) AS (SELECT MAX(steps.row) FROM steps, chain
+                       WHERE steps.row = chain.r GROUP BY steps.id)"
     };
 }
 
 /// A run's batches of events (`seq`, `bodies`: one write's events, numbered from `seq`), for
 /// the run whose id is the statement's first parameter: the rows of `run_events` and the
 /// batches step rows hold (migration 17), as the table `batches` of a `WITH` clause. For a
-/// whole record, which reads every step row anyway (`events_after` reads the step rows from
-/// a row it remembers on: `Follows`).
+/// whole record, which reads every step row anyway (`events_after` walks back only over the
+/// newest).
 macro_rules! event_batches {
     () => {
-        "WITH run(key) AS (SELECT key FROM runs WHERE id = ?1),
-         batches(seq, bodies) AS (
-             SELECT seq, bodies FROM run_events, run WHERE run_events.run_key = run.key
-             UNION ALL
-             SELECT event_seq, events FROM steps, run
-             WHERE steps.id BETWEEN run.key * 4294967296 AND run.key * 4294967296 + 4294967295
-               AND events IS NOT NULL)"
+        concat!(
+            "WITH RECURSIVE run(key) AS (SELECT key FROM runs WHERE id = ?1), ",
+            chain_of!(),
+            ", batches(seq, bodies) AS (
+                 SELECT seq, bodies FROM run_events, run WHERE run_events.run_key = run.key
+                 UNION ALL
+                 SELECT event_seq, events FROM steps, chain
+                 WHERE steps.row = chain.r AND events IS NOT NULL)"
+        )
     };
 }
 
@@ -89,8 +105,6 @@ pub struct Sqlite {
     writer: Writer,
     /// The keys of the runs this process drives (`rows::Keys`).
     keys: rows::Keys,
-    /// Where `events_after` may start reading a run's step rows (`Follows`).
-    follows: Follows,
     /// The folder of a throwaway database (`sqlite::memory:`), removed with the store.
     _scratch: Option<tempfile::TempDir>,
 }
@@ -158,7 +172,6 @@ impl Sqlite {
                 .map_err(|e| StoreError::Backend(format!("cannot open {}: {e}", path.display())))?,
             pool,
             keys: rows::Keys::default(),
-            follows: Follows::default(),
             _scratch: scratch,
         };
         store.migrate().await?;
@@ -206,11 +219,15 @@ impl Sqlite {
         only_seq: Option<u32>,
     ) -> Result<Vec<StepRecord>, StoreError> {
         let rows = sqlx::query(concat!(
-            "SELECT seq, node_id, node_type, visit, status, route, input, output, error, cost_usd,
-                    tokens_in, tokens_out, started_at, finished_at, duration_ms, attempts
-             FROM steps WHERE ",
-            steps_of!(),
-            " AND (?2 IS NULL OR seq = ?2) ORDER BY steps.id"
+            "WITH RECURSIVE ",
+            chain_of!(),
+            ", ",
+            newest_steps!(),
+            " SELECT seq, node_id, node_type, visit, status, route, input, output, error,
+                     cost_usd, tokens_in, tokens_out, started_at, finished_at, duration_ms,
+                     attempts
+              FROM steps, newest WHERE steps.row = newest.r AND (?2 IS NULL OR seq = ?2)
+              ORDER BY steps.id"
         ))
         .bind(run_id.to_string())
         .bind(only_seq.map(i64::from))
@@ -537,10 +554,12 @@ impl RunStore for Sqlite {
                 .await
                 .map_err(backend)?;
         }
+        // Older rows of a step written again are updated too; readers take the newest.
         sqlx::query(concat!(
-            "UPDATE steps SET status = 'cancelled', error = ?2, finished_at = ?3 WHERE ",
-            steps_of!(),
-            " AND status IN ('running', 'waiting')"
+            "WITH RECURSIVE ",
+            chain_of!(),
+            " UPDATE steps SET status = 'cancelled', error = ?2, finished_at = ?3
+              WHERE row IN (SELECT r FROM chain) AND status IN ('running', 'waiting')"
         ))
         .bind(run_id)
         .bind(format!("cancelled by {by}"))
@@ -631,8 +650,12 @@ impl RunStore for Sqlite {
         let rows = sqlx::query(
             "SELECT id, workflow, status, started_at, finished_at, cost_usd, workflow_id,
                     workflow_version,
-                    (SELECT count(*) FROM steps WHERE steps.id BETWEEN runs.key * 4294967296
-                        AND runs.key * 4294967296 + 4294967295)
+                    (WITH RECURSIVE chain(r) AS (
+                         SELECT runs.last_row WHERE runs.last_row IS NOT NULL
+                         UNION ALL
+                         SELECT steps.prev FROM steps, chain
+                         WHERE steps.row = chain.r AND steps.prev IS NOT NULL)
+                     SELECT count(DISTINCT steps.id) FROM steps, chain WHERE steps.row = chain.r)
                       + length(coalesce(running, '')) - length(replace(coalesce(running, ''), char(10), ''))
                       AS steps,
                     json_extract(error, '$.code') AS error_code
@@ -694,7 +717,11 @@ impl RunStore for Sqlite {
         .collect();
         for id in &ids {
             for sql in [
-                concat!("DELETE FROM steps WHERE ", steps_of!()),
+                concat!(
+                    "WITH RECURSIVE ",
+                    chain_of!(),
+                    " DELETE FROM steps WHERE row IN (SELECT r FROM chain)"
+                ),
                 "DELETE FROM run_events WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
                 "DELETE FROM run_patches WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
                 "DELETE FROM run_sources WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
@@ -714,9 +741,12 @@ impl RunStore for Sqlite {
     async fn open_steps(&self, run_id: &str) -> Result<(u32, Vec<StepRecord>), StoreError> {
         let mut tx = self.pool.begin().await.map_err(backend)?;
         let rows = sqlx::query(concat!(
-            "SELECT seq, status FROM steps WHERE ",
-            steps_of!(),
-            " ORDER BY steps.id DESC"
+            "WITH RECURSIVE ",
+            chain_of!(),
+            ", ",
+            newest_steps!(),
+            " SELECT seq, status FROM steps, newest WHERE steps.row = newest.r
+              ORDER BY steps.id DESC"
         ))
         .bind(run_id)
         .fetch_all(&mut *tx)
@@ -755,22 +785,29 @@ impl RunStore for Sqlite {
         let after = after as i64;
         // One statement, so one moment: the row of `run_events` holding event `after` (a row
         // holds one write's events, numbered from its `seq`) and every row after it, through
-        // its index by run; and the batches the run's step rows hold (migration 17) from the
-        // row `Follows` knows to be early enough on (every row of the run when it knows none).
-        let rows: Vec<(i64, String, Option<i64>)> = sqlx::query_as(
-            "WITH run(key) AS (SELECT key FROM runs WHERE id = ?1)
-             SELECT seq, bodies, NULL FROM run_events, run
+        // its index by run; and the batches the run's step rows hold (migration 17), walking
+        // back from the run's newest step row (migration 18) only as far as the first batch
+        // that starts at or below `after`. The chain is in commit order, so every batch
+        // before that one holds older events: a follower's read costs what was written
+        // since it last read, not the run's length.
+        let rows: Vec<(i64, String)> = sqlx::query_as(
+            "WITH RECURSIVE run(key, head) AS (SELECT key, last_row FROM runs WHERE id = ?1),
+             chain(r) AS (
+                 SELECT head FROM run WHERE head IS NOT NULL
+                 UNION ALL
+                 SELECT steps.prev FROM steps, chain
+                 WHERE steps.row = chain.r AND steps.prev IS NOT NULL
+                   AND (steps.event_seq IS NULL OR steps.event_seq > ?2))
+             SELECT seq, bodies FROM run_events, run
              WHERE run_events.run_key = run.key
                AND seq >= COALESCE((SELECT MAX(e.seq) FROM run_events e, run
                                     WHERE e.run_key = run.key AND e.seq <= ?2), 0)
              UNION ALL
-             SELECT event_seq, events, row FROM steps, run
-             WHERE steps.id BETWEEN run.key * 4294967296 AND run.key * 4294967296 + 4294967295
-               AND row >= ?3 AND events IS NOT NULL",
+             SELECT event_seq, events FROM steps, chain
+             WHERE steps.row = chain.r AND events IS NOT NULL",
         )
         .bind(run_id)
         .bind(after)
-        .bind(self.follows.from(run_id, after))
         .fetch_all(&self.pool)
         .await
         .map_err(backend)?;
@@ -778,81 +815,20 @@ impl RunStore for Sqlite {
         // below it; the events up to `after` are skipped.
         let from = rows
             .iter()
-            .map(|(seq, _, _)| *seq)
+            .map(|(seq, _)| *seq)
             .filter(|seq| *seq <= after)
             .max()
             .unwrap_or(0);
-        let mut batches: Vec<&(i64, String, Option<i64>)> =
-            rows.iter().filter(|(seq, _, _)| *seq >= from).collect();
-        batches.sort_unstable_by_key(|(seq, _, _)| *seq);
-        // The step batch that holds `after` (for a read after the same point again: a
-        // follower's poll that found nothing new) and the newest (for a read after what
-        // this one returned).
-        let held: Vec<(i64, i64)> = batches
-            .iter()
-            .filter_map(|(seq, _, row)| Some((*seq, (*row)?)))
-            .collect();
-        self.follows.learn(
-            run_id,
-            held.iter().rev().find(|(seq, _)| *seq <= after).copied(),
-            held.last().copied(),
-        );
+        let mut batches: Vec<&(i64, String)> =
+            rows.iter().filter(|(seq, _)| *seq >= from).collect();
+        batches.sort_unstable_by_key(|(seq, _)| *seq);
         let mut events = Vec::new();
-        for (seq, bodies, _) in batches {
+        for (seq, bodies) in batches {
             for v in crate::batch_values(*seq, bodies, after)? {
                 events.push(crate::typed_event(v)?);
             }
         }
         Ok(events)
-    }
-}
-
-/// For each run whose events were read after a point (an SSE follower's read at every write
-/// of its run), two event batches that step rows held then, each as its first event's
-/// number and its row: the one holding the point read after, and the newest. A run's
-/// commits append their step rows in order (the rowid, `row`, migration 14), so the batches
-/// they hold number upward with it: a later read for the events after that number or a
-/// higher one needs no step row below that row, and reads only what was written since,
-/// where it would read every step row of the run (`run_events` has an index by run and
-/// number; step rows are found by run through their key's index, in step order, not in the
-/// order they were written). Rows do not move (a step written again keeps its row and
-/// writes its events to `run_events`), and run ids are never reused.
-#[derive(Default)]
-struct Follows(std::sync::Mutex<std::collections::HashMap<String, [Held; 2]>>);
-
-/// A batch of events in a step row: its first event's number and the row.
-type Held = Option<(i64, i64)>;
-
-impl Follows {
-    /// Runs remembered at most; forgotten all at once beyond it (a read then starts at the
-    /// run's first step row again).
-    const MOST: usize = 4096;
-
-    /// The row from which to read the step rows of `run_id` for the events after `after`.
-    fn from(&self, run_id: &str, after: i64) -> i64 {
-        let known = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        known
-            .get(run_id)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|(seq, _)| *seq <= after)
-            .map(|(_, row)| *row)
-            .max()
-            .unwrap_or(0)
-    }
-
-    /// Two batches a read found in step rows, `(first event's number, row)`: the one
-    /// holding the point it read after, and the newest.
-    fn learn(&self, run_id: &str, at: Held, newest: Held) {
-        if at.is_none() && newest.is_none() {
-            return;
-        }
-        let mut known = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if known.len() >= Self::MOST && !known.contains_key(run_id) {
-            known.clear();
-        }
-        known.insert(run_id.to_string(), [at, newest]);
     }
 }
 

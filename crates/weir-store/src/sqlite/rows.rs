@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use sqlx::{QueryBuilder, Sqlite as Db, SqliteConnection};
+use sqlx::SqliteConnection;
 use weir_core::event::{EventKind, RunEvent};
 use weir_core::patch::Patch;
 use weir_core::record::{Snapshot, StepRecord};
@@ -24,6 +24,9 @@ async fn run_key(conn: &mut SqliteConnection, run_id: &str) -> Result<i64, Store
         .ok_or_else(|| StoreError::NotFound(format!("no run with id {run_id}")))
 }
 
+/// Writes steps whole, each a new row at the head of the run's chain of step rows
+/// (migration 18); a step written again is a new row, and readers take the newest. For the
+/// writes outside a drive (a decision, a cancel): a statement per row is no matter there.
 pub(super) async fn insert_steps(
     conn: &mut SqliteConnection,
     run_id: &str,
@@ -33,34 +36,40 @@ pub(super) async fn insert_steps(
         return Ok(());
     }
     let key = run_key(conn, run_id).await?;
-    let mut rows = Vec::with_capacity(steps.len());
     for s in steps {
         let id = drive::step_id(key, i64::from(s.seq))?;
-        rows.push((s, id, json(&s.input)?, json(&s.output)?, json(&s.attempts)?));
+        sqlx::query(concat!(
+            "INSERT INTO steps (",
+            drive::step_columns!(),
+            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+                       (SELECT last_row FROM runs WHERE key = ?))"
+        ))
+        .bind(id)
+        .bind(s.node_id.as_str())
+        .bind(&*s.node_type)
+        .bind(i64::from(s.visit))
+        .bind(s.status.as_str())
+        .bind(s.route.as_deref())
+        .bind(json(&s.input)?)
+        .bind(json(&s.output)?)
+        .bind(s.error.as_deref())
+        .bind(s.cost_usd)
+        .bind(s.tokens.input as i64)
+        .bind(s.tokens.output as i64)
+        .bind(s.started_at.to_string())
+        .bind(s.finished_at.as_ref().map(|t| t.to_string()))
+        .bind(s.duration_ms.map(|d| d as i64))
+        .bind(json(&s.attempts)?)
+        .bind(key)
+        .execute(&mut *conn)
+        .await
+        .map_err(backend)?;
+        sqlx::query("UPDATE runs SET last_row = last_insert_rowid() WHERE key = ?")
+            .bind(key)
+            .execute(&mut *conn)
+            .await
+            .map_err(backend)?;
     }
-    // A step row written again keeps the events it holds (migration 17).
-    let mut q: QueryBuilder<Db> =
-        QueryBuilder::new(concat!("INSERT INTO steps (", drive::step_columns!(), ") "));
-    q.push_values(rows, |mut b, (s, id, input, output, attempts)| {
-        b.push_bind(id)
-            .push_bind(s.node_id.as_str())
-            .push_bind(&*s.node_type)
-            .push_bind(i64::from(s.visit))
-            .push_bind(s.status.as_str())
-            .push_bind(s.route.as_deref())
-            .push_bind(input)
-            .push_bind(output)
-            .push_bind(s.error.as_deref())
-            .push_bind(s.cost_usd)
-            .push_bind(s.tokens.input as i64)
-            .push_bind(s.tokens.output as i64)
-            .push_bind(s.started_at.to_string())
-            .push_bind(s.finished_at.as_ref().map(|t| t.to_string()))
-            .push_bind(s.duration_ms.map(|d| d as i64))
-            .push_bind(attempts);
-    });
-    q.push(drive::step_upsert!());
-    q.build().execute(&mut *conn).await.map_err(backend)?;
     Ok(())
 }
 

@@ -368,12 +368,13 @@ async fn a_schema_13_databases_steps_read_back_in_order() {
         [3],
         "the step the old weir left running is found for the takeover"
     );
+    // Migration 18 chained the rows and took the key's index away.
     let indexes = count(
         &store,
         "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'steps_id'",
     )
     .await;
-    assert_eq!(indexes, 1);
+    assert_eq!(indexes, 0);
 
     // A new run's step, written running and then finished, is one row.
     let mut run = new_run(r#"{"name": "wf", "nodes": []}"#, serde_json::json!({}));
@@ -667,4 +668,159 @@ async fn new_databases_get_2_kib_pages_and_old_ones_keep_theirs() {
     let id = old.create_run(run).await.unwrap().run_id;
     let back = old.get_record(&id).await.unwrap();
     assert_eq!(back.input["text"].as_str().map(str::len), Some(5_000));
+}
+
+/// A database of schema 17 has the step rows of runs that went on at once interleaved in
+/// time order, found through the key's index; migration 18 chains each run's rows instead.
+/// Each run reads back its own steps, its events from any point and its step count; a
+/// prune deletes only the pruned run's rows; a step committed after the migration joins
+/// the chain of its run.
+#[tokio::test]
+async fn a_schema_17_databases_step_rows_are_chained_per_run() {
+    let finished = |step: u32, node: &str| {
+        format!(
+            r#"{{"at": "2026-01-01T00:00:01.000Z", "type": "step_finished", "step": {step}, "node_id": "{node}", "node_type": "agent", "status": "succeeded", "duration_ms": 1, "cost_usd": 0.0, "attempts": 1}}"#
+        )
+    };
+    let started = r#"{"at": "2026-01-01T00:00:01.000Z", "type": "step_started", "step": 3, "node_id": "a3", "node_type": "agent", "visit": 1}"#;
+    let created =
+        r#"[{"at": "2026-01-01T00:00:00.000Z", "type": "run_created", "workflow": "wf"}]"#;
+    let snapshot = r#"{"state": {}, "loops": {}, "pending": [], "completed": [], "arrivals": {}, "hops": 2, "visits": {}, "next_seq": 3, "cost_usd": 0.0, "output": null, "gates": []}"#;
+    let step = |key: u64, seq: u32, node: &str, events: String| {
+        format!(
+            "({key} * 4294967296 + {seq}, '{node}', 'agent', 1, 'succeeded', '{{}}', '\"{node}\"', '2026-01-01T00:00:01.000Z', '[]', 2 + {seq} - 1, '{events}')"
+        )
+    };
+    let rows = format!(
+        r#"INSERT INTO runs (key, id, workflow, dialect, status, source_path, snapshot, started_at, finished_at, epoch, owner, lease_expires_at, event_seq)
+               VALUES (1, 'a', 'wf', 'graph', 'succeeded', 'wf.json', '{snapshot}', '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:02.000Z', 1, NULL, NULL, 4),
+                      (2, 'b', 'wf', 'graph', 'running', 'wf.json', '{snapshot}', '2026-01-01T00:00:00.000Z', NULL, 1, 'gone', 1, 3);
+           INSERT INTO run_sources (run_key, source_text, input) VALUES (1, '{{"name": "wf"}}', '{{}}'), (2, '{{"name": "wf"}}', '{{}}');
+           INSERT INTO run_events (run_key, seq, bodies) VALUES (1, 1, '{created}'), (2, 1, '{created}');
+           INSERT INTO steps (id, node_id, node_type, visit, status, input, output, started_at, attempts, event_seq, events)
+               VALUES {}, {}, {}, {};"#,
+        step(1, 1, "a1", format!("[{}]", finished(1, "a1"))),
+        step(2, 1, "b1", format!("[{}]", finished(1, "b1"))),
+        step(1, 2, "a2", format!("[{}, {started}]", finished(2, "a2"))),
+        step(2, 2, "b2", format!("[{}]", finished(2, "b2"))),
+    );
+    let (_dir, store) = opened_after(17, Box::leak(rows.into_boxed_str())).await;
+    let nodes = |steps: Vec<StepRecord>| {
+        steps
+            .iter()
+            .map(|s| (s.seq, s.node_id.clone()))
+            .collect::<Vec<_>>()
+    };
+    let seqs = |events: Vec<RunEvent>| events.iter().map(|e| e.seq).collect::<Vec<_>>();
+    assert_eq!(
+        nodes(store.get_record("a").await.unwrap().steps),
+        [(1, "a1".to_string()), (2, "a2".to_string())]
+    );
+    assert_eq!(
+        nodes(store.get_record("b").await.unwrap().steps),
+        [(1, "b1".to_string()), (2, "b2".to_string())]
+    );
+    for after in 0..=4 {
+        assert_eq!(
+            seqs(store.events_after("a", after).await.unwrap()),
+            (after + 1..=4).collect::<Vec<_>>(),
+            "run a's events after {after}"
+        );
+    }
+    let a = store.events_after("a", 2).await.unwrap();
+    assert_eq!(
+        a.iter().map(|e| e.kind.name()).collect::<Vec<_>>(),
+        ["step_finished", "step_started"]
+    );
+    let counts = |list: Vec<weir_core::record::RunSummary>| {
+        let mut c: Vec<(String, u32)> = list.iter().map(|r| (r.run_id.clone(), r.steps)).collect();
+        c.sort();
+        c
+    };
+    let all = weir_core::store::RunFilter {
+        limit: 10,
+        ..Default::default()
+    };
+    assert_eq!(
+        counts(store.list_runs(&all).await.unwrap()),
+        [("a".to_string(), 2), ("b".to_string(), 2)]
+    );
+
+    assert_eq!(
+        store
+            .prune("2027-01-01T00:00:00.000Z", &[RunStatus::Succeeded])
+            .await
+            .unwrap(),
+        ["a"]
+    );
+    assert_eq!(count(&store, "SELECT COUNT(*) FROM steps").await, 2);
+
+    // Run b's driver is gone: another takes it over and commits its third step.
+    let claim = Claim {
+        owner: "bob".into(),
+        ttl: Duration::from_secs(60),
+    };
+    let (lease, _) = store.claim_run("b", &claim).await.unwrap();
+    let third = StepRecord {
+        seq: 3,
+        node_id: "b3".into(),
+        node_type: "agent".into(),
+        visit: 1,
+        status: StepStatus::Succeeded,
+        route: None,
+        input: serde_json::Value::Null,
+        output: Default::default(),
+        error: None,
+        cost_usd: 0.0,
+        tokens: Default::default(),
+        attempts: Vec::new(),
+        started_at: weir_core::store::Stamp::now(),
+        finished_at: Some(weir_core::store::Stamp::now()),
+        duration_ms: Some(1),
+    };
+    let snapshot = store.load_run("b").await.unwrap().snapshot;
+    store
+        .commit_step(
+            &lease,
+            weir_core::store::StepCommit {
+                step: &third,
+                started: &[],
+                snapshot: &snapshot,
+                patch: None,
+                covers_patches: true,
+                events: vec![EventKind::StepFinished {
+                    step: 3,
+                    node_id: "b3".into(),
+                    node_type: "agent".into(),
+                    status: StepStatus::Succeeded,
+                    route: None,
+                    error: None,
+                    duration_ms: 1,
+                    cost_usd: 0.0,
+                    attempts: 0,
+                }],
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        nodes(store.get_record("b").await.unwrap().steps),
+        [
+            (1, "b1".to_string()),
+            (2, "b2".to_string()),
+            (3, "b3".to_string())
+        ]
+    );
+    // 1 created, 2 and 3 the old steps, 4 the takeover's claim, 5 the new step.
+    for after in 0..=5 {
+        assert_eq!(
+            seqs(store.events_after("b", after).await.unwrap()),
+            (after + 1..=5).collect::<Vec<_>>(),
+            "run b's events after {after}"
+        );
+    }
+    assert_eq!(
+        counts(store.list_runs(&all).await.unwrap()),
+        [("b".to_string(), 3)]
+    );
 }
