@@ -532,15 +532,46 @@ ALTER TABLE steps ADD COLUMN events TEXT;
 -- decision, a cancel) is a new row in the chain; readers take the newest row of each step.
 -- The chain is in commit order, so an event follower walks back from the newest row only
 -- as far as the events it has not read.
-ALTER TABLE steps ADD COLUMN prev INTEGER;
+-- The table is rebuilt (rows keep their rowids) so that what a walk reads, `prev` and
+-- `event_seq`, comes first in a row: a row longer than a page keeps its tail in overflow
+-- pages, which a read of a column at the end must fetch.
 ALTER TABLE runs ADD COLUMN last_row INTEGER;
-UPDATE steps SET prev = p.prev
-FROM (SELECT row, LAG(row) OVER (PARTITION BY run_key ORDER BY row) AS prev FROM steps) AS p
-WHERE steps.row = p.row AND p.prev IS NOT NULL;
+CREATE TABLE steps_v18 (
+    row          INTEGER PRIMARY KEY,
+    id           INTEGER NOT NULL,
+    prev         INTEGER,
+    event_seq    INTEGER,
+    run_key      INTEGER GENERATED ALWAYS AS (id >> 32) VIRTUAL,
+    seq          INTEGER GENERATED ALWAYS AS (id & 4294967295) VIRTUAL,
+    node_id      TEXT NOT NULL,
+    node_type    TEXT NOT NULL,
+    visit        INTEGER NOT NULL,
+    status       TEXT NOT NULL,
+    route        TEXT,
+    input        TEXT NOT NULL,
+    output       TEXT NOT NULL,
+    error        TEXT,
+    cost_usd     REAL NOT NULL DEFAULT 0,
+    tokens_in    INTEGER NOT NULL DEFAULT 0,
+    tokens_out   INTEGER NOT NULL DEFAULT 0,
+    started_at   TEXT NOT NULL,
+    finished_at  TEXT,
+    duration_ms  INTEGER,
+    attempts     TEXT NOT NULL DEFAULT '[]',
+    events       TEXT
+);
+INSERT INTO steps_v18 (row, id, prev, event_seq, node_id, node_type, visit, status, route,
+                       input, output, error, cost_usd, tokens_in, tokens_out, started_at,
+                       finished_at, duration_ms, attempts, events)
+    SELECT row, id, LAG(row) OVER (PARTITION BY run_key ORDER BY row), event_seq, node_id,
+           node_type, visit, status, route, input, output, error, cost_usd, tokens_in,
+           tokens_out, started_at, finished_at, duration_ms, attempts, events
+    FROM steps ORDER BY row;
 UPDATE runs SET last_row = h.row
-FROM (SELECT run_key, MAX(row) AS row FROM steps GROUP BY run_key) AS h
+FROM (SELECT run_key, MAX(row) AS row FROM steps_v18 GROUP BY run_key) AS h
 WHERE runs.key = h.run_key;
-DROP INDEX steps_id;
+DROP TABLE steps;
+ALTER TABLE steps_v18 RENAME TO steps;
 "#,
     ),
 ];
