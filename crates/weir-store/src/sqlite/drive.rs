@@ -389,6 +389,11 @@ fn update_then_read(
     if changed == 0 {
         return Ok(None);
     }
+    read_fence(tx, row)
+}
+
+/// The run's row as it stands, named by id or key; `None` when there is none.
+fn read_fence(tx: &Conn<'_>, row: Known<'_>) -> Result<Option<Fence>, StoreError> {
     let (read, by): (&'static str, &dyn rusqlite::ToSql) = match &row {
         Known::Id(id) => (
             "SELECT key, event_seq, cancel_requested, last_row FROM runs WHERE id = ?1",
@@ -401,7 +406,7 @@ fn update_then_read(
     };
     tx.prepare(read)?
         .query_row([by], fence_row)
-        .map(Some)
+        .optional()
         .map_err(backend)
 }
 
@@ -417,22 +422,7 @@ fn read_then_update(
     row: Known<'_>,
     n: i64,
 ) -> Result<Option<Fence>, StoreError> {
-    let (read, by): (&'static str, &dyn rusqlite::ToSql) = match &row {
-        Known::Id(id) => (
-            "SELECT key, event_seq, cancel_requested, last_row FROM runs WHERE id = ?1",
-            id,
-        ),
-        Known::Key(k) => (
-            "SELECT key, event_seq, cancel_requested, last_row FROM runs WHERE key = ?1",
-            k,
-        ),
-    };
-    let Some(before) = tx
-        .prepare(read)?
-        .query_row([by], fence_row)
-        .optional()
-        .map_err(backend)?
-    else {
+    let Some(before) = read_fence(tx, row)? else {
         return Ok(None);
     };
     let changed = tx.prepare(update)?.execute(params).map_err(backend)?;

@@ -520,6 +520,63 @@ async fn a_growing_log_is_checkpointed_into_the_database_while_open() {
     assert_eq!(count(&store, "SELECT count(*) FROM runs").await, 300);
 }
 
+/// Claims `run_id` (its driver is gone) and commits step `seq`, node `node`, succeeded,
+/// with its `step_finished` event and the whole `snapshot`.
+async fn take_over_and_commit(
+    store: &Sqlite,
+    run_id: &str,
+    snapshot: &weir_core::record::Snapshot,
+    seq: u32,
+    node: &str,
+) {
+    let claim = Claim {
+        owner: "bob".into(),
+        ttl: Duration::from_secs(60),
+    };
+    let (lease, _) = store.claim_run(run_id, &claim).await.unwrap();
+    let step = StepRecord {
+        seq,
+        node_id: node.into(),
+        node_type: "agent".into(),
+        visit: 1,
+        status: StepStatus::Succeeded,
+        route: None,
+        input: serde_json::Value::Null,
+        output: Default::default(),
+        error: None,
+        cost_usd: 0.0,
+        tokens: Default::default(),
+        attempts: Vec::new(),
+        started_at: weir_core::store::Stamp::now(),
+        finished_at: Some(weir_core::store::Stamp::now()),
+        duration_ms: Some(1),
+    };
+    store
+        .commit_step(
+            &lease,
+            weir_core::store::StepCommit {
+                step: &step,
+                started: &[],
+                snapshot,
+                patch: None,
+                covers_patches: true,
+                events: vec![EventKind::StepFinished {
+                    step: seq,
+                    node_id: node.into(),
+                    node_type: "agent".into(),
+                    status: StepStatus::Succeeded,
+                    route: None,
+                    error: None,
+                    duration_ms: 1,
+                    cost_usd: 0.0,
+                    attempts: 0,
+                }],
+            },
+        )
+        .await
+        .unwrap();
+}
+
 /// A database of schema 15 keeps every write's events in `run_events` and patches in
 /// `run_patches`; after migration 17 a step commit keeps its events in the step's row. The
 /// old rows still read back (the patch applied to the snapshot), and the events of both
@@ -546,52 +603,7 @@ async fn a_schema_15_databases_events_and_patches_read_back_beside_new_ones() {
     assert_eq!(snapshot.cost_usd, 0.5);
 
     // Its driver is gone: another takes it over and commits a step.
-    let claim = Claim {
-        owner: "bob".into(),
-        ttl: Duration::from_secs(60),
-    };
-    let (lease, _) = store.claim_run("old", &claim).await.unwrap();
-    let step = StepRecord {
-        seq: 1,
-        node_id: "a".into(),
-        node_type: "agent".into(),
-        visit: 1,
-        status: StepStatus::Succeeded,
-        route: None,
-        input: serde_json::Value::Null,
-        output: Default::default(),
-        error: None,
-        cost_usd: 0.0,
-        tokens: Default::default(),
-        attempts: Vec::new(),
-        started_at: weir_core::store::Stamp::now(),
-        finished_at: Some(weir_core::store::Stamp::now()),
-        duration_ms: Some(1),
-    };
-    store
-        .commit_step(
-            &lease,
-            weir_core::store::StepCommit {
-                step: &step,
-                started: &[],
-                snapshot: &snapshot,
-                patch: None,
-                covers_patches: true,
-                events: vec![EventKind::StepFinished {
-                    step: 1,
-                    node_id: "a".into(),
-                    node_type: "agent".into(),
-                    status: StepStatus::Succeeded,
-                    route: None,
-                    error: None,
-                    duration_ms: 1,
-                    cost_usd: 0.0,
-                    attempts: 0,
-                }],
-            },
-        )
-        .await
-        .unwrap();
+    take_over_and_commit(&store, "old", &snapshot, 1, "a").await;
     let held = count(
         &store,
         "SELECT COUNT(*) FROM steps WHERE events IS NOT NULL AND event_seq = 4",
@@ -756,53 +768,8 @@ async fn a_schema_17_databases_step_rows_are_chained_per_run() {
     assert_eq!(count(&store, "SELECT COUNT(*) FROM steps").await, 2);
 
     // Run b's driver is gone: another takes it over and commits its third step.
-    let claim = Claim {
-        owner: "bob".into(),
-        ttl: Duration::from_secs(60),
-    };
-    let (lease, _) = store.claim_run("b", &claim).await.unwrap();
-    let third = StepRecord {
-        seq: 3,
-        node_id: "b3".into(),
-        node_type: "agent".into(),
-        visit: 1,
-        status: StepStatus::Succeeded,
-        route: None,
-        input: serde_json::Value::Null,
-        output: Default::default(),
-        error: None,
-        cost_usd: 0.0,
-        tokens: Default::default(),
-        attempts: Vec::new(),
-        started_at: weir_core::store::Stamp::now(),
-        finished_at: Some(weir_core::store::Stamp::now()),
-        duration_ms: Some(1),
-    };
     let snapshot = store.load_run("b").await.unwrap().snapshot;
-    store
-        .commit_step(
-            &lease,
-            weir_core::store::StepCommit {
-                step: &third,
-                started: &[],
-                snapshot: &snapshot,
-                patch: None,
-                covers_patches: true,
-                events: vec![EventKind::StepFinished {
-                    step: 3,
-                    node_id: "b3".into(),
-                    node_type: "agent".into(),
-                    status: StepStatus::Succeeded,
-                    route: None,
-                    error: None,
-                    duration_ms: 1,
-                    cost_usd: 0.0,
-                    attempts: 0,
-                }],
-            },
-        )
-        .await
-        .unwrap();
+    take_over_and_commit(&store, "b", &snapshot, 3, "b3").await;
     assert_eq!(
         nodes(store.get_record("b").await.unwrap().steps),
         [
