@@ -531,11 +531,13 @@ ALTER TABLE steps ADD COLUMN events TEXT;
 -- runs committed together still fill pages one after another. A step written again (a
 -- decision, a cancel) is a new row in the chain; readers take the newest row of each step.
 -- The chain is in commit order, so an event follower walks back from the newest row only
--- as far as the events it has not read.
+-- as far as the events it has not read. The run's row counts its steps that have rows
+-- (`step_count`), for the run list, which counted the index's entries.
 -- The table is rebuilt (rows keep their rowids) so that what a walk reads, `prev` and
 -- `event_seq`, comes first in a row: a row longer than a page keeps its tail in overflow
 -- pages, which a read of a column at the end must fetch.
 ALTER TABLE runs ADD COLUMN last_row INTEGER;
+ALTER TABLE runs ADD COLUMN step_count INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE steps_v18 (
     row          INTEGER PRIMARY KEY,
     id           INTEGER NOT NULL,
@@ -567,8 +569,9 @@ INSERT INTO steps_v18 (row, id, prev, event_seq, node_id, node_type, visit, stat
            node_type, visit, status, route, input, output, error, cost_usd, tokens_in,
            tokens_out, started_at, finished_at, duration_ms, attempts, events
     FROM steps ORDER BY row;
-UPDATE runs SET last_row = h.row
-FROM (SELECT run_key, MAX(row) AS row FROM steps_v18 GROUP BY run_key) AS h
+UPDATE runs SET last_row = h.row, step_count = h.steps
+FROM (SELECT run_key, MAX(row) AS row, COUNT(DISTINCT id) AS steps FROM steps_v18
+      GROUP BY run_key) AS h
 WHERE runs.key = h.run_key;
 DROP TABLE steps;
 ALTER TABLE steps_v18 RENAME TO steps;

@@ -119,6 +119,8 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
             fence!(@ concat!(
                 $set,
                 ", running = CASE WHEN ?8 IS NULL THEN running ELSE weir_running(running, ?8, ?9) END,
+                 step_count = step_count + CASE WHEN ?8 IS NULL THEN 0
+                                                ELSE weir_ended(running, ?8) END,
                  last_row = CASE WHEN ?10 = 0 THEN last_row
                                  ELSE COALESCE((SELECT MAX(row) FROM steps), 0) + ?10 END"
             ), $also)
@@ -174,6 +176,9 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
     // number; each links to the one before it (`prev`), the first to the run's newest.
     let appended = w.steps.len() as i64;
     let none: Option<i64> = None;
+    // The fence counts the steps that were in flight (`weir_ended`); what it did not find
+    // is read after it.
+    super::running::take_not_found();
     // The row as the drive last left it: one `UPDATE`, nothing to read back.
     let same = match w.seen {
         Some(seen) => {
@@ -232,6 +237,26 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
         return Ok(None);
     };
     let first = last - n + 1;
+    // Steps the write ends that were not in flight: written whole, or written again. Those
+    // without a row in the run's chain yet are new to `step_count` too.
+    let not_found = super::running::take_not_found();
+    if not_found > 0 {
+        let mut new = 0;
+        for s in &w.steps {
+            let id = step_id(key, s.seq)?;
+            let has: bool = tx
+                .prepare(HAS_ROW)?
+                .query_row(params![last_row, id], |r| r.get(0))
+                .map_err(backend)?;
+            new += i64::from(!has);
+        }
+        let counted = appended - not_found;
+        if new != counted {
+            tx.prepare("UPDATE runs SET step_count = step_count + ?1 WHERE key = ?2")?
+                .execute(params![new - counted, key])
+                .map_err(backend)?;
+        }
+    }
     // A step is written to `steps` when it ends (its start is a line of the run's `running`
     // column, migration 15), appended in time order (migration 14) to the run's chain of
     // step rows (migration 18). The write's events go in its first step's row (migration
@@ -317,6 +342,13 @@ macro_rules! step_columns {
     };
 }
 pub(super) use step_columns;
+
+/// Whether the chain of step rows from `?1` (the run's newest) holds a row of step `?2`.
+const HAS_ROW: &str = "WITH RECURSIVE chain(r) AS (
+        SELECT ?1 WHERE ?1 IS NOT NULL
+        UNION ALL
+        SELECT steps.prev FROM steps, chain WHERE steps.row = chain.r AND steps.prev IS NOT NULL)
+    SELECT EXISTS (SELECT 1 FROM steps, chain WHERE steps.row = chain.r AND steps.id = ?2)";
 
 /// A step row, linked to the run's newest (`?17`).
 const STEP_INSERT: &str = concat!(

@@ -650,13 +650,7 @@ impl RunStore for Sqlite {
         let rows = sqlx::query(
             "SELECT id, workflow, status, started_at, finished_at, cost_usd, workflow_id,
                     workflow_version,
-                    (WITH RECURSIVE chain(r) AS (
-                         SELECT runs.last_row WHERE runs.last_row IS NOT NULL
-                         UNION ALL
-                         SELECT steps.prev FROM steps, chain
-                         WHERE steps.row = chain.r AND steps.prev IS NOT NULL)
-                     SELECT count(DISTINCT steps.id) FROM steps, chain WHERE steps.row = chain.r)
-                      + length(coalesce(running, '')) - length(replace(coalesce(running, ''), char(10), ''))
+                    step_count + length(coalesce(running, '')) - length(replace(coalesce(running, ''), char(10), ''))
                       AS steps,
                     json_extract(error, '$.code') AS error_code
              FROM runs

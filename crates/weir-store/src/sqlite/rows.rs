@@ -38,6 +38,21 @@ pub(super) async fn insert_steps(
     let key = run_key(conn, run_id).await?;
     for s in steps {
         let id = drive::step_id(key, i64::from(s.seq))?;
+        // A step without a row yet is one more for the run's `step_count`.
+        let new: bool = sqlx::query_scalar(
+            "WITH RECURSIVE chain(r) AS (
+                 SELECT last_row FROM runs WHERE key = ?1 AND last_row IS NOT NULL
+                 UNION ALL
+                 SELECT steps.prev FROM steps, chain
+                 WHERE steps.row = chain.r AND steps.prev IS NOT NULL)
+             SELECT NOT EXISTS (SELECT 1 FROM steps, chain
+                                WHERE steps.row = chain.r AND steps.id = ?2)",
+        )
+        .bind(key)
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(backend)?;
         sqlx::query(concat!(
             "INSERT INTO steps (",
             drive::step_columns!(),
@@ -64,11 +79,15 @@ pub(super) async fn insert_steps(
         .execute(&mut *conn)
         .await
         .map_err(backend)?;
-        sqlx::query("UPDATE runs SET last_row = last_insert_rowid() WHERE key = ?")
-            .bind(key)
-            .execute(&mut *conn)
-            .await
-            .map_err(backend)?;
+        sqlx::query(
+            "UPDATE runs SET last_row = last_insert_rowid(), step_count = step_count + ?
+             WHERE key = ?",
+        )
+        .bind(i64::from(new))
+        .bind(key)
+        .execute(&mut *conn)
+        .await
+        .map_err(backend)?;
     }
     Ok(())
 }

@@ -88,20 +88,77 @@ fn merge(old: Option<&str>, done: &str, add: &str) -> Option<String> {
     (!out.is_empty()).then_some(out)
 }
 
-/// Registers `weir_running(running, done, add)` ([`merge`]) on a writer connection.
+/// How many of the steps in `done` (step numbers, comma-separated) have a line in `old`,
+/// and how many do not.
+fn ended(old: Option<&str>, done: &str) -> (i64, i64) {
+    let (mut found, mut not) = (0, 0);
+    for d in done.split(',').filter(|d| !d.is_empty()) {
+        if old
+            .unwrap_or_default()
+            .lines()
+            .any(|l| seq_of(l) == Some(d))
+        {
+            found += 1;
+        } else {
+            not += 1;
+        }
+    }
+    (found, not)
+}
+
+thread_local! {
+    /// What the last `weir_ended` of this thread's statement did not find (see [`register`]).
+    static NOT_FOUND: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+}
+
+/// The steps of `done` that the last `weir_ended` run on this thread did not find among the
+/// lines it was given; 0 from then on.
+pub(super) fn take_not_found() -> i64 {
+    NOT_FOUND.with(|n| n.replace(0))
+}
+
+/// Registers on a writer connection `weir_running(running, done, add)` ([`merge`]) and
+/// `weir_ended(running, done)`: how many of the steps a write ends were in flight (a step
+/// in flight has no row of `steps` yet, so its row is its first: the run's `step_count`
+/// grows by it). It leaves the number of the others for [`take_not_found`]: a step written
+/// whole, or written again, which the writer looks up in the run's chain of rows.
 pub(super) fn register(conn: &Connection) -> Result<(), StoreError> {
-    conn.create_scalar_function(
-        "weir_running",
-        3,
-        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
-        |ctx| {
-            let old: Option<String> = ctx.get(0)?;
-            let done: String = ctx.get(1)?;
-            let add: String = ctx.get(2)?;
-            Ok(merge(old.as_deref(), &done, &add))
-        },
-    )
+    let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
+    conn.create_scalar_function("weir_running", 3, flags, |ctx| {
+        Ok(merge(
+            text(ctx, 0)?,
+            text(ctx, 1)?.unwrap_or_default(),
+            text(ctx, 2)?.unwrap_or_default(),
+        ))
+    })
+    .map_err(backend)?;
+    conn.create_scalar_function("weir_ended", 2, flags, |ctx| {
+        let (found, not) = ended(text(ctx, 0)?, text(ctx, 1)?.unwrap_or_default());
+        NOT_FOUND.with(|n| n.set(n.get() + not));
+        Ok(found)
+    })
     .map_err(backend)
+}
+
+/// Argument `i` of an SQL function call as text, borrowed from SQLite (not copied, as
+/// `Context::get::<String>` would: the `running` column holds the inputs of the steps in
+/// flight); `None` for NULL.
+fn text<'a>(
+    ctx: &'a rusqlite::functions::Context<'_>,
+    i: usize,
+) -> rusqlite::Result<Option<&'a str>> {
+    use rusqlite::types::{FromSqlError, ValueRef};
+    match ctx.get_raw(i) {
+        ValueRef::Null => Ok(None),
+        ValueRef::Text(t) => std::str::from_utf8(t)
+            .map(Some)
+            .map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e))),
+        _ => Err(rusqlite::Error::FromSqlConversionFailure(
+            i,
+            rusqlite::types::Type::Text,
+            Box::new(FromSqlError::InvalidType),
+        )),
+    }
 }
 
 /// The running steps a `running` column holds, by step number; `only` keeps one of them.
@@ -151,7 +208,16 @@ impl Cols for Entry {
 
 #[cfg(test)]
 mod tests {
-    use super::merge;
+    use super::{ended, merge};
+
+    #[test]
+    fn the_steps_a_write_ends_are_told_apart_by_whether_they_were_in_flight() {
+        let old = "{\"seq\":1,\"a\":1}\n{\"seq\":12,\"a\":2}\n";
+        assert_eq!(ended(Some(old), "12"), (1, 0));
+        assert_eq!(ended(Some(old), "2,12,1"), (2, 1), "2 is not 12's prefix");
+        assert_eq!(ended(None, "3"), (0, 1));
+        assert_eq!(ended(Some(old), ""), (0, 0));
+    }
 
     #[test]
     fn a_finished_step_leaves_and_a_started_one_joins() {
