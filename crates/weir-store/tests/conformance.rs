@@ -443,8 +443,9 @@ async fn events_read_back_whole_when_a_step_is_written_again(f: Fixture) {
 }
 
 /// A long run whose commits interleave with another run's reads its events back from any
-/// point: more step rows than one read of SQLite's newest rows takes (`held_batches`), writes
-/// with and without steps, siblings committed together.
+/// point (SQLite walks the run's chain of step rows back from the newest to the point read
+/// after: the other run's rows lie between its rows), writes with and without steps,
+/// siblings committed together.
 async fn a_long_runs_events_read_back_from_any_point(f: Fixture) {
     let s = f.store;
     let lease = claimed_run(s.as_ref(), "r1", "alice").await;
