@@ -344,7 +344,8 @@ macro_rules! step_columns {
 pub(super) use step_columns;
 
 /// Whether the chain of step rows from `?1` (the run's newest) holds a row of step `?2`.
-const HAS_ROW: &str = "WITH RECURSIVE chain(r) AS (
+/// Also for `rows::insert_steps`.
+pub(super) const HAS_ROW: &str = "WITH RECURSIVE chain(r) AS (
         SELECT ?1 WHERE ?1 IS NOT NULL
         UNION ALL
         SELECT steps.prev FROM steps, chain WHERE steps.row = chain.r AND steps.prev IS NOT NULL)

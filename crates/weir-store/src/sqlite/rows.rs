@@ -39,25 +39,21 @@ pub(super) async fn insert_steps(
     for s in steps {
         let id = drive::step_id(key, i64::from(s.seq))?;
         // A step without a row yet is one more for the run's `step_count`.
-        let new: bool = sqlx::query_scalar(
-            "WITH RECURSIVE chain(r) AS (
-                 SELECT last_row FROM runs WHERE key = ?1 AND last_row IS NOT NULL
-                 UNION ALL
-                 SELECT steps.prev FROM steps, chain
-                 WHERE steps.row = chain.r AND steps.prev IS NOT NULL)
-             SELECT NOT EXISTS (SELECT 1 FROM steps, chain
-                                WHERE steps.row = chain.r AND steps.id = ?2)",
-        )
-        .bind(key)
-        .bind(id)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(backend)?;
+        let head: Option<i64> = sqlx::query_scalar("SELECT last_row FROM runs WHERE key = ?")
+            .bind(key)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(backend)?;
+        let has: bool = sqlx::query_scalar(drive::HAS_ROW)
+            .bind(head)
+            .bind(id)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(backend)?;
         sqlx::query(concat!(
             "INSERT INTO steps (",
             drive::step_columns!(),
-            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-                       (SELECT last_row FROM runs WHERE key = ?))"
+            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         ))
         .bind(id)
         .bind(s.node_id.as_str())
@@ -75,7 +71,7 @@ pub(super) async fn insert_steps(
         .bind(s.finished_at.as_ref().map(|t| t.to_string()))
         .bind(s.duration_ms.map(|d| d as i64))
         .bind(json(&s.attempts)?)
-        .bind(key)
+        .bind(head)
         .execute(&mut *conn)
         .await
         .map_err(backend)?;
@@ -83,7 +79,7 @@ pub(super) async fn insert_steps(
             "UPDATE runs SET last_row = last_insert_rowid(), step_count = step_count + ?
              WHERE key = ?",
         )
-        .bind(i64::from(new))
+        .bind(i64::from(!has))
         .bind(key)
         .execute(&mut *conn)
         .await
