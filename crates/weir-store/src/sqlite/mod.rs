@@ -175,6 +175,10 @@ impl Sqlite {
             _scratch: scratch,
         };
         store.migrate().await?;
+        // Best effort: a log that grows is slower to sync, not wrong.
+        if let Err(e) = store.writer.preallocate_log(&path).await {
+            tracing::warn!("{e}; commits sync a growing log until it reaches its size");
+        }
         Ok(store)
     }
 

@@ -520,6 +520,52 @@ async fn a_growing_log_is_checkpointed_into_the_database_while_open() {
     assert_eq!(count(&store, "SELECT count(*) FROM runs").await, 300);
 }
 
+/// A store that syncs every commit (`full_sync`) gives its write-ahead log its working size
+/// when it opens (zeros past the last frame), so that commits overwrite the file instead of
+/// growing it; a copy of the files as a crash would leave them (the log never checkpointed,
+/// no shared-memory index) reads back every committed run: recovery stops at the zeros.
+#[tokio::test]
+async fn a_synced_stores_log_is_given_its_size_up_front_and_recovers_past_its_zeros() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("synced.db");
+    let store = Sqlite::open_with(Some(&path), true).await.unwrap();
+    let log = dir.path().join("synced.db-wal");
+    let size = std::fs::metadata(&log).unwrap().len();
+    // 2,000 frames of a 2 KiB page and its 24-byte header, after the log's 32-byte header.
+    assert!(
+        size >= 32 + 2000 * (2048 + 24),
+        "the log is {size} bytes when the store opens"
+    );
+    for i in 0..20 {
+        let mut run = new_run("{}", serde_json::json!({ "n": i }));
+        run.run_id = format!("r{i}");
+        store.create_run(run).await.unwrap();
+    }
+    assert_eq!(
+        std::fs::metadata(&log).unwrap().len(),
+        size,
+        "commits overwrote the zeros: the log did not grow"
+    );
+    let crashed = tempfile::tempdir().unwrap();
+    std::fs::copy(&path, crashed.path().join("synced.db")).unwrap();
+    std::fs::copy(&log, crashed.path().join("synced.db-wal")).unwrap();
+    drop(store);
+    let recovered = Sqlite::open(Some(&crashed.path().join("synced.db")))
+        .await
+        .unwrap();
+    assert_eq!(count(&recovered, "SELECT count(*) FROM runs").await, 20);
+    let back = recovered.get_record("r19").await.unwrap();
+    assert_eq!(back.input, serde_json::json!({ "n": 19 }));
+
+    // A store that does not sync its commits leaves the log to SQLite.
+    let normal = dir.path().join("normal.db");
+    let _store = Sqlite::open_with(Some(&normal), false).await.unwrap();
+    let size = std::fs::metadata(dir.path().join("normal.db-wal"))
+        .unwrap()
+        .len();
+    assert!(size < 32 + 2000 * (2048 + 24), "{size} bytes");
+}
+
 /// Claims `run_id` (its driver is gone) and commits step `seq`, node `node`, succeeded,
 /// with its `step_finished` event and the whole `snapshot`.
 async fn take_over_and_commit(

@@ -20,9 +20,20 @@
 //! with the next group. A step is still on disk before its driver goes on. What changes is
 //! that a committed write is visible to readers for the length of that sync before it is
 //! durable, as every write is under `NORMAL`.
+//!
+//! **The log's working size given up front.** A log that grows makes each sync of it write
+//! the file's new size too (the filesystem's journal: on this VM such a sync takes up to
+//! twice as long as one that only overwrites the file). A new database's log starts empty,
+//! and SQLite deletes the log when a last connection closes and checkpoints it, so a
+//! `full_sync` store that opens may find it short and would pay that on every commit of its
+//! first few thousand. It extends the log with zeros to the size it
+//! keeps between checkpoints ([`preallocate`]) instead; frames then overwrite blocks that
+//! are already the file's. A zeroed frame ends the log for SQLite as the end of the file
+//! does (its checksum fails), so the zeros change nothing it reads.
 
 use std::cell::Cell;
 use std::fs::File;
+use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
@@ -201,6 +212,64 @@ impl Checkpointer {
     }
 }
 
+/// The size in bytes of a log that holds `frames` frames of `page_size` pages: the header
+/// (32 bytes), and per frame its header (24 bytes) and page.
+fn log_bytes(frames: i32, page_size: i64) -> u64 {
+    (32 + i64::from(frames) * (24 + page_size))
+        .try_into()
+        .unwrap_or(0)
+}
+
+/// Extends the log of the database `conn` is open on, with zeros, to what it holds at the
+/// backstop ([`BACKSTOP_PAGES`] frames), and syncs it: a `full_sync` store's commits then
+/// sync what they overwrite, not a file that grows (module docs). It holds the write lock
+/// meanwhile (`BEGIN IMMEDIATE`), so no writer appends a frame where the zeros go; what is
+/// past the file's end holds no frame any reader may read. Returns the bytes added.
+pub fn preallocate(conn: &Connection, path: &Path) -> Result<u64, StoreError> {
+    let page_size: i64 = conn
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .map_err(super::writer::backend)?;
+    let want = log_bytes(BACKSTOP_PAGES, page_size);
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .map_err(super::writer::backend)?;
+    let extended = extend_with_zeros(&log_path(path), want);
+    // The transaction wrote nothing: its end only lets the lock go.
+    conn.execute_batch("ROLLBACK")
+        .map_err(super::writer::backend)?;
+    extended.map_err(|e| {
+        StoreError::Backend(format!(
+            "cannot extend the write-ahead log {}: {e}",
+            log_path(path).display()
+        ))
+    })
+}
+
+/// Appends zeros to the file at `path` up to `want` bytes, and syncs it.
+fn extend_with_zeros(path: &Path, want: u64) -> std::io::Result<u64> {
+    let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
+    let len = f.metadata()?.len();
+    if len >= want {
+        return Ok(0);
+    }
+    f.seek(SeekFrom::Start(len))?;
+    let zeros = vec![0u8; 64 * 1024];
+    let mut left = want - len;
+    while left > 0 {
+        let n = left.min(zeros.len() as u64);
+        f.write_all(&zeros[..n as usize])?;
+        left -= n;
+    }
+    f.sync_data()?;
+    Ok(want - len)
+}
+
+/// The log file of the database at `path`: its name with `-wal`.
+fn log_path(path: &Path) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-wal");
+    name.into()
+}
+
 /// The log file, open for syncing. SQLite keeps one log file for as long as any connection
 /// to the database is open (it deletes it when the last one closes), and the store's own
 /// connections stay open as long as this does: the file synced is the one SQLite writes.
@@ -209,12 +278,11 @@ pub struct WalFile(File);
 impl WalFile {
     /// The log of the database at `path`, which a connection in WAL mode has opened.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let mut name = path.as_os_str().to_owned();
-        name.push("-wal");
+        let name = log_path(path);
         File::open(&name).map(Self).map_err(|e| {
             StoreError::Backend(format!(
                 "cannot open the write-ahead log {}: {e}",
-                Path::new(&name).display()
+                name.display()
             ))
         })
     }

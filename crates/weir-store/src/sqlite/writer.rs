@@ -331,6 +331,16 @@ impl Writer {
         })
     }
 
+    /// Gives the log of a store whose commits it syncs (`full_sync`) its working size
+    /// ([`wal::preallocate`]); the bytes added. Nothing for a store that does not sync them.
+    pub async fn preallocate_log(&self, path: &Path) -> Result<u64, StoreError> {
+        if self.wal.is_none() {
+            return Ok(0);
+        }
+        let path = path.to_path_buf();
+        self.run(move |c| wal::preallocate(&c.synced, &path)).await
+    }
+
     /// Runs `f` on the writer thread and waits for its result.
     pub async fn run<T: Send + 'static>(
         &self,
