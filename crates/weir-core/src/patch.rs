@@ -1,11 +1,15 @@
 //! Snapshot patches: the lean durable path (DESIGN §8, §11). A durable step commit writes
 //! the run's public state as a patch (the keys written since the previous write), with the
 //! last output and pipeline history only when they changed, and the scheduler's bookkeeping
-//! (pending nodes, visits, counters: node ids and numbers) whole; every [`COMPACT_EVERY`]
+//! (pending nodes, counters: node ids and numbers) whole; every [`COMPACT_EVERY`]
 //! commits, and at every park, release and end, it writes the whole snapshot again. A store
 //! keeps the last whole snapshot and the patches written after it, and a reader applies them
 //! in commit order ([`SnapshotPatch::apply`]) to get the snapshot of the last commit. What
-//! grows with a run (the outputs in its state) is written once, not again at every step.
+//! grows with a run (the outputs in its state, and the nodes completed and visited) is written
+//! once, not again at every step: a patch carries the completed nodes and the visit counts
+//! that changed since the driver's last write (`completed_add`, `completed_del`,
+//! `visits_set`, `visits_del`), or both whole when the driver does not know what the store
+//! holds (its first patch).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -14,10 +18,20 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::record::{PendingGate, Reused, Snapshot, StepPass};
+use crate::record::{NodeId, PendingGate, Reused, Snapshot, StepPass};
 
-/// Commits between two whole snapshots: a patch is written for the others.
+/// Commits between two whole snapshots, at least: a patch is written for the others.
 pub const COMPACT_EVERY: u32 = 16;
+
+/// Commits between two whole snapshots of `now`: [`COMPACT_EVERY`], or a quarter of the
+/// nodes the run has completed when more. A whole snapshot grows with those nodes (their
+/// outputs, their ids in the bookkeeping) and a patch does not, so a long run writing the
+/// whole snapshot at a fixed interval would write O(n²) bytes in all; at an interval that
+/// grows with it, each node's share is written a few times, and a reader applies patches
+/// worth about a quarter of the snapshot at most.
+fn compact_every(now: &Snapshot) -> u32 {
+    COMPACT_EVERY.max(u32::try_from(now.completed.len() / 4).unwrap_or(u32::MAX))
+}
 
 /// A patch as a driver writes it, borrowed from its snapshot ([`Tracker::next`]).
 #[derive(Debug, Serialize)]
@@ -32,10 +46,21 @@ pub struct Patch<'a> {
     reuse: Option<&'a BTreeMap<String, Vec<Reused>>>,
     loops: &'a BTreeMap<String, u32>,
     pending: &'a Vec<crate::record::NodeId>,
-    completed: &'a BTreeSet<crate::record::NodeId>,
+    /// Whole, or what changed since the last write.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completed: Option<&'a BTreeSet<NodeId>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    completed_add: Vec<NodeId>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    completed_del: Vec<NodeId>,
     arrivals: &'a BTreeMap<String, BTreeSet<String>>,
     hops: u32,
-    visits: &'a BTreeMap<crate::record::NodeId, u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    visits: Option<&'a BTreeMap<NodeId, u32>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    visits_set: Vec<(NodeId, u32)>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    visits_del: Vec<NodeId>,
     next_seq: u32,
     cost_usd: f64,
     gates: &'a Vec<PendingGate>,
@@ -66,10 +91,23 @@ pub struct SnapshotPatch {
     pub reuse: Option<BTreeMap<String, Vec<Reused>>>,
     pub loops: BTreeMap<String, u32>,
     pub pending: Vec<crate::record::NodeId>,
-    pub completed: BTreeSet<crate::record::NodeId>,
+    /// The completed nodes whole (a driver's first patch, and every patch an earlier weir
+    /// wrote), or the changes since the patch or snapshot before.
+    #[serde(default)]
+    pub completed: Option<BTreeSet<NodeId>>,
+    #[serde(default)]
+    pub completed_add: Vec<NodeId>,
+    #[serde(default)]
+    pub completed_del: Vec<NodeId>,
     pub arrivals: BTreeMap<String, BTreeSet<String>>,
     pub hops: u32,
-    pub visits: BTreeMap<crate::record::NodeId, u32>,
+    /// The visit counts whole, or those that changed and those that went.
+    #[serde(default)]
+    pub visits: Option<BTreeMap<NodeId, u32>>,
+    #[serde(default)]
+    pub visits_set: Vec<(NodeId, u32)>,
+    #[serde(default)]
+    pub visits_del: Vec<NodeId>,
     pub next_seq: u32,
     pub cost_usd: f64,
     pub gates: Vec<PendingGate>,
@@ -104,10 +142,22 @@ impl SnapshotPatch {
         }
         to.loops = self.loops;
         to.pending = self.pending;
-        to.completed = self.completed;
+        if let Some(c) = self.completed {
+            to.completed = c;
+        }
+        for id in &self.completed_del {
+            to.completed.remove(id);
+        }
+        to.completed.extend(self.completed_add);
         to.arrivals = self.arrivals;
         to.hops = self.hops;
-        to.visits = self.visits;
+        if let Some(v) = self.visits {
+            to.visits = v;
+        }
+        for id in &self.visits_del {
+            to.visits.remove(id);
+        }
+        to.visits.extend(self.visits_set);
         to.next_seq = self.next_seq;
         to.cost_usd = self.cost_usd;
         to.gates = self.gates;
@@ -149,6 +199,25 @@ pub struct Tracker {
     since_whole: u32,
     /// A patch was written since the last whole snapshot.
     patched: bool,
+    /// The completed nodes and visit counts as the store has them after the driver's last
+    /// write; `None` until the driver knows (its first write).
+    written: Option<Bookkeeping>,
+}
+
+/// The parts of the scheduler's bookkeeping that grow with a run, as last written.
+#[derive(Debug, Clone, Default)]
+struct Bookkeeping {
+    completed: BTreeSet<NodeId>,
+    visits: BTreeMap<NodeId, u32>,
+}
+
+impl Bookkeeping {
+    fn of(now: &Snapshot) -> Self {
+        Self {
+            completed: now.completed.clone(),
+            visits: now.visits.clone(),
+        }
+    }
 }
 
 impl Tracker {
@@ -221,19 +290,21 @@ impl Tracker {
             || (!self.reuse && !now.reuse.is_empty())
     }
 
-    /// The driver writes the whole snapshot: the marks start again. True when it covers
-    /// patches written since the last whole one, or may (the first whole snapshot of a
-    /// drive): the store deletes them.
+    /// The driver writes the whole snapshot: the marks start again (the next patch carries
+    /// the completed nodes and visits whole: a copy here would cost the commits that write
+    /// the whole snapshot every time, those of a small state). True when it covers patches
+    /// written since the last whole one, or may (the first whole snapshot of a drive): the
+    /// store deletes them.
     pub fn whole(&mut self) -> bool {
         std::mem::take(self).patched
     }
 
     /// The next commit's write: a patch from the stored snapshot to `now`, or `None` when
-    /// this commit writes the whole snapshot (every [`COMPACT_EVERY`] commits, or when a
+    /// this commit writes the whole snapshot (every [`compact_every`] commits, or when a
     /// patch would leave nothing out; then call [`whole`](Self::whole)).
     pub fn next<'a>(&mut self, now: &'a Snapshot) -> Option<Patch<'a>> {
         self.since_whole += 1;
-        if self.since_whole >= COMPACT_EVERY || !self.leaves_out(now) {
+        if self.since_whole >= compact_every(now) || !self.leaves_out(now) {
             return None;
         }
         self.patched = true;
@@ -257,23 +328,99 @@ impl Tracker {
                 (id, h)
             })
             .collect();
-        Some(Patch {
+        let mut patch = Patch {
             state,
             output: std::mem::take(&mut self.output).then_some(&*now.output),
             history,
             reuse: std::mem::take(&mut self.reuse).then_some(&now.reuse),
             loops: &now.loops,
             pending: &now.pending,
-            completed: &now.completed,
+            completed: None,
+            completed_add: Vec::new(),
+            completed_del: Vec::new(),
             arrivals: &now.arrivals,
             hops: now.hops,
-            visits: &now.visits,
+            visits: None,
+            visits_set: Vec::new(),
+            visits_del: Vec::new(),
             next_seq: now.next_seq,
             cost_usd: now.cost_usd,
             gates: &now.gates,
             pass: now.pass,
-        })
+        };
+        match &mut self.written {
+            Some(written) => {
+                (patch.completed_add, patch.completed_del) =
+                    set_changes(&mut written.completed, &now.completed);
+                (patch.visits_set, patch.visits_del) =
+                    count_changes(&mut written.visits, &now.visits);
+            }
+            None => {
+                patch.completed = Some(&now.completed);
+                patch.visits = Some(&now.visits);
+                self.written = Some(Bookkeeping::of(now));
+            }
+        }
+        Some(patch)
     }
+}
+
+/// What `now` adds to `was` and what it drops from it, both sorted; `was` becomes `now`.
+/// One walk of both in order (node ids are shared, so equal ones compare by pointer first).
+fn set_changes(was: &mut BTreeSet<NodeId>, now: &BTreeSet<NodeId>) -> (Vec<NodeId>, Vec<NodeId>) {
+    let (mut add, mut del) = (Vec::new(), Vec::new());
+    let (mut a, mut b) = (was.iter().peekable(), now.iter().peekable());
+    loop {
+        match (a.peek(), b.peek()) {
+            (None, None) => break,
+            (Some(x), Some(y)) if std::sync::Arc::ptr_eq(x, y) || x == y => {
+                a.next();
+                b.next();
+            }
+            (Some(x), Some(y)) if x < y => del.extend(a.next().cloned()),
+            (Some(_), Some(_)) | (None, Some(_)) => add.extend(b.next().cloned()),
+            (Some(_), None) => del.extend(a.next().cloned()),
+        }
+    }
+    for id in &del {
+        was.remove(id);
+    }
+    was.extend(add.iter().cloned());
+    (add, del)
+}
+
+/// The counts `now` sets (new or changed) and the nodes it drops, against `was`, which
+/// becomes `now`.
+fn count_changes(
+    was: &mut BTreeMap<NodeId, u32>,
+    now: &BTreeMap<NodeId, u32>,
+) -> (Vec<(NodeId, u32)>, Vec<NodeId>) {
+    let (mut set, mut del) = (Vec::new(), Vec::new());
+    let (mut a, mut b) = (was.iter().peekable(), now.iter().peekable());
+    loop {
+        match (a.peek(), b.peek()) {
+            (None, None) => break,
+            (Some((x, m)), Some((y, n))) if std::sync::Arc::ptr_eq(x, y) || x == y => {
+                if m != n {
+                    set.push(((*y).clone(), **n));
+                }
+                a.next();
+                b.next();
+            }
+            (Some((x, _)), Some((y, _))) if x < y => {
+                del.extend(a.next().map(|(x, _)| x.clone()));
+            }
+            (Some(_), Some(_)) | (None, Some(_)) => {
+                set.extend(b.next().map(|(y, n)| (y.clone(), *n)));
+            }
+            (Some(_), None) => del.extend(a.next().map(|(x, _)| x.clone())),
+        }
+    }
+    for id in &del {
+        was.remove(id);
+    }
+    was.extend(set.iter().cloned());
+    (set, del)
 }
 
 #[cfg(test)]
@@ -370,6 +517,97 @@ mod tests {
         let p = serde_json::to_string(&t.next(&now).unwrap()).unwrap();
         assert!(!p.contains("\"k1\""), "only the state written since: {p}");
         assert_eq!(replay(&whole, &[p]), now);
+    }
+
+    /// The nodes completed and visited grow with a run: after a driver's first write, a
+    /// patch carries only those that changed, so a long run's commits do not grow with it.
+    /// A patch an earlier weir wrote (both whole) still applies.
+    #[test]
+    fn a_patch_carries_the_completed_nodes_and_visits_that_changed() {
+        let mut now = snap();
+        for i in 0..200 {
+            let id: NodeId = format!("node_{i}").into();
+            now.completed.insert(id.clone());
+            now.visits.insert(id, 1);
+        }
+        let whole = now.clone();
+        let mut t = Tracker::new();
+        let mut patches = Vec::new();
+        let step = |now: &mut Snapshot, t: &mut Tracker, i: usize| {
+            let id: NodeId = format!("node_{i}").into();
+            now.completed.insert(id.clone());
+            *now.visits.entry(id).or_default() += 1;
+            Arc::make_mut(&mut now.state).insert("last".into(), json!(i));
+            t.touch("last", None);
+            serde_json::to_string(&t.next(now).unwrap()).unwrap()
+        };
+        let first = step(&mut now, &mut t, 200);
+        assert!(
+            first.contains("node_17"),
+            "the first patch is whole: {first}"
+        );
+        patches.push(first);
+        let second = step(&mut now, &mut t, 201);
+        assert!(second.len() < 300, "{second}");
+        assert!(
+            second.contains(r#""completed_add":["node_201"]"#),
+            "{second}"
+        );
+        assert!(
+            second.contains(r#""visits_set":[["node_201",1]]"#),
+            "{second}"
+        );
+        patches.push(second);
+        // A node runs again (its count changes) and one leaves both.
+        now.completed.remove("node_5");
+        now.visits.remove("node_5");
+        let third = step(&mut now, &mut t, 7);
+        assert!(third.contains(r#""completed_del":["node_5"]"#), "{third}");
+        assert!(third.contains(r#""visits_set":[["node_7",2]]"#), "{third}");
+        assert!(third.contains(r#""visits_del":["node_5"]"#), "{third}");
+        patches.push(third);
+        assert_eq!(replay(&whole, &patches), now);
+        // After a whole snapshot, the first patch carries them whole again, the next not.
+        assert!(t.whole());
+        let whole = now.clone();
+        let again = step(&mut now, &mut t, 300);
+        assert!(again.contains("node_17"), "{again}");
+        let after = step(&mut now, &mut t, 301);
+        assert!(!after.contains("node_17"), "{after}");
+        assert_eq!(replay(&whole, &[again, after]), now);
+
+        let earlier = r#"{"loops":{},"pending":[],"completed":["a","b"],"arrivals":{},
+            "hops":2,"visits":{"a":1,"b":3},"next_seq":4,"cost_usd":0.0,"gates":[],"pass":0}"#;
+        let back = replay(&whole, &[earlier.to_string()]);
+        assert_eq!(
+            back.completed,
+            ["a".into(), "b".into()].into_iter().collect()
+        );
+        assert_eq!(
+            back.visits,
+            [("a".into(), 1), ("b".into(), 3)].into_iter().collect()
+        );
+    }
+
+    /// A run that has completed many nodes writes its (large) whole snapshot less often:
+    /// every quarter of those nodes' worth of commits, not every `COMPACT_EVERY`.
+    #[test]
+    fn a_long_runs_whole_snapshot_is_written_at_an_interval_that_grows_with_it() {
+        let mut now = snap();
+        for i in 0..200 {
+            now.completed.insert(format!("node_{i}").into());
+        }
+        let mut t = Tracker::new();
+        let mut wholes = Vec::new();
+        for i in 0..120 {
+            Arc::make_mut(&mut now.state).insert(format!("k{i}"), json!(i));
+            t.touch(&format!("k{i}"), None);
+            if t.next(&now).is_none() {
+                t.whole();
+                wholes.push(i);
+            }
+        }
+        assert_eq!(wholes, [49, 99], "every 200 / 4 commits");
     }
 
     #[test]

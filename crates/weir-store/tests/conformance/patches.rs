@@ -30,6 +30,15 @@ pub(super) async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
         now.completed.insert(node.as_str().into());
         now.pending = vec![format!("n{}", i + 1).into()];
         *now.visits.entry(node.as_str().into()).or_default() += 1;
+        // A loop goes round: a node completed before runs again, and one visit count
+        // goes (patches carry what changed in both since the last write).
+        if i % 5 == 0 {
+            now.completed.remove(format!("n{}", i - 2).as_str());
+            *now.visits.entry("n1".into()).or_default() += 1;
+        }
+        if i == 7 {
+            now.visits.remove("n3");
+        }
         now.hops = i;
         now.next_seq = i + 1;
         now.cost_usd = 0.5 * f64::from(i);
