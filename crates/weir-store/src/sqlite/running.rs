@@ -7,6 +7,12 @@
 //! The column holds one JSON object per line, each beginning `{"seq":N,` so that the writer
 //! can drop a finished step's line without parsing the others (`weir_running`, an SQL
 //! function of the writer's connections); readers parse the lines into step records.
+//!
+//! The text is padded with spaces after its last line to a multiple of [`PAD`] bytes. The
+//! run row holds the snapshot too, and SQLite rewrites a row in place, only the pages that
+//! changed, when its size stays the same; when it changes, every page of the row is
+//! written again, and a long run's snapshot spans dozens of overflow pages (a 64 KB
+//! snapshot: 67 log frames for a commit whose step names differ in length, against one).
 
 use rusqlite::Connection;
 use rusqlite::functions::FunctionFlags;
@@ -66,6 +72,9 @@ pub(super) fn push_line(out: &mut String, s: &StepRecord) -> Result<(), StoreErr
     Ok(())
 }
 
+/// The `running` text is padded to a multiple of this many bytes.
+const PAD: usize = 256;
+
 /// The step number a line begins with.
 fn seq_of(line: &str) -> Option<&str> {
     line.strip_prefix("{\"seq\":")?.split(',').next()
@@ -77,15 +86,21 @@ fn merge(old: Option<&str>, done: &str, add: &str) -> Option<String> {
     let gone = |seq: &str| {
         done.split(',').any(|d| d == seq) || add.lines().any(|l| seq_of(l) == Some(seq))
     };
-    let mut out = String::with_capacity(old.map_or(0, str::len) + add.len());
+    let mut out = String::with_capacity(old.map_or(0, str::len) + add.len() + PAD);
     for line in old.unwrap_or_default().lines() {
-        if !seq_of(line).is_some_and(gone) {
+        // A blank line: the padding of the text before.
+        if !line.trim().is_empty() && !seq_of(line).is_some_and(gone) {
             out.push_str(line);
             out.push('\n');
         }
     }
     out.push_str(add);
-    (!out.is_empty()).then_some(out)
+    if out.is_empty() {
+        return None;
+    }
+    let padded = out.len().div_ceil(PAD) * PAD;
+    out.extend(std::iter::repeat_n(' ', padded - out.len()));
+    Some(out)
 }
 
 /// How many of the steps in `done` (step numbers, comma-separated) have a line in `old`,
@@ -168,6 +183,9 @@ pub(super) fn steps(
 ) -> Result<Vec<StepRecord>, StoreError> {
     let mut lines = Vec::new();
     for line in running.unwrap_or_default().lines() {
+        if line.trim().is_empty() {
+            continue; // the padding
+        }
         let map: Map<String, Value> = crate::parse(line)?;
         if only.is_none_or(|seq| map.get("seq").and_then(Value::as_u64) == Some(u64::from(seq))) {
             lines.push(Entry(map));
@@ -208,7 +226,7 @@ impl Cols for Entry {
 
 #[cfg(test)]
 mod tests {
-    use super::{ended, merge};
+    use super::{PAD, ended, merge};
 
     #[test]
     fn the_steps_a_write_ends_are_told_apart_by_whether_they_were_in_flight() {
@@ -222,17 +240,38 @@ mod tests {
     #[test]
     fn a_finished_step_leaves_and_a_started_one_joins() {
         let old = "{\"seq\":1,\"a\":1}\n{\"seq\":12,\"a\":2}\n";
+        let merged = |old, done, add| merge(old, done, add).map(|m| unpadded(&m));
         assert_eq!(
-            merge(Some(old), "1", "{\"seq\":13,\"a\":3}\n").as_deref(),
+            merged(Some(old), "1", "{\"seq\":13,\"a\":3}\n").as_deref(),
             Some("{\"seq\":12,\"a\":2}\n{\"seq\":13,\"a\":3}\n"),
             "step 1 gone, 12 (not 1) kept, 13 added"
         );
-        assert_eq!(merge(Some(old), "1,12", ""), None, "none left");
+        assert_eq!(merged(Some(old), "1,12", ""), None, "none left");
         assert_eq!(
-            merge(Some(old), "", "{\"seq\":12,\"a\":9}\n").as_deref(),
+            merged(Some(old), "", "{\"seq\":12,\"a\":9}\n").as_deref(),
             Some("{\"seq\":1,\"a\":1}\n{\"seq\":12,\"a\":9}\n"),
             "a step written running again keeps one line, the new one"
         );
-        assert_eq!(merge(None, "", ""), None);
+        assert_eq!(merged(None, "", ""), None);
+    }
+
+    /// The text without its padding, which [`merge`] checks first.
+    fn unpadded(text: &str) -> String {
+        assert_eq!(text.len() % PAD, 0, "{text:?}");
+        text.trim_end_matches(' ').to_string()
+    }
+
+    /// A line that changes length (a step named otherwise, a longer input) leaves the text's
+    /// length, so the run row's, as it was: SQLite rewrites only the pages that changed.
+    /// Readers skip the padding.
+    #[test]
+    fn the_text_keeps_its_length_while_its_lines_change_theirs() {
+        let a = merge(None, "", "{\"seq\":1,\"node_id\":\"a\"}\n").unwrap();
+        let b = merge(Some(&a), "1", "{\"seq\":2,\"node_id\":\"summarize\"}\n").unwrap();
+        assert_eq!((a.len(), b.len()), (PAD, PAD));
+        assert_eq!(unpadded(&b), "{\"seq\":2,\"node_id\":\"summarize\"}\n");
+        assert_eq!(ended(Some(&b), "2"), (1, 0));
+        let long = format!("{{\"seq\":3,\"input\":\"{}\"}}\n", "x".repeat(300));
+        assert_eq!(merge(Some(&b), "", &long).unwrap().len(), 2 * PAD);
     }
 }
