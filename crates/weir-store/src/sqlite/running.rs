@@ -75,6 +75,21 @@ pub(super) fn push_line(out: &mut String, s: &StepRecord) -> Result<(), StoreErr
 /// The `running` text is padded to a multiple of this many bytes.
 const PAD: usize = 256;
 
+/// Spaces to pad with.
+const SPACES: &str = match std::str::from_utf8(&[b' '; PAD]) {
+    Ok(s) => s,
+    Err(_) => "",
+};
+
+/// The lines of a `running` text, without the padding after the last of them (every line
+/// ends with a newline, so a text that ends with a space is padded).
+fn unpadded(text: &str) -> &str {
+    if !text.ends_with(' ') {
+        return text;
+    }
+    text.rfind('\n').map_or("", |end| &text[..=end])
+}
+
 /// The step number a line begins with.
 fn seq_of(line: &str) -> Option<&str> {
     line.strip_prefix("{\"seq\":")?.split(',').next()
@@ -87,9 +102,8 @@ fn merge(old: Option<&str>, done: &str, add: &str) -> Option<String> {
         done.split(',').any(|d| d == seq) || add.lines().any(|l| seq_of(l) == Some(seq))
     };
     let mut out = String::with_capacity(old.map_or(0, str::len) + add.len() + PAD);
-    for line in old.unwrap_or_default().lines() {
-        // A blank line: the padding of the text before.
-        if !line.trim().is_empty() && !seq_of(line).is_some_and(gone) {
+    for line in unpadded(old.unwrap_or_default()).lines() {
+        if !seq_of(line).is_some_and(gone) {
             out.push_str(line);
             out.push('\n');
         }
@@ -99,7 +113,7 @@ fn merge(old: Option<&str>, done: &str, add: &str) -> Option<String> {
         return None;
     }
     let padded = out.len().div_ceil(PAD) * PAD;
-    out.extend(std::iter::repeat_n(' ', padded - out.len()));
+    out.push_str(&SPACES[..padded - out.len()]);
     Some(out)
 }
 
@@ -108,8 +122,7 @@ fn merge(old: Option<&str>, done: &str, add: &str) -> Option<String> {
 fn ended(old: Option<&str>, done: &str) -> (i64, i64) {
     let (mut found, mut not) = (0, 0);
     for d in done.split(',').filter(|d| !d.is_empty()) {
-        if old
-            .unwrap_or_default()
+        if unpadded(old.unwrap_or_default())
             .lines()
             .any(|l| seq_of(l) == Some(d))
         {
@@ -182,10 +195,7 @@ pub(super) fn steps(
     only: Option<u32>,
 ) -> Result<Vec<StepRecord>, StoreError> {
     let mut lines = Vec::new();
-    for line in running.unwrap_or_default().lines() {
-        if line.trim().is_empty() {
-            continue; // the padding
-        }
+    for line in unpadded(running.unwrap_or_default()).lines() {
         let map: Map<String, Value> = crate::parse(line)?;
         if only.is_none_or(|seq| map.get("seq").and_then(Value::as_u64) == Some(u64::from(seq))) {
             lines.push(Entry(map));
@@ -240,7 +250,7 @@ mod tests {
     #[test]
     fn a_finished_step_leaves_and_a_started_one_joins() {
         let old = "{\"seq\":1,\"a\":1}\n{\"seq\":12,\"a\":2}\n";
-        let merged = |old, done, add| merge(old, done, add).map(|m| unpadded(&m));
+        let merged = |old, done, add| merge(old, done, add).map(|m| lines(&m));
         assert_eq!(
             merged(Some(old), "1", "{\"seq\":13,\"a\":3}\n").as_deref(),
             Some("{\"seq\":12,\"a\":2}\n{\"seq\":13,\"a\":3}\n"),
@@ -255,8 +265,8 @@ mod tests {
         assert_eq!(merged(None, "", ""), None);
     }
 
-    /// The text without its padding, which [`merge`] checks first.
-    fn unpadded(text: &str) -> String {
+    /// The text without its padding, which this checks first.
+    fn lines(text: &str) -> String {
         assert_eq!(text.len() % PAD, 0, "{text:?}");
         text.trim_end_matches(' ').to_string()
     }
@@ -269,7 +279,7 @@ mod tests {
         let a = merge(None, "", "{\"seq\":1,\"node_id\":\"a\"}\n").unwrap();
         let b = merge(Some(&a), "1", "{\"seq\":2,\"node_id\":\"summarize\"}\n").unwrap();
         assert_eq!((a.len(), b.len()), (PAD, PAD));
-        assert_eq!(unpadded(&b), "{\"seq\":2,\"node_id\":\"summarize\"}\n");
+        assert_eq!(lines(&b), "{\"seq\":2,\"node_id\":\"summarize\"}\n");
         assert_eq!(ended(Some(&b), "2"), (1, 0));
         let long = format!("{{\"seq\":3,\"input\":\"{}\"}}\n", "x".repeat(300));
         assert_eq!(merge(Some(&b), "", &long).unwrap().len(), 2 * PAD);
