@@ -7,6 +7,7 @@
 # cancelled out.
 #
 #   bench/instructions.sh                 # chain fanout loop launch durable_normal durable_state
+#   bench/instructions.sh durable_long    # a 400-node durable run (not in the default list: slow under valgrind)
 #   bench/instructions.sh chain loop      # some of them
 #
 # Prints JSON lines {"bench", "metric": "instructions_per_…", "value", "unit": "instr"}.
@@ -19,10 +20,10 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
 # workload → small runs, large runs, units of work per run, unit name
-declare -A small=([chain]=5 [fanout]=5 [loop]=2 [durable_normal]=3 [durable_state]=3 [launch]=20)
-declare -A large=([chain]=25 [fanout]=25 [loop]=6 [durable_normal]=13 [durable_state]=13 [launch]=100)
-declare -A per=([chain]=20 [fanout]=1 [loop]=100 [durable_normal]=20 [durable_state]=20 [launch]=1)
-declare -A unit=([chain]=node [fanout]=run [loop]=iteration [durable_normal]=node [durable_state]=node [launch]=run)
+declare -A small=([chain]=5 [fanout]=5 [loop]=2 [durable_normal]=3 [durable_state]=3 [launch]=20 [durable_long]=1)
+declare -A large=([chain]=25 [fanout]=25 [loop]=6 [durable_normal]=13 [durable_state]=13 [launch]=100 [durable_long]=3)
+declare -A per=([chain]=20 [fanout]=1 [loop]=100 [durable_normal]=20 [durable_state]=20 [launch]=1 [durable_long]=400)
+declare -A unit=([chain]=node [fanout]=run [loop]=iteration [durable_normal]=node [durable_state]=node [launch]=run [durable_long]=node)
 
 count() { # workload runs → total instructions
   WEIR_BENCH_RUNTIME=current_thread WEIR_BENCH_RUNS="$2" \

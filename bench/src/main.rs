@@ -155,7 +155,12 @@ fn runs_or(default: usize) -> usize {
 }
 
 fn status_kib(field: &str) -> f64 {
-    std::fs::read_to_string("/proc/self/status")
+    status_of("/proc/self/status", field)
+}
+
+/// The number after `field` in a `/proc` file of lines `field value …`.
+fn status_of(file: &str, field: &str) -> f64 {
+    std::fs::read_to_string(file)
         .ok()
         .and_then(|s| {
             s.lines()
@@ -438,6 +443,54 @@ async fn bench_durable_state() {
     );
 }
 
+/// A long durable run: 400 agent nodes whose ids differ in length, each keeping its 64-byte
+/// reply in state under its id, `synchronous=NORMAL`. What a step commit costs and writes
+/// should not grow with the steps before it (snapshot patches carry what changed; the whole
+/// snapshot is written at an interval that grows with the run), so the time and the bytes
+/// written per node are those of a short run. Bytes: what the process passed to `write`
+/// and `pwrite` (`wchar` of `/proc/self/io`), the write-ahead log and its checkpoints.
+async fn bench_durable_long() {
+    let (n, r) = (400, runs_or(3));
+    let ids: Vec<String> = (0..n)
+        .map(|i| {
+            format!(
+                "{}_{i}",
+                ["a", "draft", "review_text", "x", "summarize"][i % 5]
+            )
+        })
+        .collect();
+    let nodes: Vec<Value> = ids
+        .iter()
+        .map(|id| json!({"id": id, "type": "agent", "config": {"model": "fake", "user_message": "go"}}))
+        .collect();
+    let edges: Vec<Value> = ids
+        .windows(2)
+        .map(|w| json!({"source": w[0], "target": w[1]}))
+        .collect();
+    let wf = load(&json!({"name": "long", "nodes": nodes, "edges": edges}).to_string());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = weir_store::Sqlite::open_with(Some(&dir.path().join("long.db")), false)
+        .await
+        .expect("sqlite");
+    let e = engine_with(Arc::new(store), Duration::ZERO, 64);
+    run(&e, &wf, json!({})).await;
+    let written = || status_of("/proc/self/io", "wchar:");
+    let before = written();
+    let t = Instant::now();
+    for _ in 0..r {
+        run(&e, &wf, json!({})).await;
+    }
+    let dt = t.elapsed().as_secs_f64();
+    let nodes = (r * n) as f64;
+    emit("durable_long", "per_node_overhead", dt / nodes * 1e6, "us");
+    emit(
+        "durable_long",
+        "bytes_written_per_node",
+        (written() - before) / nodes,
+        "bytes",
+    );
+}
+
 /// 10,000 runs parked at a human gate: what they cost in memory and on disk.
 async fn bench_paused() {
     let runs = 10_000;
@@ -555,6 +608,7 @@ fn main() {
         if want("durable") { bench_durable(&[("durable", true), ("durable_normal", false)]).await; }
         else if args.iter().any(|a| a == "durable_normal") { bench_durable(&[("durable_normal", false)]).await; }
         if want("durable_state") { bench_durable_state().await; }
+        if want("durable_long") { bench_durable_long().await; }
         if want("paused") { bench_paused().await; }
         if want("api") { server::bench_api().await; }
         if args.iter().any(|a| a == "pg") { pg::bench_pg().await; }
