@@ -366,25 +366,12 @@ impl Tracker {
 }
 
 /// What `now` adds to `was` and what it drops from it, both sorted; `was` becomes `now`.
-/// One walk of both in order (node ids are shared, so equal ones compare by pointer first).
 fn set_changes(was: &mut BTreeSet<NodeId>, now: &BTreeSet<NodeId>) -> (Vec<NodeId>, Vec<NodeId>) {
-    let (mut add, mut del) = (Vec::new(), Vec::new());
-    let (mut a, mut b) = (was.iter().peekable(), now.iter().peekable());
-    loop {
-        match (a.peek(), b.peek()) {
-            (None, None) => break,
-            (Some(x), Some(y)) if std::sync::Arc::ptr_eq(x, y) || x == y => {
-                a.next();
-                b.next();
-            }
-            (Some(x), Some(y)) if x < y => del.extend(a.next().cloned()),
-            (Some(_), Some(_)) | (None, Some(_)) => add.extend(b.next().cloned()),
-            (Some(_), None) => del.extend(a.next().cloned()),
-        }
-    }
+    let (add, del) = changes(was.iter().map(|id| (id, ())), now.iter().map(|id| (id, ())));
     for id in &del {
         was.remove(id);
     }
+    let add: Vec<NodeId> = add.into_iter().map(|(id, ())| id).collect();
     was.extend(add.iter().cloned());
     (add, del)
 }
@@ -395,31 +382,41 @@ fn count_changes(
     was: &mut BTreeMap<NodeId, u32>,
     now: &BTreeMap<NodeId, u32>,
 ) -> (Vec<(NodeId, u32)>, Vec<NodeId>) {
-    let (mut set, mut del) = (Vec::new(), Vec::new());
-    let (mut a, mut b) = (was.iter().peekable(), now.iter().peekable());
-    loop {
-        match (a.peek(), b.peek()) {
-            (None, None) => break,
-            (Some((x, m)), Some((y, n))) if std::sync::Arc::ptr_eq(x, y) || x == y => {
-                if m != n {
-                    set.push(((*y).clone(), **n));
-                }
-                a.next();
-                b.next();
-            }
-            (Some((x, _)), Some((y, _))) if x < y => {
-                del.extend(a.next().map(|(x, _)| x.clone()));
-            }
-            (Some(_), Some(_)) | (None, Some(_)) => {
-                set.extend(b.next().map(|(y, n)| (y.clone(), *n)));
-            }
-            (Some(_), None) => del.extend(a.next().map(|(x, _)| x.clone())),
-        }
-    }
+    let (set, del) = changes(
+        was.iter().map(|(id, n)| (id, *n)),
+        now.iter().map(|(id, n)| (id, *n)),
+    );
     for id in &del {
         was.remove(id);
     }
     was.extend(set.iter().cloned());
+    (set, del)
+}
+
+/// One walk of two sorted sequences of entries: those of `now` that are new or whose value
+/// changed, and the ids of `was` that `now` no longer has. Node ids are shared, so equal ones
+/// compare by pointer first.
+fn changes<'a, V: PartialEq>(
+    was: impl Iterator<Item = (&'a NodeId, V)>,
+    now: impl Iterator<Item = (&'a NodeId, V)>,
+) -> (Vec<(NodeId, V)>, Vec<NodeId>) {
+    let (mut set, mut del) = (Vec::new(), Vec::new());
+    let (mut a, mut b) = (was.peekable(), now.peekable());
+    loop {
+        match (a.peek(), b.peek()) {
+            (None, None) => break,
+            (Some((x, _)), Some((y, _))) if std::sync::Arc::ptr_eq(x, y) || x == y => {
+                if let (Some((_, m)), Some((y, n))) = (a.next(), b.next())
+                    && m != n
+                {
+                    set.push((y.clone(), n));
+                }
+            }
+            (Some((x, _)), Some((y, _))) if x < y => del.extend(a.next().map(|(x, _)| x.clone())),
+            (_, Some(_)) => set.extend(b.next().map(|(y, n)| (y.clone(), n))),
+            (Some(_), None) => del.extend(a.next().map(|(x, _)| x.clone())),
+        }
+    }
     (set, del)
 }
 
