@@ -230,6 +230,10 @@ pub fn preallocate(conn: &Connection, path: &Path) -> Result<u64, StoreError> {
         .query_row("PRAGMA page_size", [], |r| r.get(0))
         .map_err(super::writer::backend)?;
     let want = log_bytes(BACKSTOP_PAGES, page_size);
+    // A log already that long (another process has the database open) needs no lock.
+    if std::fs::metadata(log_path(path)).is_ok_and(|m| m.len() >= want) {
+        return Ok(0);
+    }
     conn.execute_batch("BEGIN IMMEDIATE")
         .map_err(super::writer::backend)?;
     let extended = extend_with_zeros(&log_path(path), want);
