@@ -229,7 +229,8 @@ pub fn preallocate(conn: &Connection, path: &Path) -> Result<u64, StoreError> {
     let page_size: i64 = conn
         .query_row("PRAGMA page_size", [], |r| r.get(0))
         .map_err(super::writer::backend)?;
-    let want = log_bytes(BACKSTOP_PAGES, page_size);
+    // At most 16 MiB: a database made elsewhere with large pages gets part of its log.
+    let want = log_bytes(BACKSTOP_PAGES, page_size).min(16 << 20);
     // A log already that long (another process has the database open) needs no lock.
     if std::fs::metadata(log_path(path)).is_ok_and(|m| m.len() >= want) {
         return Ok(0);
