@@ -2,7 +2,8 @@
 //! the run's public state as a patch (the keys written since the previous write), with the
 //! last output and pipeline history only when they changed, and the scheduler's bookkeeping
 //! (pending nodes, counters: node ids and numbers) whole; every [`COMPACT_EVERY`]
-//! commits, and at every park, release and end, it writes the whole snapshot again. A store
+//! commits or more (`compact_every`), and at every park, release and end, it writes the
+//! whole snapshot again. A store
 //! keeps the last whole snapshot and the patches written after it, and a reader applies them
 //! in commit order ([`SnapshotPatch::apply`]) to get the snapshot of the last commit. What
 //! grows with a run (the outputs in its state, and the nodes completed and visited) is written
@@ -205,7 +206,7 @@ pub struct Tracker {
 }
 
 /// The parts of the scheduler's bookkeeping that grow with a run, as last written.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Bookkeeping {
     completed: BTreeSet<NodeId>,
     visits: BTreeMap<NodeId, u32>,

@@ -224,8 +224,8 @@ fn log_bytes(frames: i32, page_size: i64) -> u64 {
 /// backstop ([`BACKSTOP_PAGES`] frames), and syncs it: a `full_sync` store's commits then
 /// sync what they overwrite, not a file that grows (module docs). It holds the write lock
 /// meanwhile (`BEGIN IMMEDIATE`), so no writer appends a frame where the zeros go; what is
-/// past the file's end holds no frame any reader may read. Returns the bytes added.
-pub fn preallocate(conn: &Connection, path: &Path) -> Result<u64, StoreError> {
+/// past the file's end holds no frame any reader may read.
+pub fn preallocate(conn: &Connection, path: &Path) -> Result<(), StoreError> {
     let page_size: i64 = conn
         .query_row("PRAGMA page_size", [], |r| r.get(0))
         .map_err(super::writer::backend)?;
@@ -233,14 +233,12 @@ pub fn preallocate(conn: &Connection, path: &Path) -> Result<u64, StoreError> {
     let want = log_bytes(BACKSTOP_PAGES, page_size).min(16 << 20);
     // A log already that long (another process has the database open) needs no lock.
     if std::fs::metadata(log_path(path)).is_ok_and(|m| m.len() >= want) {
-        return Ok(0);
+        return Ok(());
     }
-    conn.execute_batch("BEGIN IMMEDIATE")
-        .map_err(super::writer::backend)?;
+    super::writer::control(conn, "BEGIN IMMEDIATE")?;
     let extended = extend_with_zeros(&log_path(path), want);
     // The transaction wrote nothing: its end only lets the lock go.
-    conn.execute_batch("ROLLBACK")
-        .map_err(super::writer::backend)?;
+    super::writer::control(conn, "ROLLBACK")?;
     extended.map_err(|e| {
         StoreError::Backend(format!(
             "cannot extend the write-ahead log {}: {e}",
@@ -250,11 +248,11 @@ pub fn preallocate(conn: &Connection, path: &Path) -> Result<u64, StoreError> {
 }
 
 /// Appends zeros to the file at `path` up to `want` bytes, and syncs it.
-fn extend_with_zeros(path: &Path, want: u64) -> std::io::Result<u64> {
+fn extend_with_zeros(path: &Path, want: u64) -> std::io::Result<()> {
     let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
     let len = f.metadata()?.len();
     if len >= want {
-        return Ok(0);
+        return Ok(());
     }
     f.seek(SeekFrom::Start(len))?;
     let zeros = vec![0u8; 64 * 1024];
@@ -264,8 +262,7 @@ fn extend_with_zeros(path: &Path, want: u64) -> std::io::Result<u64> {
         f.write_all(&zeros[..n as usize])?;
         left -= n;
     }
-    f.sync_data()?;
-    Ok(want - len)
+    f.sync_data()
 }
 
 /// The log file of the database at `path`: its name with `-wal`.

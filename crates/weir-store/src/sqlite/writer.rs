@@ -332,10 +332,10 @@ impl Writer {
     }
 
     /// Gives the log of a store whose commits it syncs (`full_sync`) its working size
-    /// ([`wal::preallocate`]); the bytes added. Nothing for a store that does not sync them.
-    pub async fn preallocate_log(&self, path: &Path) -> Result<u64, StoreError> {
+    /// ([`wal::preallocate`]); nothing for a store that does not sync them.
+    pub async fn preallocate_log(&self, path: &Path) -> Result<(), StoreError> {
         if self.wal.is_none() {
-            return Ok(0);
+            return Ok(());
         }
         let path = path.to_path_buf();
         self.run(move |c| wal::preallocate(&c.synced, &path)).await
@@ -387,7 +387,7 @@ impl Writer {
 
 /// Runs one transaction-control statement through the statement cache (`execute_batch`
 /// would parse it again on every write).
-fn control(conn: &Connection, sql: &str) -> Result<(), StoreError> {
+pub(super) fn control(conn: &Connection, sql: &str) -> Result<(), StoreError> {
     conn.prepare_cached(sql)
         .and_then(|mut st| st.execute([]))
         .map(|_| ())
