@@ -68,12 +68,14 @@ pub(crate) fn pin(r: &impl Cols) -> Option<Pin> {
 /// its own column in SQLite, from the `attempts` table in Postgres), given the row and `seq`.
 pub(crate) fn steps<R: Cols>(
     rows: &[R],
-    attempts: impl Fn(&R, i64) -> Result<Vec<Attempt>, StoreError>,
+    attempts: impl Fn(&R, i64, Option<&str>) -> Result<Vec<Attempt>, StoreError>,
 ) -> Result<Vec<StepRecord>, StoreError> {
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         let seq = r.int("seq");
-        let attempts = attempts(r, seq)?;
+        let output: weir_core::record::Output =
+            parse::<serde_json::Value>(&r.text("output"))?.into();
+        let attempts = attempts(r, seq, crate::attempts::output_text(&output))?;
         out.push(StepRecord {
             seq: seq as u32,
             node_id: r.text("node_id"),
@@ -82,7 +84,7 @@ pub(crate) fn steps<R: Cols>(
             status: StepStatus::parse(&r.text("status")).unwrap_or(StepStatus::Failed),
             route: r.opt_text("route"),
             input: parse(&r.text("input"))?,
-            output: parse(&r.text("output"))?,
+            output: std::sync::Arc::new(output),
             error: r.opt_text("error"),
             cost_usd: r.real("cost_usd"),
             tokens: Tokens {

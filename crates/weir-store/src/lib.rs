@@ -7,6 +7,7 @@
 //! loses at most the steps in flight and a resumed run never repeats a completed step. Both
 //! pass the conformance suite in `tests/conformance.rs`.
 
+mod attempts;
 mod cols;
 mod memory;
 mod postgres;

@@ -163,17 +163,46 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
     let mut a = a_run.clone();
     a.status = StepStatus::Succeeded;
     a.finished_at = Some(weir_core::store::Stamp::now());
-    a.attempts = vec![weir_core::Attempt {
-        n: 1,
-        status: StepStatus::Succeeded,
-        error: None,
-        error_class: None,
-        duration_ms: 3,
-        request: Some(json!({"user": "hi"}).into()),
-        response: Some("hello".into()),
-        calls: vec![],
-        cost_usd: 0.5,
-    }];
+    // An agent's reply: the output's text, which the answering call's reply and the
+    // attempt's response repeat (the stores keep it once); a failed attempt and a fallback's
+    // reply differ from it.
+    a.output = std::sync::Arc::new(weir_core::record::Output::reply(weir_core::record::Reply {
+        text: "hello".into(),
+        model: "m".into(),
+        provider: "p".into(),
+        fallback_used: true,
+        input_tokens: 1,
+        output_tokens: 2,
+    }));
+    let call = |model: &str, reply: Option<&str>| {
+        json!({"model": model, "provider": "p", "status": "succeeded", "error_class": null,
+               "error": null, "input_tokens": 1, "output_tokens": 2, "cost_usd": 0.25,
+               "priced": true, "duration_ms": 1, "reply": reply})
+    };
+    a.attempts = vec![
+        weir_core::Attempt {
+            n: 1,
+            status: StepStatus::Failed,
+            error: Some("the reply failed its schema".into()),
+            error_class: Some("schema".into()),
+            duration_ms: 2,
+            request: Some(json!({"user": "hi"}).into()),
+            response: Some("not json".into()),
+            calls: vec![call("m", Some("not json"))],
+            cost_usd: 0.25,
+        },
+        weir_core::Attempt {
+            n: 2,
+            status: StepStatus::Succeeded,
+            error: None,
+            error_class: None,
+            duration_ms: 3,
+            request: Some(json!({"user": "hi"}).into()),
+            response: Some("hello".into()),
+            calls: vec![call("primary", None), call("m", Some("hello"))],
+            cost_usd: 0.5,
+        },
+    ];
     let b = step(2, "b", StepStatus::Running);
     let w = s
         .commit_step(

@@ -209,11 +209,11 @@ impl Postgres {
         .fetch_all(&mut *conn)
         .await
         .map_err(backend)?;
-        crate::cols::steps(&rows, |_, seq| {
+        crate::cols::steps(&rows, |_, seq, text| {
             attempt_rows
                 .iter()
                 .filter(|a| a.get::<i64, _>("seq") == seq)
-                .map(|a| crate::parse(&a.get::<String, _>("body")))
+                .map(|a| crate::attempts::one_from_json(&a.get::<String, _>("body"), text))
                 .collect()
         })
     }

@@ -65,7 +65,10 @@ impl StepArrays {
             for at in &s.attempts {
                 a.a_seq.push(i64::from(s.seq));
                 a.a_n.push(i64::from(at.n));
-                a.a_body.push(json(at)?);
+                a.a_body.push(crate::attempts::one_to_json(
+                    at,
+                    crate::attempts::output_text(&s.output),
+                )?);
             }
         }
         Ok(a)

@@ -238,8 +238,8 @@ impl Sqlite {
         .fetch_all(&mut *conn)
         .await
         .map_err(backend)?;
-        let mut steps = crate::cols::steps(&rows, |r, _| {
-            crate::parse(&crate::cols::Cols::text(r, "attempts"))
+        let mut steps = crate::cols::steps(&rows, |r, _, text| {
+            crate::attempts::from_json(&crate::cols::Cols::text(r, "attempts"), text)
         })?;
         // The steps in flight are lines of the run's row (migration 15).
         let running = Self::running(conn, run_id, only_seq).await?;

@@ -70,7 +70,10 @@ pub(super) async fn insert_steps(
         .bind(s.started_at.to_string())
         .bind(s.finished_at.as_ref().map(|t| t.to_string()))
         .bind(s.duration_ms.map(|d| d as i64))
-        .bind(json(&s.attempts)?)
+        .bind(crate::attempts::to_json(
+            &s.attempts,
+            crate::attempts::output_text(&s.output),
+        )?)
         .bind(head)
         .execute(&mut *conn)
         .await
@@ -151,7 +154,7 @@ pub(super) fn step_row(s: &StepRecord) -> Result<StepRow, StoreError> {
         started_at: s.started_at.to_string(),
         finished_at: s.finished_at.as_ref().map(|t| t.to_string()),
         duration_ms: s.duration_ms.map(|d| d as i64),
-        attempts: json(&s.attempts)?,
+        attempts: crate::attempts::to_json(&s.attempts, crate::attempts::output_text(&s.output))?,
     })
 }
 

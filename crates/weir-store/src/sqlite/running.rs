@@ -201,7 +201,7 @@ pub(super) fn steps(
             lines.push(Entry(map));
         }
     }
-    let mut steps = crate::cols::steps(&lines, |_, _| Ok(Vec::new()))?;
+    let mut steps = crate::cols::steps(&lines, |_, _, _| Ok(Vec::new()))?;
     steps.sort_by_key(|s| s.seq);
     Ok(steps)
 }

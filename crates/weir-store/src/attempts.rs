@@ -1,0 +1,311 @@
+//! A step's attempts as the stores keep them: the record's JSON, except that a reply text
+//! the step's output already holds is not written again.
+//!
+//! An agent step that succeeded has its reply three times in its record: the output's
+//! `text`, the attempt's `response` and the answering call's `reply`. Stored, the attempt's
+//! `response` and a call's `reply` that equal the output's `text` are the JSON `true`, and
+//! a read puts the text back: a 1 KB reply is written once per step instead of three times
+//! (BENCHMARKS.md, `durable_state`). A response or reply that differs from the output (a
+//! failed attempt's, a fallback's, a schema repair's) is written whole, as are the attempts
+//! of a step whose output has no `text`. Rows written before this (every text whole) read
+//! back as they are.
+
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+use weir_core::record::{Attempt, Output, Request, StepStatus, cost};
+use weir_core::store::StoreError;
+
+use crate::backend;
+
+/// The text an attempt's response or a call's reply may repeat: the output's `text`.
+pub(crate) fn output_text(output: &Output) -> Option<&str> {
+    match output.as_reply() {
+        Some(r) => Some(&r.text),
+        None => output.get("text").and_then(Value::as_str),
+    }
+}
+
+/// A step's attempts as stored (the `attempts` column of SQLite's `steps`), given the
+/// step's output text ([`output_text`]).
+pub(crate) fn to_json(attempts: &[Attempt], text: Option<&str>) -> Result<String, StoreError> {
+    serde_json::to_string(&All(attempts, text)).map_err(backend)
+}
+
+/// One attempt as stored (a row of Postgres's `attempts`).
+pub(crate) fn one_to_json(attempt: &Attempt, text: Option<&str>) -> Result<String, StoreError> {
+    serde_json::to_string(&Stored::of(attempt, text)).map_err(backend)
+}
+
+/// A step's attempts from their stored JSON ([`to_json`]), given the step's output text.
+pub(crate) fn from_json(s: &str, text: Option<&str>) -> Result<Vec<Attempt>, StoreError> {
+    let stored: Vec<Read> = crate::parse(s)?;
+    stored.into_iter().map(|a| a.into_attempt(text)).collect()
+}
+
+/// One attempt from its stored JSON ([`one_to_json`]).
+pub(crate) fn one_from_json(s: &str, text: Option<&str>) -> Result<Attempt, StoreError> {
+    crate::parse::<Read>(s)?.into_attempt(text)
+}
+
+struct All<'a>(&'a [Attempt], Option<&'a str>);
+
+impl Serialize for All<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for a in self.0 {
+            seq.serialize_element(&Stored::of(a, self.1))?;
+        }
+        seq.end()
+    }
+}
+
+/// An attempt as written: [`Attempt`]'s fields in its order.
+#[derive(Serialize)]
+struct Stored<'a> {
+    n: u32,
+    status: StepStatus,
+    error: &'a Option<String>,
+    error_class: &'a Option<String>,
+    duration_ms: u64,
+    request: &'a Option<Request>,
+    response: Text<'a>,
+    calls: Calls<'a>,
+    #[serde(serialize_with = "cost::serialize")]
+    cost_usd: f64,
+}
+
+impl<'a> Stored<'a> {
+    fn of(a: &'a Attempt, text: Option<&'a str>) -> Self {
+        Self {
+            n: a.n,
+            status: a.status,
+            error: &a.error,
+            error_class: &a.error_class,
+            duration_ms: a.duration_ms,
+            request: &a.request,
+            response: Text(a.response.as_deref(), text),
+            calls: Calls(&a.calls, text),
+            cost_usd: a.cost_usd,
+        }
+    }
+}
+
+/// A text that may repeat the output's: `true` when it does, else itself (or `null`).
+struct Text<'a>(Option<&'a str>, Option<&'a str>);
+
+impl Serialize for Text<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Text(Some(t), Some(same)) if t == same => s.serialize_bool(true),
+            Text(t, _) => t.serialize(s),
+        }
+    }
+}
+
+/// The calls, each a JSON object whose `reply` may repeat the output's text.
+struct Calls<'a>(&'a [Value], Option<&'a str>);
+
+impl Serialize for Calls<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for call in self.0 {
+            match call {
+                Value::Object(fields) => seq.serialize_element(&Call(fields, self.1))?,
+                other => seq.serialize_element(other)?,
+            }
+        }
+        seq.end()
+    }
+}
+
+struct Call<'a>(&'a serde_json::Map<String, Value>, Option<&'a str>);
+
+impl Serialize for Call<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in self.0 {
+            if k == "reply" {
+                map.serialize_entry(k, &Text(v.as_str(), self.1))?;
+            } else {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        map.end()
+    }
+}
+
+/// An attempt as read: a `response` may be `true` (the output's text).
+#[derive(Deserialize)]
+struct Read {
+    n: u32,
+    status: StepStatus,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    error_class: Option<String>,
+    duration_ms: u64,
+    #[serde(default)]
+    request: Option<Request>,
+    #[serde(default)]
+    response: Option<Response>,
+    #[serde(default)]
+    calls: Vec<Value>,
+    #[serde(default)]
+    cost_usd: f64,
+}
+
+/// A stored response: its text, or `true` for the output's.
+enum Response {
+    Text(String),
+    Same,
+}
+
+impl<'de> Deserialize<'de> for Response {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Response;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a reply's text, or `true` for the output's")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Response, E> {
+                Ok(Response::Text(v.into()))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Response, E> {
+                Ok(Response::Text(v))
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Response, E> {
+                if v {
+                    Ok(Response::Same)
+                } else {
+                    Err(E::invalid_value(serde::de::Unexpected::Bool(v), &self))
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Read {
+    fn into_attempt(self, text: Option<&str>) -> Result<Attempt, StoreError> {
+        let same = || {
+            text.map(str::to_string).ok_or_else(|| {
+                StoreError::Backend(
+                    "corrupt stored attempt: it repeats the output's text, which has none".into(),
+                )
+            })
+        };
+        let response = match self.response {
+            Some(Response::Same) => Some(same()?),
+            Some(Response::Text(t)) => Some(t),
+            None => None,
+        };
+        let mut calls = self.calls;
+        for call in &mut calls {
+            if let Some(reply) = call.get_mut("reply")
+                && *reply == Value::Bool(true)
+            {
+                *reply = Value::String(same()?);
+            }
+        }
+        Ok(Attempt {
+            n: self.n,
+            status: self.status,
+            error: self.error,
+            error_class: self.error_class,
+            duration_ms: self.duration_ms,
+            request: self.request,
+            response,
+            calls,
+            cost_usd: self.cost_usd,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use weir_core::record::Reply;
+
+    fn attempt(n: u32, response: Option<&str>, replies: &[&str]) -> Attempt {
+        Attempt {
+            n,
+            status: StepStatus::Succeeded,
+            error: None,
+            error_class: None,
+            duration_ms: 3,
+            request: Some(Request::Other(json!({"user": "hi"}))),
+            response: response.map(Into::into),
+            calls: replies
+                .iter()
+                .map(|r| json!({"model": "m", "status": "succeeded", "reply": r, "cost_usd": 0.5}))
+                .collect(),
+            cost_usd: 0.5,
+        }
+    }
+
+    fn output(text: &str) -> Output {
+        Output::reply(Reply {
+            text: text.into(),
+            model: "m".into(),
+            provider: "p".into(),
+            fallback_used: false,
+            input_tokens: 1,
+            output_tokens: 2,
+        })
+    }
+
+    #[test]
+    fn a_reply_the_output_holds_is_written_once_and_read_back_whole() {
+        let long = "the reply ".repeat(100);
+        let out = output(&long);
+        let attempts = vec![
+            attempt(1, None, &["a failed fallback"]),
+            attempt(2, Some(&long), &["an earlier model's reply", &long]),
+        ];
+        let text = output_text(&out);
+        let stored = to_json(&attempts, text).unwrap();
+        assert_eq!(
+            stored.matches("the reply").count(),
+            0,
+            "the output's text is not repeated: {stored}"
+        );
+        assert!(stored.contains("an earlier model's reply"), "{stored}");
+        assert_eq!(from_json(&stored, text).unwrap(), attempts);
+        // The same JSON as the record's wherever nothing repeats.
+        let plain = to_json(&attempts, Some("something else")).unwrap();
+        assert_eq!(plain, serde_json::to_string(&attempts).unwrap());
+        // One attempt alone (a row of Postgres's `attempts`).
+        let one = one_to_json(&attempts[1], text).unwrap();
+        assert_eq!(one_from_json(&one, text).unwrap(), attempts[1]);
+    }
+
+    #[test]
+    fn attempts_written_whole_read_back_as_they_are() {
+        let attempts = vec![attempt(1, Some("x"), &["x"])];
+        let old = serde_json::to_string(&attempts).unwrap();
+        assert_eq!(from_json(&old, Some("x")).unwrap(), attempts);
+        assert_eq!(from_json(&old, None).unwrap(), attempts);
+    }
+
+    #[test]
+    fn a_marker_without_an_output_text_is_an_error_not_a_panic() {
+        let stored = to_json(&[attempt(1, Some("x"), &["x"])], Some("x")).unwrap();
+        let err = from_json(&stored, None).unwrap_err();
+        assert!(err.to_string().contains("corrupt"), "{err}");
+    }
+
+    #[test]
+    fn an_output_that_is_json_with_a_text_field_counts_too() {
+        let out = Output::from(json!({"text": "hello", "other": 1}));
+        assert_eq!(output_text(&out), Some("hello"));
+        assert_eq!(output_text(&Output::from(json!({"n": 1}))), None);
+        assert_eq!(output_text(&Output::from(json!({"text": 5}))), None);
+    }
+}
