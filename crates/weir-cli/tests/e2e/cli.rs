@@ -244,7 +244,11 @@ fn run_record_has_the_documented_shape() {
     assert_eq!(a["status"], "succeeded");
     assert!(a["error"].is_null());
     assert_eq!(a["request"]["user"], "hi Ada");
+    // The store keeps the reply once (the output's text) and puts it back in the
+    // attempt's response and the answering call's reply.
     assert_eq!(a["response"], "mock reply to: hi Ada");
+    assert_eq!(a["calls"][0]["reply"], "mock reply to: hi Ada");
+    assert_eq!(a["calls"][0]["model"], "mock");
 }
 
 #[test]
