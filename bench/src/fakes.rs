@@ -25,6 +25,9 @@ pub struct FakeModel {
 static CALLS: AtomicUsize = AtomicUsize::new(0);
 static MARK: AtomicUsize = AtomicUsize::new(usize::MAX);
 static MARKED: Mutex<Option<Instant>> = Mutex::new(None);
+/// Whether the fake reports its call's record (`WEIR_BENCH_CALLS=1`).
+static REPORT_CALLS: std::sync::LazyLock<bool> =
+    std::sync::LazyLock::new(|| std::env::var("WEIR_BENCH_CALLS").as_deref() == Ok("1"));
 
 /// Times the `n`-th call of a chain's first node from now: [`marked`] says when it began.
 pub fn mark_call(n: usize) {
@@ -51,18 +54,39 @@ impl ModelClient for FakeModel {
         if !self.latency.is_zero() {
             tokio::time::sleep(self.latency).await;
         }
+        let text: String = if self.reply_bytes == 0 {
+            "fake llm reply".into()
+        } else {
+            "fake llm reply ".repeat(self.reply_bytes / 15 + 1)[..self.reply_bytes].into()
+        };
+        // WEIR_BENCH_CALLS=1: the record of the call, as the real gateway reports every
+        // model it reached (the peer's fake model reports none, so the comparisons leave it
+        // out; BENCHMARKS.md measures both).
+        let calls = if *REPORT_CALLS {
+            vec![weir_core::model::ModelCall {
+                model: req.model.clone(),
+                provider: "fake".into(),
+                status: "succeeded".into(),
+                error_class: None,
+                error: None,
+                input_tokens: 0,
+                output_tokens: 0,
+                cost_usd: Some(0.0),
+                priced: true,
+                duration_ms: 0,
+                reply: Some(text.clone()),
+            }]
+        } else {
+            Vec::new()
+        };
         Ok(ModelResponse {
-            text: if self.reply_bytes == 0 {
-                "fake llm reply".into()
-            } else {
-                "fake llm reply ".repeat(self.reply_bytes / 15 + 1)[..self.reply_bytes].into()
-            },
+            text,
             model: req.model,
             provider: "fake".into(),
             usage: Usage::default(),
             cost_usd: Some(0.0),
             fallback_used: false,
-            calls: Vec::new(),
+            calls,
             events: Vec::new(),
         })
     }

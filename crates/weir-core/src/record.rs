@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::model::ModelCall;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -241,7 +242,7 @@ pub struct Attempt {
     /// For model calls: every model reached in this attempt (fallbacks, schema repairs),
     /// each with its reply, usage, cost and, for a reply that failed validation, the errors.
     #[serde(default)]
-    pub calls: Vec<Value>,
+    pub calls: Vec<Call>,
     /// What this attempt cost, failed or not.
     #[serde(default, serialize_with = "cost::serialize")]
     pub cost_usd: f64,
@@ -411,6 +412,112 @@ impl Serialize for Output {
 }
 
 impl<'de> Deserialize<'de> for Output {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Value::deserialize(d).map(Self::from)
+    }
+}
+
+/// One model reached during an attempt, as the record shows it: the gateway's typed
+/// [`ModelCall`], or JSON (read back from a store, or with fields added: a rejected reply's
+/// `validation_errors`). Every agent step has one at least, and most are only ever written
+/// to a store: a typed call is written without building its JSON object, which cost eleven
+/// keys and some fifteen allocations per model call (BENCHMARKS.md). Reads go through
+/// `Deref<Target = Value>`, which builds the object once. Equal when their JSON is.
+#[derive(Debug, Default)]
+pub struct Call {
+    typed: Option<ModelCall>,
+    value: std::sync::OnceLock<Value>,
+}
+
+impl Call {
+    pub fn typed(call: ModelCall) -> Self {
+        Self {
+            typed: Some(call),
+            value: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The gateway's record, for a call made from one.
+    pub fn as_typed(&self) -> Option<&ModelCall> {
+        self.typed.as_ref()
+    }
+
+    /// The gateway's record to change in place (the JSON is built again when next read).
+    pub fn typed_mut(&mut self) -> Option<&mut ModelCall> {
+        if self.typed.is_some() {
+            self.value = std::sync::OnceLock::new();
+        }
+        self.typed.as_mut()
+    }
+
+    /// The call as JSON to change in place (a typed call becomes that JSON).
+    pub fn value_mut(&mut self) -> &mut Value {
+        if let Some(c) = self.typed.take() {
+            self.value = std::sync::OnceLock::from(call_value(&c));
+        }
+        self.value.get_or_init(|| Value::Null);
+        self.value.get_mut().expect("initialized above")
+    }
+}
+
+fn call_value(c: &ModelCall) -> Value {
+    serde_json::to_value(c).unwrap_or(Value::Null)
+}
+
+impl From<Value> for Call {
+    fn from(v: Value) -> Self {
+        Self {
+            typed: None,
+            value: std::sync::OnceLock::from(v),
+        }
+    }
+}
+
+impl std::ops::Deref for Call {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        self.value.get_or_init(|| match &self.typed {
+            Some(c) => call_value(c),
+            None => Value::Null,
+        })
+    }
+}
+
+impl Clone for Call {
+    fn clone(&self) -> Self {
+        Self {
+            typed: self.typed.clone(),
+            value: self.value.clone(),
+        }
+    }
+}
+
+impl PartialEq for Call {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.typed, &other.typed) {
+            (Some(a), Some(b)) => a == b,
+            _ => **self == **other,
+        }
+    }
+}
+
+impl PartialEq<Value> for Call {
+    fn eq(&self, other: &Value) -> bool {
+        **self == *other
+    }
+}
+
+impl Serialize for Call {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match (&self.typed, self.value.get()) {
+            (Some(c), None) => c.serialize(s),
+            _ => (**self).serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Call {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         Value::deserialize(d).map(Self::from)
     }

@@ -165,7 +165,19 @@ impl Redactor {
             if let Some(r) = &mut a.response {
                 self.string(r);
             }
-            a.calls.iter_mut().for_each(|c| self.value(c));
+            for c in &mut a.calls {
+                match c.typed_mut() {
+                    Some(t) => {
+                        for f in [&mut t.model, &mut t.provider, &mut t.status] {
+                            self.string(f);
+                        }
+                        for f in [&mut t.error, &mut t.reply].into_iter().flatten() {
+                            self.string(f);
+                        }
+                    }
+                    None => self.value(c.value_mut()),
+                }
+            }
         }
     }
 }
@@ -281,6 +293,50 @@ mod tests {
             json!({"text": "key [redacted]!", "[redacted]": ["a [redacted]"], "n": 3, "short": "xyz"})
         );
         assert!(Redactor::new(Vec::new()).is_empty());
+    }
+
+    /// A step's model calls are redacted whether they are the gateway's typed records or
+    /// JSON read back from a store.
+    #[test]
+    fn a_steps_calls_are_redacted_typed_or_json() {
+        let r = Redactor::new(["sk-ant-0123456789".to_string()]);
+        let typed = crate::record::Call::typed(crate::model::ModelCall {
+            model: "m".into(),
+            provider: "p".into(),
+            status: "failed".into(),
+            error_class: None,
+            error: Some("bad key sk-ant-0123456789".into()),
+            input_tokens: 0,
+            output_tokens: 0,
+            cost_usd: None,
+            priced: false,
+            duration_ms: 0,
+            reply: Some("echo sk-ant-0123456789".into()),
+        });
+        let json: crate::record::Call = json!({"reply": "sk-ant-0123456789", "n": 1}).into();
+        let mut s: crate::record::StepRecord = serde_json::from_value(json!({
+            "seq": 1, "node_id": "a", "status": "failed", "route": null, "input": null,
+            "output": null, "error": null, "cost_usd": 0.0,
+            "tokens": {"input": 0, "output": 0}, "attempts": [], "started_at": "t"
+        }))
+        .unwrap();
+        s.attempts.push(crate::record::Attempt {
+            n: 1,
+            status: crate::record::StepStatus::Failed,
+            error: None,
+            error_class: None,
+            duration_ms: 0,
+            request: None,
+            response: None,
+            calls: vec![typed, json],
+            cost_usd: 0.0,
+        });
+        r.step(&mut s);
+        let calls = &s.attempts[0].calls;
+        assert!(calls[0].as_typed().is_some(), "still typed");
+        assert_eq!(calls[0]["error"], "bad key [redacted]");
+        assert_eq!(calls[0]["reply"], "echo [redacted]");
+        assert_eq!(*calls[1], json!({"reply": "[redacted]", "n": 1}));
     }
 
     #[test]

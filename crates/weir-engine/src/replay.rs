@@ -104,12 +104,21 @@ impl Recording {
     }
 
     /// The next `n` unused calls of the attempt at `site`.
-    fn take_calls(&self, site: &CallSite, calls: &[Value], most: usize) -> Vec<ModelCall> {
+    fn take_calls(
+        &self,
+        site: &CallSite,
+        calls: &[weir_core::record::Call],
+        most: usize,
+    ) -> Vec<ModelCall> {
         let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
         let from = used.entry(site.clone()).or_insert(0);
         let mut out = Vec::new();
         while *from < calls.len() && out.len() < most {
-            let Ok(c) = serde_json::from_value::<ModelCall>(calls[*from].clone()) else {
+            let typed = match calls[*from].as_typed() {
+                Some(c) => Ok(c.clone()),
+                None => serde_json::from_value::<ModelCall>((*calls[*from]).clone()),
+            };
+            let Ok(c) = typed else {
                 *from += 1;
                 continue;
             };
@@ -133,19 +142,22 @@ fn reused_as_attempt(s: &mut StepRecord) {
     }
     let out = s.output.as_ref();
     let calls = match (out["text"].as_str(), out["model"].as_str()) {
-        (Some(text), Some(model)) => vec![serde_json::json!({
-            "model": model,
-            "provider": out["provider"].as_str().unwrap_or("replay"),
-            "status": "succeeded",
-            "error_class": null,
-            "error": null,
-            "input_tokens": out["input_tokens"].as_u64().unwrap_or(0),
-            "output_tokens": out["output_tokens"].as_u64().unwrap_or(0),
-            "cost_usd": 0.0,
-            "priced": true,
-            "duration_ms": 0,
-            "reply": text,
-        })],
+        (Some(text), Some(model)) => vec![
+            serde_json::json!({
+                "model": model,
+                "provider": out["provider"].as_str().unwrap_or("replay"),
+                "status": "succeeded",
+                "error_class": null,
+                "error": null,
+                "input_tokens": out["input_tokens"].as_u64().unwrap_or(0),
+                "output_tokens": out["output_tokens"].as_u64().unwrap_or(0),
+                "cost_usd": 0.0,
+                "priced": true,
+                "duration_ms": 0,
+                "reply": text,
+            })
+            .into(),
+        ],
         _ => Vec::new(),
     };
     s.attempts.push(Attempt {

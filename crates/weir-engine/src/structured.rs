@@ -85,14 +85,14 @@ pub async fn ask(
     let mut repairs = 0;
     let original = req.last_user().to_string();
     loop {
-        let response = match models.complete(req.clone()).await {
+        let mut response = match models.complete(req.clone()).await {
             Ok(r) => r,
-            Err(e) => {
-                spent.add(&e.calls, &e.events);
+            Err(mut e) => {
+                spent.add(std::mem::take(&mut e.calls), &e.events);
                 return Err(StructuredError::Model(e));
             }
         };
-        spent.add(&response.calls, &response.events);
+        spent.add(std::mem::take(&mut response.calls), &response.events);
         match check.check(&response.text) {
             Ok(parsed) => {
                 return Ok(Structured {
@@ -103,6 +103,7 @@ pub async fn ask(
             }
             Err(errors) => {
                 if let Some(last) = spent.calls.last_mut() {
+                    let last = last.value_mut();
                     last["validation_errors"] = json!(errors);
                     last["repair"] = json!(repairs);
                 }

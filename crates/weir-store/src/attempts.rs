@@ -13,7 +13,8 @@
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
-use weir_core::record::{Attempt, Output, Request, StepStatus, cost};
+use weir_core::model::{ErrorClass, ModelCall};
+use weir_core::record::{Attempt, Call, Output, Request, StepStatus, cost};
 use weir_core::store::StoreError;
 
 use crate::backend;
@@ -103,15 +104,20 @@ impl Serialize for Text<'_> {
     }
 }
 
-/// The calls, each a JSON object whose `reply` may repeat the output's text.
-struct Calls<'a>(&'a [Value], Option<&'a str>);
+/// The calls, each one whose `reply` may repeat the output's text.
+struct Calls<'a>(&'a [Call], Option<&'a str>);
 
 impl Serialize for Calls<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(Some(self.0.len()))?;
         for call in self.0 {
-            match call {
-                Value::Object(fields) => seq.serialize_element(&Call(fields, self.1))?,
+            // A typed call is written from its fields (reading it as JSON would build it).
+            if let Some(typed) = call.as_typed() {
+                seq.serialize_element(&Typed::of(typed, self.1))?;
+                continue;
+            }
+            match &**call {
+                Value::Object(fields) => seq.serialize_element(&Fields(fields, self.1))?,
                 other => seq.serialize_element(other)?,
             }
         }
@@ -119,9 +125,45 @@ impl Serialize for Calls<'_> {
     }
 }
 
-struct Call<'a>(&'a serde_json::Map<String, Value>, Option<&'a str>);
+/// A gateway's call record as written: [`ModelCall`]'s fields in its order.
+#[derive(Serialize)]
+struct Typed<'a> {
+    model: &'a str,
+    provider: &'a str,
+    status: &'a str,
+    error_class: Option<ErrorClass>,
+    error: &'a Option<String>,
+    input_tokens: u64,
+    output_tokens: u64,
+    #[serde(serialize_with = "cost::opt")]
+    cost_usd: Option<f64>,
+    priced: bool,
+    duration_ms: u64,
+    reply: Text<'a>,
+}
 
-impl Serialize for Call<'_> {
+impl<'a> Typed<'a> {
+    fn of(c: &'a ModelCall, text: Option<&'a str>) -> Self {
+        Self {
+            model: &c.model,
+            provider: &c.provider,
+            status: &c.status,
+            error_class: c.error_class,
+            error: &c.error,
+            input_tokens: c.input_tokens,
+            output_tokens: c.output_tokens,
+            cost_usd: c.cost_usd,
+            priced: c.priced,
+            duration_ms: c.duration_ms,
+            reply: Text(c.reply.as_deref(), text),
+        }
+    }
+}
+
+/// A call read back as JSON (or given fields of its own), its `reply` checked likewise.
+struct Fields<'a>(&'a serde_json::Map<String, Value>, Option<&'a str>);
+
+impl Serialize for Fields<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut map = s.serialize_map(Some(self.0.len()))?;
         for (k, v) in self.0 {
@@ -205,13 +247,14 @@ impl Read {
             Some(Response::Text(t)) => Some(t),
             None => None,
         };
-        let mut calls = self.calls;
-        for call in &mut calls {
+        let mut calls = Vec::with_capacity(self.calls.len());
+        for mut call in self.calls {
             if let Some(reply) = call.get_mut("reply")
                 && *reply == Value::Bool(true)
             {
                 *reply = Value::String(same()?);
             }
+            calls.push(Call::from(call));
         }
         Ok(Attempt {
             n: self.n,
@@ -244,7 +287,9 @@ mod tests {
             response: response.map(Into::into),
             calls: replies
                 .iter()
-                .map(|r| json!({"model": "m", "status": "succeeded", "reply": r, "cost_usd": 0.5}))
+                .map(|r| {
+                    json!({"model": "m", "status": "succeeded", "reply": r, "cost_usd": 0.5}).into()
+                })
                 .collect(),
             cost_usd: 0.5,
         }
@@ -284,6 +329,43 @@ mod tests {
         // One attempt alone (a row of Postgres's `attempts`).
         let one = one_to_json(&attempts[1], text).unwrap();
         assert_eq!(one_from_json(&one, text).unwrap(), attempts[1]);
+    }
+
+    /// A gateway's typed call record is written as its JSON would be, its reply left out
+    /// when it repeats the output's text.
+    #[test]
+    fn a_typed_call_is_written_as_its_json_and_read_back_equal() {
+        let typed = |reply: &str| {
+            Call::typed(ModelCall {
+                model: "m".into(),
+                provider: "p".into(),
+                status: "succeeded".into(),
+                error_class: Some(ErrorClass::RateLimit),
+                error: None,
+                input_tokens: 3,
+                output_tokens: 4,
+                cost_usd: Some(0.000_001_234_567_89),
+                priced: true,
+                duration_ms: 7,
+                reply: Some(reply.into()),
+            })
+        };
+        let mut a = attempt(1, Some("hello"), &[]);
+        a.calls = vec![typed("hello"), typed("other")];
+        let stored = one_to_json(&a, Some("hello")).unwrap();
+        assert_eq!(stored.matches("hello").count(), 0, "{stored}");
+        let back = one_from_json(&stored, Some("hello")).unwrap();
+        assert_eq!(back, a);
+        assert!(back.calls[0].as_typed().is_none(), "read back as JSON");
+        // Nothing repeated: the record's own JSON, byte for byte.
+        assert_eq!(
+            one_to_json(&a, Some("neither")).unwrap(),
+            serde_json::to_string(&a).unwrap()
+        );
+        assert_eq!(
+            serde_json::to_value(&a.calls[1]).unwrap(),
+            serde_json::to_value(a.calls[1].as_typed().unwrap()).unwrap()
+        );
     }
 
     #[test]

@@ -174,11 +174,26 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
         input_tokens: 1,
         output_tokens: 2,
     }));
-    let call = |model: &str, reply: Option<&str>| {
+    // As JSON (a call read back, or with fields of its own) or as the gateway's record.
+    let call = |model: &str, reply: Option<&str>| -> weir_core::record::Call {
         json!({"model": model, "provider": "p", "status": "succeeded", "error_class": null,
                "error": null, "input_tokens": 1, "output_tokens": 2, "cost_usd": 0.25,
                "priced": true, "duration_ms": 1, "reply": reply})
+        .into()
     };
+    let answered = weir_core::record::Call::typed(weir_core::model::ModelCall {
+        model: "m".into(),
+        provider: "p".into(),
+        status: "succeeded".into(),
+        error_class: None,
+        error: None,
+        input_tokens: 1,
+        output_tokens: 2,
+        cost_usd: Some(0.25),
+        priced: true,
+        duration_ms: 1,
+        reply: Some("hello".into()),
+    });
     a.attempts = vec![
         weir_core::Attempt {
             n: 1,
@@ -199,7 +214,7 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
             duration_ms: 3,
             request: Some(json!({"user": "hi"}).into()),
             response: Some("hello".into()),
-            calls: vec![call("primary", None), call("m", Some("hello"))],
+            calls: vec![call("primary", None), answered],
             cost_usd: 0.5,
         },
     ];

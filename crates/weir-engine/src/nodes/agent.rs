@@ -60,12 +60,12 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
     let models = ctx.services.models.as_ref();
     let (response, parsed, repairs) = match &spec.response_schema {
         None => match models.complete(req).await {
-            Ok(r) => {
-                spent.add(&r.calls, &r.events);
+            Ok(mut r) => {
+                spent.add(std::mem::take(&mut r.calls), &r.events);
                 (r, None, 0)
             }
-            Err(e) => {
-                spent.add(&e.calls, &e.events);
+            Err(mut e) => {
+                spent.add(std::mem::take(&mut e.calls), &e.events);
                 return Err(model_failure(e, request, spent));
             }
         },

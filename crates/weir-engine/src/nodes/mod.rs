@@ -124,8 +124,8 @@ pub fn recorded(
 pub struct Spent {
     pub cost_usd: f64,
     pub tokens: Tokens,
-    /// One JSON record per model reached (see [`ModelCall`]).
-    pub calls: Vec<Value>,
+    /// One record per model reached (see [`ModelCall`]), kept typed until read as JSON.
+    pub calls: Vec<weir_core::record::Call>,
     pub events: Vec<Value>,
     /// Models that answered but have no price.
     pub unpriced: Vec<String>,
@@ -145,7 +145,7 @@ impl Spent {
         }
     }
 
-    pub fn add(&mut self, calls: &[ModelCall], events: &[Value]) {
+    pub fn add(&mut self, calls: Vec<ModelCall>, events: &[Value]) {
         for c in calls {
             self.cost_usd += c.cost_usd.unwrap_or(0.0);
             self.tokens.input += c.input_tokens;
@@ -153,8 +153,7 @@ impl Spent {
             if !c.priced && !self.unpriced.contains(&c.model) {
                 self.unpriced.push(c.model.clone());
             }
-            self.calls
-                .push(serde_json::to_value(c).unwrap_or(Value::Null));
+            self.calls.push(weir_core::record::Call::typed(c));
         }
         self.events.extend(events.iter().cloned());
     }

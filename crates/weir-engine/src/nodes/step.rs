@@ -185,12 +185,12 @@ pub async fn execute(ctx: &NodeCtx, spec: &StepSpec) -> Result<Outcome, Failure>
     let mut failed = None;
     for (i, result) in results.into_iter().enumerate() {
         match result {
-            Some(Ok(r)) => {
-                spent.add(&r.calls, &r.events);
+            Some(Ok(mut r)) => {
+                spent.add(std::mem::take(&mut r.calls), &r.events);
                 texts[i] = Some(r.text);
             }
-            Some(Err(e)) => {
-                spent.add(&e.calls, &e.events);
+            Some(Err(mut e)) => {
+                spent.add(std::mem::take(&mut e.calls), &e.events);
                 if failed.is_none() {
                     failed = Some((i, e));
                 }
