@@ -263,21 +263,40 @@ pub fn no_output() -> std::sync::Arc<Output> {
     NULL.clone()
 }
 
-/// A step's output: a JSON value, or a model reply's fields kept as they are until
-/// something reads them as JSON. Most outputs are only ever written to a store or dropped
-/// (a step's output is the run's output only if it is the last), and an agent's
-/// `{text, model, provider, fallback_used, input_tokens, output_tokens}` object costs eight
-/// allocations to build and as many to drop. Reads go through `Deref<Target = Value>`,
-/// which builds the object once; serialization writes the same JSON from the fields
-/// directly. Equal when their JSON is.
-#[derive(Default)]
-pub struct Output {
-    reply: Option<Reply>,
+/// A record kept as its typed fields until something reads it as JSON: a step's
+/// [`Output`] (a model reply's fields) and an attempt's model [`Call`]s. Most are only ever
+/// written to a store or dropped, and building their JSON objects cost several allocations
+/// a key (an agent's output eight, a model call's record fifteen). Reads go through
+/// `Deref<Target = Value>`, which builds the object once; serialization writes the same
+/// JSON from the fields directly. Made from JSON (read back from a store, or changed
+/// through [`value_mut`](Self::value_mut)), it is that JSON. Equal when their JSON is.
+pub struct AsJson<T> {
+    typed: Option<T>,
     value: std::sync::OnceLock<Value>,
 }
 
+/// What [`AsJson`] needs of a typed record: its JSON, from a reference or from the record
+/// itself (its strings moved in).
+pub trait JsonFields: Clone + PartialEq + Serialize {
+    fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    fn into_json(self) -> Value {
+        self.to_json()
+    }
+}
+
+/// A step's output: a JSON value, or a model reply's fields (an agent's
+/// `{text, model, provider, fallback_used, input_tokens, output_tokens}`).
+pub type Output = AsJson<Reply>;
+
+/// One model reached during an attempt: the gateway's [`ModelCall`], or JSON (read back
+/// from a store, or with fields added: a rejected reply's `validation_errors`).
+pub type Call = AsJson<ModelCall>;
+
 /// A model reply as an agent step's output records it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Reply {
     pub text: String,
     pub model: String,
@@ -287,9 +306,13 @@ pub struct Reply {
     pub output_tokens: u64,
 }
 
-impl Reply {
+impl JsonFields for Reply {
+    fn to_json(&self) -> Value {
+        self.clone().into_json()
+    }
+
     /// The reply's JSON object, its strings moved into it.
-    fn into_value(self) -> Value {
+    fn into_json(self) -> Value {
         let mut m = Map::with_capacity(6);
         m.insert("text".into(), Value::String(self.text));
         m.insert("model".into(), Value::String(self.model));
@@ -301,31 +324,58 @@ impl Reply {
     }
 }
 
+impl JsonFields for ModelCall {}
+
 impl Output {
     pub fn reply(reply: Reply) -> Self {
-        Self {
-            reply: Some(reply),
-            value: std::sync::OnceLock::new(),
-        }
+        Self::typed(reply)
     }
 
     /// The reply's fields, for an output that was made from one.
     pub fn as_reply(&self) -> Option<&Reply> {
-        self.reply.as_ref()
+        self.as_typed()
     }
 
     /// The reply's fields to change in place (the JSON is built again when next read).
     pub fn reply_mut(&mut self) -> Option<&mut Reply> {
-        if self.reply.is_some() {
-            self.value = std::sync::OnceLock::new();
+        self.typed_mut()
+    }
+}
+
+impl<T> Default for AsJson<T> {
+    fn default() -> Self {
+        Self {
+            typed: None,
+            value: std::sync::OnceLock::new(),
         }
-        self.reply.as_mut()
+    }
+}
+
+impl<T: JsonFields> AsJson<T> {
+    pub fn typed(record: T) -> Self {
+        Self {
+            typed: Some(record),
+            value: std::sync::OnceLock::new(),
+        }
     }
 
-    /// The output as JSON to change in place (a reply's fields become that JSON).
+    /// The typed record, for one made from it.
+    pub fn as_typed(&self) -> Option<&T> {
+        self.typed.as_ref()
+    }
+
+    /// The typed record to change in place (the JSON is built again when next read).
+    pub fn typed_mut(&mut self) -> Option<&mut T> {
+        if self.typed.is_some() {
+            self.value = std::sync::OnceLock::new();
+        }
+        self.typed.as_mut()
+    }
+
+    /// The JSON to change in place (a typed record becomes that JSON).
     pub fn value_mut(&mut self) -> &mut Value {
-        if let Some(r) = self.reply.take() {
-            self.value = std::sync::OnceLock::from(r.into_value());
+        if let Some(t) = self.typed.take() {
+            self.value = std::sync::OnceLock::from(t.into_json());
         }
         self.value.get_or_init(|| Value::Null);
         self.value.get_mut().expect("initialized above")
@@ -336,135 +386,7 @@ impl Output {
     }
 }
 
-impl From<Value> for Output {
-    fn from(v: Value) -> Self {
-        Self {
-            reply: None,
-            value: std::sync::OnceLock::from(v),
-        }
-    }
-}
-
-impl std::ops::Deref for Output {
-    type Target = Value;
-
-    fn deref(&self) -> &Value {
-        self.value.get_or_init(|| match &self.reply {
-            Some(r) => r.clone().into_value(),
-            None => Value::Null,
-        })
-    }
-}
-
-impl Clone for Output {
-    fn clone(&self) -> Self {
-        Self {
-            reply: self.reply.clone(),
-            value: self.value.clone(),
-        }
-    }
-}
-
-impl PartialEq for Output {
-    fn eq(&self, other: &Self) -> bool {
-        match (&self.reply, &other.reply) {
-            (Some(a), Some(b)) => a == b,
-            _ => **self == **other,
-        }
-    }
-}
-
-impl PartialEq<Value> for Output {
-    fn eq(&self, other: &Value) -> bool {
-        **self == *other
-    }
-}
-
-impl PartialEq<Output> for Value {
-    fn eq(&self, other: &Output) -> bool {
-        *self == **other
-    }
-}
-
-impl std::fmt::Debug for Output {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        (**self).fmt(f)
-    }
-}
-
-impl Serialize for Output {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        match (&self.reply, self.value.get()) {
-            (Some(r), None) => {
-                let mut m = s.serialize_map(Some(6))?;
-                m.serialize_entry("text", &r.text)?;
-                m.serialize_entry("model", &r.model)?;
-                m.serialize_entry("provider", &r.provider)?;
-                m.serialize_entry("fallback_used", &r.fallback_used)?;
-                m.serialize_entry("input_tokens", &r.input_tokens)?;
-                m.serialize_entry("output_tokens", &r.output_tokens)?;
-                m.end()
-            }
-            _ => (**self).serialize(s),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Output {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Value::deserialize(d).map(Self::from)
-    }
-}
-
-/// One model reached during an attempt, as the record shows it: the gateway's typed
-/// [`ModelCall`], or JSON (read back from a store, or with fields added: a rejected reply's
-/// `validation_errors`). Every agent step has one at least, and most are only ever written
-/// to a store: a typed call is written without building its JSON object, which cost eleven
-/// keys and some fifteen allocations per model call (BENCHMARKS.md). Reads go through
-/// `Deref<Target = Value>`, which builds the object once. Equal when their JSON is.
-#[derive(Debug, Default)]
-pub struct Call {
-    typed: Option<ModelCall>,
-    value: std::sync::OnceLock<Value>,
-}
-
-impl Call {
-    pub fn typed(call: ModelCall) -> Self {
-        Self {
-            typed: Some(call),
-            value: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// The gateway's record, for a call made from one.
-    pub fn as_typed(&self) -> Option<&ModelCall> {
-        self.typed.as_ref()
-    }
-
-    /// The gateway's record to change in place (the JSON is built again when next read).
-    pub fn typed_mut(&mut self) -> Option<&mut ModelCall> {
-        if self.typed.is_some() {
-            self.value = std::sync::OnceLock::new();
-        }
-        self.typed.as_mut()
-    }
-
-    /// The call as JSON to change in place (a typed call becomes that JSON).
-    pub fn value_mut(&mut self) -> &mut Value {
-        if let Some(c) = self.typed.take() {
-            self.value = std::sync::OnceLock::from(call_value(&c));
-        }
-        self.value.get_or_init(|| Value::Null);
-        self.value.get_mut().expect("initialized above")
-    }
-}
-
-fn call_value(c: &ModelCall) -> Value {
-    serde_json::to_value(c).unwrap_or(Value::Null)
-}
-
-impl From<Value> for Call {
+impl<T> From<Value> for AsJson<T> {
     fn from(v: Value) -> Self {
         Self {
             typed: None,
@@ -473,18 +395,18 @@ impl From<Value> for Call {
     }
 }
 
-impl std::ops::Deref for Call {
+impl<T: JsonFields> std::ops::Deref for AsJson<T> {
     type Target = Value;
 
     fn deref(&self) -> &Value {
         self.value.get_or_init(|| match &self.typed {
-            Some(c) => call_value(c),
+            Some(t) => t.to_json(),
             None => Value::Null,
         })
     }
 }
 
-impl Clone for Call {
+impl<T: Clone> Clone for AsJson<T> {
     fn clone(&self) -> Self {
         Self {
             typed: self.typed.clone(),
@@ -493,7 +415,7 @@ impl Clone for Call {
     }
 }
 
-impl PartialEq for Call {
+impl<T: JsonFields> PartialEq for AsJson<T> {
     fn eq(&self, other: &Self) -> bool {
         match (&self.typed, &other.typed) {
             (Some(a), Some(b)) => a == b,
@@ -502,22 +424,34 @@ impl PartialEq for Call {
     }
 }
 
-impl PartialEq<Value> for Call {
+impl<T: JsonFields> PartialEq<Value> for AsJson<T> {
     fn eq(&self, other: &Value) -> bool {
         **self == *other
     }
 }
 
-impl Serialize for Call {
+impl<T: JsonFields> PartialEq<AsJson<T>> for Value {
+    fn eq(&self, other: &AsJson<T>) -> bool {
+        *self == **other
+    }
+}
+
+impl<T: JsonFields> std::fmt::Debug for AsJson<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl<T: JsonFields> Serialize for AsJson<T> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match (&self.typed, self.value.get()) {
-            (Some(c), None) => c.serialize(s),
+            (Some(t), None) => t.serialize(s),
             _ => (**self).serialize(s),
         }
     }
 }
 
-impl<'de> Deserialize<'de> for Call {
+impl<'de, T> Deserialize<'de> for AsJson<T> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         Value::deserialize(d).map(Self::from)
     }
