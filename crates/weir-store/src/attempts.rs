@@ -11,7 +11,7 @@
 //! back as they are.
 
 use serde::ser::{SerializeMap, SerializeSeq};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use weir_core::model::{ErrorClass, ModelCall};
 use weir_core::record::{Attempt, Call, Output, Request, StepStatus, cost};
@@ -177,7 +177,7 @@ impl Serialize for Fields<'_> {
     }
 }
 
-/// An attempt as read: a `response` may be `true` (the output's text).
+/// An attempt as read: a `response` (and a call's `reply`) may be `true`, the output's text.
 #[derive(Deserialize)]
 struct Read {
     n: u32,
@@ -190,47 +190,11 @@ struct Read {
     #[serde(default)]
     request: Option<Request>,
     #[serde(default)]
-    response: Option<Response>,
+    response: Option<Value>,
     #[serde(default)]
     calls: Vec<Value>,
     #[serde(default)]
     cost_usd: f64,
-}
-
-/// A stored response: its text, or `true` for the output's.
-enum Response {
-    Text(String),
-    Same,
-}
-
-impl<'de> Deserialize<'de> for Response {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl serde::de::Visitor<'_> for V {
-            type Value = Response;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a reply's text, or `true` for the output's")
-            }
-
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Response, E> {
-                Ok(Response::Text(v.into()))
-            }
-
-            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Response, E> {
-                Ok(Response::Text(v))
-            }
-
-            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Response, E> {
-                if v {
-                    Ok(Response::Same)
-                } else {
-                    Err(E::invalid_value(serde::de::Unexpected::Bool(v), &self))
-                }
-            }
-        }
-        d.deserialize_any(V)
-    }
 }
 
 impl Read {
@@ -243,9 +207,14 @@ impl Read {
             })
         };
         let response = match self.response {
-            Some(Response::Same) => Some(same()?),
-            Some(Response::Text(t)) => Some(t),
-            None => None,
+            None | Some(Value::Null) => None,
+            Some(Value::String(t)) => Some(t),
+            Some(Value::Bool(true)) => Some(same()?),
+            Some(other) => {
+                return Err(StoreError::Backend(format!(
+                    "corrupt stored attempt: a response of {other}"
+                )));
+            }
         };
         let mut calls = Vec::with_capacity(self.calls.len());
         for mut call in self.calls {
@@ -380,6 +349,9 @@ mod tests {
     fn a_marker_without_an_output_text_is_an_error_not_a_panic() {
         let stored = to_json(&[attempt(1, Some("x"), &["x"])], Some("x")).unwrap();
         let err = from_json(&stored, None).unwrap_err();
+        assert!(err.to_string().contains("corrupt"), "{err}");
+        let odd = r#"[{"n": 1, "status": "succeeded", "duration_ms": 1, "response": 5}]"#;
+        let err = from_json(odd, Some("x")).unwrap_err();
         assert!(err.to_string().contains("corrupt"), "{err}");
     }
 
