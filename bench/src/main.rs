@@ -359,7 +359,13 @@ async fn bench_durable(which: &[(&str, bool)]) {
             .expect("sqlite");
         let e = engine(Arc::new(store), Duration::ZERO);
         let commits_before = weir_store::Sqlite::commits();
-        let dt = timed(&e, &chain(n), r, json!({"last": ""})).await;
+        // WEIR_BENCH_INPUT: the runs' input as JSON instead of `{"last": ""}`; e.g. with a
+        // key no node writes, as a real run's input has, to weigh snapshot patches.
+        let input = std::env::var("WEIR_BENCH_INPUT")
+            .ok()
+            .map(|v| serde_json::from_str(&v).expect("WEIR_BENCH_INPUT is JSON"))
+            .unwrap_or_else(|| json!({"last": ""}));
+        let dt = timed(&e, &chain(n), r, input).await;
         let commits_after = weir_store::Sqlite::commits();
         let per_node = dt / (r * n) as f64 * 1e6;
         emit(name, "per_node_overhead", per_node, "us");

@@ -30,9 +30,10 @@ fn resume_after_kill_reruns_only_the_step_in_flight() {
         {{"id": "second", "type": "tool", "config": {{"tool_name": "http_request", "params": {{"url": "{u}/second"}}}}}},
         {{"id": "third", "type": "tool", "config": {{"tool_name": "http_request", "params": {{"url": "{u}/third?got={{second.body}}"}}}}}}],
       "edges": [{{"source": "first", "target": "second"}}, {{"source": "second", "target": "third"}}]}}"#, u = fake.url));
-    // The input stays in state untouched: each step commit writes a snapshot patch (what
-    // the step changed), not the whole snapshot (DESIGN §8).
-    let mut child = w.spawn(&["run", &f, "--input", r#"{"ticket": "T-1"}"#, "--json"]);
+    // The input stays in state untouched, and it is more than a kilobyte: each step commit
+    // writes a snapshot patch (what the step changed), not the whole snapshot (DESIGN §8).
+    let input = json!({"ticket": "T-1", "brief": "b".repeat(2048)}).to_string();
+    let mut child = w.spawn(&["run", &f, "--input", &input, "--json"]);
     wait_until("the second step to start", || {
         fake.seen("/second").len() == 1
     });

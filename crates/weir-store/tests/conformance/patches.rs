@@ -10,8 +10,11 @@ pub(super) async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
     let s = f.store.clone();
     let mut n = new_run("p1");
     n.claim = Some(claim("alice", 60));
-    // An input no commit writes again: every patch leaves it out.
-    Arc::make_mut(&mut n.snapshot.state).insert("input".into(), json!({"doc": "x".repeat(500)}));
+    // An input no commit writes again, larger than `WHOLE_BELOW`: every patch leaves it out.
+    Arc::make_mut(&mut n.snapshot.state).insert(
+        "input".into(),
+        json!({"doc": "x".repeat(2 * weir_core::patch::WHOLE_BELOW)}),
+    );
     let lease = s.create_run(n.clone()).await.unwrap().lease.unwrap();
     let mut now = n.snapshot.clone();
     let mut tracker = Tracker::new();
