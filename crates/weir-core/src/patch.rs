@@ -34,11 +34,6 @@ pub const COMPACT_EVERY: u32 = 16;
 /// the patch row does, and keeps the run's row within one 2 KiB page.
 pub const WHOLE_BELOW: usize = 1024;
 
-/// Completed nodes from which a driver keeps a copy of the bookkeeping it wrote with a whole
-/// snapshot, so that the patches after it carry only what changed: below, the copy costs
-/// more than the one patch that carries the lists whole.
-const KEEP_FROM: usize = 32;
-
 /// Commits between two whole snapshots of `now`: [`COMPACT_EVERY`], or a quarter of the
 /// nodes the run has completed when more. A whole snapshot grows with those nodes (their
 /// outputs, their ids in the bookkeeping) and a patch does not, so a long run writing the
@@ -215,21 +210,38 @@ pub struct Tracker {
     since_whole: u32,
     /// A patch was written since the last whole snapshot.
     patched: bool,
-    /// The completed nodes and visit counts as the store has them after the driver's last
-    /// write; `None` until the driver knows (its first write).
-    written: Option<Bookkeeping>,
-    /// The bookkeeping of the whole snapshot [`next`](Self::next) chose to write, for
-    /// [`whole`](Self::whole) to keep as `written` (a run of [`KEEP_FROM`] nodes or more).
-    kept: Option<Bookkeeping>,
+    /// The driver knows what the store holds of the completed nodes and visit counts: its
+    /// memory, but for the nodes in `nodes`. False until its first write (a patch then
+    /// carries both lists whole).
+    known: bool,
+    /// The nodes whose completion or visit count changed since the driver's last write,
+    /// each with what that write left of it ([`touch_node`](Self::touch_node)): a patch
+    /// carries their changes, found without walking the lists (which grow with the run).
+    nodes: Vec<Was>,
+    /// Debug builds: both lists as the driver's last patch left them, to check `nodes`
+    /// against a walk of the lists (a change made without `touch_node` would otherwise
+    /// leave the store's snapshot wrong, seen only when another driver takes the run over).
+    #[cfg(debug_assertions)]
+    shadow: Option<Bookkeeping>,
+}
+
+/// A node's completion and visit count as the driver's last write left them.
+#[derive(Debug, Clone)]
+struct Was {
+    id: NodeId,
+    completed: bool,
+    visits: Option<u32>,
 }
 
 /// The parts of the scheduler's bookkeeping that grow with a run, as last written.
+#[cfg(debug_assertions)]
 #[derive(Debug, Clone)]
 struct Bookkeeping {
     completed: BTreeSet<NodeId>,
     visits: BTreeMap<NodeId, u32>,
 }
 
+#[cfg(debug_assertions)]
 impl Bookkeeping {
     fn of(now: &Snapshot) -> Self {
         Self {
@@ -276,6 +288,19 @@ impl Tracker {
     /// A re-run's recorded outputs were used.
     pub fn touch_reuse(&mut self) {
         self.reuse = true;
+    }
+
+    /// The node `id` is about to be marked completed or not, or its visit count to change,
+    /// in `now` (not changed yet): the first time since the driver's last write, what it is
+    /// now is what the store holds of it.
+    pub fn touch_node(&mut self, id: &NodeId, now: &Snapshot) {
+        if self.known && !self.nodes.iter().any(|w| w.id == *id) {
+            self.nodes.push(Was {
+                id: id.clone(),
+                completed: now.completed.contains(id),
+                visits: now.visits.get(id).copied(),
+            });
+        }
     }
 
     /// About how many bytes of `now`'s JSON a patch would leave out (counted up to
@@ -336,9 +361,9 @@ impl Tracker {
     /// written since the last whole one, or may (the first whole snapshot of a drive): the
     /// store deletes them.
     pub fn whole(&mut self) -> bool {
-        let kept = self.kept.take();
         let patched = std::mem::take(self).patched;
-        self.written = kept;
+        // The store holds the driver's memory now.
+        self.known = true;
         patched
     }
 
@@ -348,12 +373,8 @@ impl Tracker {
     pub fn next<'a>(&mut self, now: &'a Snapshot) -> Option<Patch<'a>> {
         self.since_whole += 1;
         if self.since_whole >= compact_every(now) || self.left_out(now, WHOLE_BELOW) < WHOLE_BELOW {
-            // The store will hold this bookkeeping: a long run's patches after it carry only
-            // what changes.
-            self.kept = (now.completed.len() >= KEEP_FROM).then(|| Bookkeeping::of(now));
             return None;
         }
-        self.kept = None;
         self.patched = true;
         let mut state = Vec::with_capacity(self.state.len());
         for (key, sub) in self.state.drain(..) {
@@ -395,24 +416,54 @@ impl Tracker {
             gates: &now.gates,
             pass: now.pass,
         };
-        match &mut self.written {
-            Some(written) => {
-                (patch.completed_add, patch.completed_del) =
-                    set_changes(&mut written.completed, &now.completed);
-                (patch.visits_set, patch.visits_del) =
-                    count_changes(&mut written.visits, &now.visits);
+        if self.known {
+            let mut nodes = std::mem::take(&mut self.nodes);
+            nodes.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+            for was in nodes {
+                match (was.completed, now.completed.contains(&was.id)) {
+                    (false, true) => patch.completed_add.push(was.id.clone()),
+                    (true, false) => patch.completed_del.push(was.id.clone()),
+                    _ => {}
+                }
+                let count = now.visits.get(&was.id).copied();
+                if count != was.visits {
+                    match count {
+                        Some(n) => patch.visits_set.push((was.id, n)),
+                        None => patch.visits_del.push(was.id),
+                    }
+                }
             }
-            None => {
-                patch.completed = Some(&now.completed);
-                patch.visits = Some(&now.visits);
-                self.written = Some(Bookkeeping::of(now));
+            #[cfg(debug_assertions)]
+            if let Some(shadow) = &mut self.shadow {
+                let walked = (
+                    set_changes(&mut shadow.completed, &now.completed),
+                    count_changes(&mut shadow.visits, &now.visits),
+                );
+                assert_eq!(
+                    walked,
+                    (
+                        (patch.completed_add.clone(), patch.completed_del.clone()),
+                        (patch.visits_set.clone(), patch.visits_del.clone())
+                    ),
+                    "a node's completion or visit count changed without Tracker::touch_node"
+                );
             }
+        } else {
+            patch.completed = Some(&now.completed);
+            patch.visits = Some(&now.visits);
+            self.nodes.clear();
+            self.known = true;
+        }
+        #[cfg(debug_assertions)]
+        if self.shadow.is_none() {
+            self.shadow = Some(Bookkeeping::of(now));
         }
         Some(patch)
     }
 }
 
 /// What `now` adds to `was` and what it drops from it, both sorted; `was` becomes `now`.
+#[cfg(debug_assertions)]
 fn set_changes(was: &mut BTreeSet<NodeId>, now: &BTreeSet<NodeId>) -> (Vec<NodeId>, Vec<NodeId>) {
     let (add, del) = changes(was.iter().map(|id| (id, ())), now.iter().map(|id| (id, ())));
     for id in &del {
@@ -425,6 +476,7 @@ fn set_changes(was: &mut BTreeSet<NodeId>, now: &BTreeSet<NodeId>) -> (Vec<NodeI
 
 /// The counts `now` sets (new or changed) and the nodes it drops, against `was`, which
 /// becomes `now`.
+#[cfg(debug_assertions)]
 fn count_changes(
     was: &mut BTreeMap<NodeId, u32>,
     now: &BTreeMap<NodeId, u32>,
@@ -443,6 +495,7 @@ fn count_changes(
 /// One walk of two sorted sequences of entries: those of `now` that are new or whose value
 /// changed, and the ids of `was` that `now` no longer has. Node ids are shared, so equal ones
 /// compare by pointer first.
+#[cfg(debug_assertions)]
 fn changes<'a, V: PartialEq>(
     was: impl Iterator<Item = (&'a NodeId, V)>,
     now: impl Iterator<Item = (&'a NodeId, V)>,
@@ -540,11 +593,15 @@ mod tests {
                 .insert(id.clone(), json!({"i": i}));
             t.touch("variables", Some(&id));
             now.pending = vec![format!("n{}", i + 1).into()];
-            now.completed.insert(id.as_str().into());
+            let node: NodeId = id.as_str().into();
+            t.touch_node(&node, &now);
+            now.completed.insert(node.clone());
             if i % 4 == 3 {
-                now.completed.remove(format!("n{}", i - 1).as_str());
+                let before: NodeId = format!("n{}", i - 1).into();
+                t.touch_node(&before, &now);
+                now.completed.remove(&before);
             }
-            *now.visits.entry(id.as_str().into()).or_default() += 1;
+            *now.visits.entry(node).or_default() += 1;
             now.hops += 1;
             now.next_seq += 2;
             now.cost_usd += 0.25;
@@ -612,6 +669,7 @@ mod tests {
         let mut patches = Vec::new();
         let step = |now: &mut Snapshot, t: &mut Tracker, i: usize| {
             let id: NodeId = format!("node_{i}").into();
+            t.touch_node(&id, now);
             now.completed.insert(id.clone());
             *now.visits.entry(id).or_default() += 1;
             Arc::make_mut(&mut now.state).insert("last".into(), json!(i));
@@ -636,6 +694,7 @@ mod tests {
         );
         patches.push(second);
         // A node runs again (its count changes) and one leaves both.
+        t.touch_node(&"node_5".into(), &now);
         now.completed.remove("node_5");
         now.visits.remove("node_5");
         let third = step(&mut now, &mut t, 7);
@@ -644,14 +703,19 @@ mod tests {
         assert!(third.contains(r#""visits_del":["node_5"]"#), "{third}");
         patches.push(third);
         assert_eq!(replay(&whole, &patches), now);
-        // After a whole snapshot, the first patch carries them whole again, the next not.
+        // After a whole snapshot the store holds the driver's lists: the patches after it
+        // carry their changes only. A new driver's first patch carries them whole.
         assert!(t.whole());
         let whole = now.clone();
         let again = step(&mut now, &mut t, 300);
-        assert!(again.contains("node_17"), "{again}");
+        assert!(!again.contains("node_17"), "{again}");
+        assert!(again.contains(r#""completed_add":["node_300"]"#), "{again}");
         let after = step(&mut now, &mut t, 301);
         assert!(!after.contains("node_17"), "{after}");
         assert_eq!(replay(&whole, &[again, after]), now);
+        let mut t = Tracker::new();
+        let first = step(&mut now, &mut t, 302);
+        assert!(first.contains("node_17"), "{first}");
 
         let earlier = r#"{"loops":{},"pending":[],"completed":["a","b"],"arrivals":{},
             "hops":2,"visits":{"a":1,"b":3},"next_seq":4,"cost_usd":0.0,"gates":[],"pass":0}"#;
@@ -730,6 +794,7 @@ mod tests {
         let mut wholes = 0;
         for i in 0..200 {
             let id: NodeId = format!("node_{i}").into();
+            t.touch_node(&id, &now);
             now.completed.insert(id.clone());
             now.visits.insert(id, 1);
             Arc::make_mut(&mut now.state).insert("last".into(), json!(i));
@@ -769,6 +834,7 @@ mod tests {
         let mut whole = now.clone();
         for i in 100..160 {
             let id: NodeId = format!("node_{i}").into();
+            t.touch_node(&id, &now);
             now.completed.insert(id.clone());
             now.visits.insert(id, 1);
             Arc::make_mut(&mut now.state).insert("last".into(), json!(i));
@@ -797,6 +863,26 @@ mod tests {
             .position(|n| *n == 0)
             .expect("a whole snapshot");
         assert!(sizes[at + 1..].iter().all(|n| *n < 300), "{sizes:?}");
+    }
+
+    /// Debug builds check the changes a driver told against a walk of both lists: a change
+    /// made without `touch_node` is caught at the next patch, not when a run taken over
+    /// reads a wrong snapshot.
+    #[test]
+    #[should_panic(expected = "without Tracker::touch_node")]
+    fn a_change_not_told_to_the_tracker_is_caught_in_debug_builds() {
+        let mut now = snap();
+        let mut t = Tracker::new();
+        for i in 0..3 {
+            let id: NodeId = format!("n{i}").into();
+            if i < 2 {
+                t.touch_node(&id, &now);
+            }
+            now.completed.insert(id);
+            Arc::make_mut(&mut now.state).insert("last".into(), json!(i));
+            t.touch("last", None);
+            assert!(t.next(&now).is_some());
+        }
     }
 
     #[test]

@@ -88,9 +88,14 @@ fn a_loop_reruns_its_body_up_to_max_iterations() {
                 {"source": "improve", "target": "check"},
                 {"source": "check", "target": "refine"},
                 {"source": "refine", "target": "publish", "condition_value": "false"}]}"#);
-    let ran = w.run(&["run", &f, "--json"]);
+    // An input of 2 KB that no node writes: the step commits write snapshot patches, which
+    // carry the nodes the loop re-arms (no longer completed) and their visit counts; in
+    // this debug build each patch's changes are checked against a walk of both lists.
+    let input = json!({"brief": "b".repeat(2048)}).to_string();
+    let ran = w.run(&["run", &f, "--input", &input, "--json"]);
     assert_eq!(ran.code, 0, "{}", ran.stderr);
     let r = ran.json();
+    assert_eq!(r["state"]["brief"].as_str().map(str::len), Some(2048));
     assert_eq!(steps(&r, "improve").len(), 3);
     assert_eq!(steps(&r, "check").len(), 3);
     let loops = steps(&r, "refine");

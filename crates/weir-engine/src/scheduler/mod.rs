@@ -625,6 +625,7 @@ impl<'e> Run<'e> {
         }
         self.snapshot.hops += 1;
         // One search of each map (the shared id is a reference count, not a copy).
+        self.touch_node(wf.node_id(index));
         *self
             .snapshot
             .visits
@@ -678,6 +679,7 @@ impl<'e> Run<'e> {
                                 t.touch_output();
                             }
                         }
+                        self.touch_node(wf.node_id(index));
                         self.snapshot.completed.insert(wf.node_id(index).clone());
                         self.ending = Some(Ending::End(*status));
                     }
@@ -705,6 +707,7 @@ impl<'e> Run<'e> {
                         if let NodeKind::Loop(_) = node.kind {
                             self.route_loop(index, &outcome.route);
                         } else {
+                            self.touch_node(wf.node_id(index));
                             self.snapshot.completed.insert(wf.node_id(index).clone());
                         }
                         fire(&self.wf, &mut self.snapshot, index, &outcome.route);

@@ -95,14 +95,27 @@ impl Run<'_> {
                 if id == loop_id || !seen.insert(id.clone()) {
                     continue;
                 }
+                if let Some(at) = wf.position(&id) {
+                    self.touch_node(wf.node_id(at));
+                }
                 self.snapshot.completed.remove(id.as_str());
                 self.snapshot.arrivals.remove(&id);
                 queue.extend(self.wf.outgoing(&id).map(|e| e.target.clone()));
             }
+            self.touch_node(wf.node_id(index));
             self.snapshot.completed.remove(loop_id);
         } else {
             self.snapshot.loops.remove(loop_id);
+            self.touch_node(wf.node_id(index));
             self.snapshot.completed.insert(wf.node_id(index).clone());
+        }
+    }
+
+    /// The node's completion or visit count is about to change: the tracker notes what the
+    /// store holds of it (`Tracker::touch_node`; every change of either goes through here).
+    pub(super) fn touch_node(&mut self, id: &weir_core::record::NodeId) {
+        if let Some(t) = &mut self.stored {
+            t.touch_node(id, &self.snapshot);
         }
     }
 }

@@ -30,16 +30,24 @@ pub(super) async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
         );
         tracker.touch(&format!("k{}", i % 4), None);
         tracker.touch_output();
-        now.completed.insert(node.as_str().into());
+        // Each change of the completed nodes or visit counts is told first, as the engine
+        // tells it.
+        let id: weir_core::record::NodeId = node.as_str().into();
+        tracker.touch_node(&id, &now);
+        now.completed.insert(id.clone());
         now.pending = vec![format!("n{}", i + 1).into()];
-        *now.visits.entry(node.as_str().into()).or_default() += 1;
+        *now.visits.entry(id).or_default() += 1;
         // A loop goes round: a node completed before runs again, and one visit count
         // goes (patches carry what changed in both since the last write).
         if i % 5 == 0 {
-            now.completed.remove(format!("n{}", i - 2).as_str());
+            let again: weir_core::record::NodeId = format!("n{}", i - 2).into();
+            tracker.touch_node(&again, &now);
+            now.completed.remove(&again);
+            tracker.touch_node(&"n1".into(), &now);
             *now.visits.entry("n1".into()).or_default() += 1;
         }
         if i == 7 {
+            tracker.touch_node(&"n3".into(), &now);
             now.visits.remove("n3");
         }
         now.hops = i;
