@@ -24,6 +24,11 @@ use crate::record::{NodeId, PendingGate, Reused, Snapshot, StepPass};
 /// Commits between two whole snapshots, at least: a patch is written for the others.
 pub const COMPACT_EVERY: u32 = 16;
 
+/// Completed nodes from which the driver notes each node whose completion or visit count
+/// changes ([`Tracker::touch_node`]), so that a patch carries only those: below, a patch
+/// carries both lists whole (a few hundred bytes), and nothing is noted per change.
+const TRACK_FROM: usize = 32;
+
 /// A commit writes the whole snapshot instead of a patch when what the patch would leave
 /// out comes to fewer bytes of JSON than this (estimated). A patch is a row of its own
 /// (`run_patches` in SQLite: a table and an index, two more pages in the commit, and a
@@ -294,7 +299,17 @@ impl Tracker {
     /// in `now` (not changed yet): the first time since the driver's last write, what it is
     /// now is what the store holds of it.
     pub fn touch_node(&mut self, id: &NodeId, now: &Snapshot) {
-        if self.known && !self.nodes.iter().any(|w| w.id == *id) {
+        if !self.known {
+            return;
+        }
+        if now.completed.len() < TRACK_FROM {
+            // Short lists: a patch carries them whole, and nothing is noted per change (a
+            // run this short mostly writes its whole snapshot anyway).
+            self.known = false;
+            self.nodes.clear();
+            return;
+        }
+        if !self.nodes.iter().any(|w| w.id == *id) {
             self.nodes.push(Was {
                 id: id.clone(),
                 completed: now.completed.contains(id),
@@ -346,11 +361,14 @@ impl Tracker {
         {
             return budget;
         }
-        for id in &now.completed {
-            n += id.len() + 3;
-        }
-        for id in now.visits.keys() {
-            n += id.len() + 6;
+        // Counted until the budget is reached: a few hundred entries at most, however long
+        // the run.
+        let ids = now.completed.iter().map(|id| id.len() + 3);
+        for size in ids.chain(now.visits.keys().map(|id| id.len() + 6)) {
+            n += size;
+            if n >= budget {
+                break;
+            }
         }
         n
     }
@@ -361,9 +379,12 @@ impl Tracker {
     /// written since the last whole one, or may (the first whole snapshot of a drive): the
     /// store deletes them.
     pub fn whole(&mut self) -> bool {
+        let mut nodes = std::mem::take(&mut self.nodes);
+        nodes.clear();
         let patched = std::mem::take(self).patched;
-        // The store holds the driver's memory now.
+        // The store holds the driver's memory now. The list keeps its room.
         self.known = true;
+        self.nodes = nodes;
         patched
     }
 
@@ -417,9 +438,8 @@ impl Tracker {
             pass: now.pass,
         };
         if self.known {
-            let mut nodes = std::mem::take(&mut self.nodes);
-            nodes.sort_unstable_by(|a, b| a.id.cmp(&b.id));
-            for was in nodes {
+            self.nodes.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+            for was in self.nodes.drain(..) {
                 match (was.completed, now.completed.contains(&was.id)) {
                     (false, true) => patch.completed_add.push(was.id.clone()),
                     (true, false) => patch.completed_del.push(was.id.clone()),
@@ -453,7 +473,12 @@ impl Tracker {
             patch.visits = Some(&now.visits);
             self.nodes.clear();
             self.known = true;
+            #[cfg(debug_assertions)]
+            {
+                self.shadow = Some(Bookkeeping::of(now));
+            }
         }
+        // After a whole snapshot: checked from the next patch on.
         #[cfg(debug_assertions)]
         if self.shadow.is_none() {
             self.shadow = Some(Bookkeeping::of(now));
@@ -872,6 +897,9 @@ mod tests {
     #[should_panic(expected = "without Tracker::touch_node")]
     fn a_change_not_told_to_the_tracker_is_caught_in_debug_builds() {
         let mut now = snap();
+        for i in 0..TRACK_FROM {
+            now.completed.insert(format!("done_{i}").into());
+        }
         let mut t = Tracker::new();
         for i in 0..3 {
             let id: NodeId = format!("n{i}").into();

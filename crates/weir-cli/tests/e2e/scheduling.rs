@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::support::{Fake, Reply, Weir, steps};
+use crate::support::{Fake, Reply, Weir, steps, wait_until};
 
 fn node_ids(r: &serde_json::Value) -> Vec<String> {
     r["steps"]
@@ -88,14 +88,9 @@ fn a_loop_reruns_its_body_up_to_max_iterations() {
                 {"source": "improve", "target": "check"},
                 {"source": "check", "target": "refine"},
                 {"source": "refine", "target": "publish", "condition_value": "false"}]}"#);
-    // An input of 2 KB that no node writes: the step commits write snapshot patches, which
-    // carry the nodes the loop re-arms (no longer completed) and their visit counts; in
-    // this debug build each patch's changes are checked against a walk of both lists.
-    let input = json!({"brief": "b".repeat(2048)}).to_string();
-    let ran = w.run(&["run", &f, "--input", &input, "--json"]);
+    let ran = w.run(&["run", &f, "--json"]);
     assert_eq!(ran.code, 0, "{}", ran.stderr);
     let r = ran.json();
-    assert_eq!(r["state"]["brief"].as_str().map(str::len), Some(2048));
     assert_eq!(steps(&r, "improve").len(), 3);
     assert_eq!(steps(&r, "check").len(), 3);
     let loops = steps(&r, "refine");
@@ -129,6 +124,86 @@ fn a_loop_reruns_its_body_up_to_max_iterations() {
     );
     // Visits count up, so each pass has its own step.
     assert_eq!(steps(&r, "improve")[2]["visit"], 3);
+}
+
+/// A long run with a loop, killed while its loop goes round and resumed: its step commits
+/// write snapshot patches (a 2 KB input no node writes is left out of them), which carry
+/// only the nodes whose completion or visit count changed (the loop re-arms its body: those
+/// nodes are no longer completed). In this debug build every patch's changes are also
+/// checked against a walk of both lists, and the run taken over reads the snapshot back
+/// from the whole one and the patches after it.
+#[test]
+fn a_long_run_with_a_loop_patches_its_snapshot_and_resumes_from_it() {
+    let fake = Fake::start();
+    fake.always("/tick", Reply::text(200, "ok"));
+    // The third pass's request hangs once: the process is killed while it waits.
+    fake.queue(
+        "/slow",
+        vec![
+            Reply::text(200, "1"),
+            Reply::text(200, "2"),
+            Reply::text(200, "hang").delayed(Duration::from_secs(120)),
+        ],
+    );
+    fake.always("/slow", Reply::text(200, "3"));
+    let w = Weir::new();
+    w.short_lease(1.0, 0.25);
+    let mut nodes = vec![json!({"id": "start", "type": "merge"})];
+    let mut edges = Vec::new();
+    let mut last = "start".to_string();
+    for i in 0..40 {
+        let id = format!("prep_{i}");
+        nodes.push(json!({"id": id, "type": "merge"}));
+        edges.push(json!({"source": last, "target": id}));
+        last = id;
+    }
+    nodes.extend([
+        json!({"id": "refine", "type": "loop", "config": {"expression": "True", "max_iterations": 4}}),
+        json!({"id": "tick", "type": "tool", "config": {"tool_name": "http_request", "params": {"url": format!("{}/tick", fake.url)}}}),
+        json!({"id": "slow", "type": "tool", "config": {"tool_name": "http_request", "params": {"url": format!("{}/slow", fake.url)}}}),
+        json!({"id": "publish", "type": "merge"}),
+    ]);
+    edges.extend([
+        json!({"source": last, "target": "refine"}),
+        json!({"source": "refine", "target": "tick", "condition_value": "true"}),
+        json!({"source": "tick", "target": "slow"}),
+        json!({"source": "slow", "target": "refine"}),
+        json!({"source": "refine", "target": "publish", "condition_value": "false"}),
+    ]);
+    let f = w.file(
+        "long.json",
+        &json!({"name": "long", "nodes": nodes, "edges": edges}).to_string(),
+    );
+    let input = json!({"brief": "b".repeat(2048)}).to_string();
+    let mut child = w.spawn(&["run", &f, "--input", &input, "--json"]);
+    wait_until("the third pass to wait", || fake.seen("/slow").len() == 3);
+    child.kill().expect("kill -9");
+    child.wait().expect("reap");
+    let list = w.run(&["runs", "list", "--json"]).json();
+    let id = list[0]["run_id"].as_str().unwrap().to_string();
+    let db = rusqlite::Connection::open(w.path("weir.db")).expect("open the database");
+    let patches: i64 = db
+        .query_row("SELECT COUNT(*) FROM run_patches", [], |r| r.get(0))
+        .expect("count patches");
+    assert!(patches > 0, "the killed driver's last commits are patches");
+    std::thread::sleep(Duration::from_millis(1200));
+    let ran = w.run(&["resume", &id, "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let r = ran.json();
+    assert_eq!(r["status"], "succeeded");
+    // Every node before the loop ran once; the loop's body four times, the interrupted
+    // request again; nothing ran twice that had finished.
+    assert_eq!(steps(&r, "prep_39").len(), 1);
+    assert_eq!(fake.seen("/tick").len(), 4);
+    assert_eq!(fake.seen("/slow").len(), 5);
+    assert_eq!(steps(&r, "refine").len(), 5);
+    assert_eq!(steps(&r, "publish").len(), 1);
+    assert_eq!(r["state"]["brief"].as_str().map(str::len), Some(2048));
+    assert_eq!(r["state"]["slow"]["body"], "3");
+    let left: i64 = db
+        .query_row("SELECT COUNT(*) FROM run_patches", [], |r| r.get(0))
+        .expect("count patches");
+    assert_eq!(left, 0, "the end's whole snapshot covers them");
 }
 
 #[test]
