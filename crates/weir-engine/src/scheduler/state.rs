@@ -95,7 +95,9 @@ impl Run<'_> {
                 if id == loop_id || !seen.insert(id.clone()) {
                     continue;
                 }
-                if let Some(at) = wf.position(&id) {
+                if self.stored.is_some()
+                    && let Some(at) = wf.position(&id)
+                {
                     self.touch_node(wf.node_id(at));
                 }
                 self.snapshot.completed.remove(id.as_str());
