@@ -9,8 +9,10 @@
 //! grows with a run (the outputs in its state, and the nodes completed and visited) is written
 //! once, not again at every step: a patch carries the completed nodes and the visit counts
 //! that changed since the driver's last write (`completed_add`, `completed_del`,
-//! `visits_set`, `visits_del`), or both whole when the driver does not know what the store
-//! holds (its first patch).
+//! `visits_set`, `visits_del`; the scheduler tells the [`Tracker`] each node it changes), or
+//! both whole when the driver does not know what the store holds (its first patch) or the
+//! lists are short. A commit writes the whole snapshot instead of a patch whenever what the
+//! patch would leave out is small ([`WHOLE_BELOW`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -321,13 +323,11 @@ impl Tracker {
     /// About how many bytes of `now`'s JSON a patch would leave out (counted up to
     /// `budget`, then abandoned): the state keys (or variables) not written since the last
     /// write, an output, history or recorded outputs not changed, and the completed nodes
-    /// and visit counts (a patch carries only their changes once the driver knows what the
-    /// store holds: from its second patch, or after a whole snapshot of a long run).
+    /// and visit counts (a patch carries only their changes, from [`TRACK_FROM`] nodes on).
     fn left_out(&self, now: &Snapshot, budget: usize) -> usize {
         let mut n = 0;
         for (key, value) in now.state.iter() {
-            let mut subs = self.state.iter().filter(|(k, _)| k == key).peekable();
-            if subs.peek().is_none() {
+            if !self.state.iter().any(|(k, _)| k == key) {
                 n += key.len() + 4 + approx_size(value, budget.saturating_sub(n));
             } else if !self.state.iter().any(|(k, s)| k == key && s.is_none()) {
                 // Only some of its variables were written: the others are left out.
@@ -373,11 +373,10 @@ impl Tracker {
         n
     }
 
-    /// The driver writes the whole snapshot: the marks start again (the next patch carries
-    /// the completed nodes and visits whole: a copy here would cost the commits that write
-    /// the whole snapshot every time, those of a small state). True when it covers patches
-    /// written since the last whole one, or may (the first whole snapshot of a drive): the
-    /// store deletes them.
+    /// The driver writes the whole snapshot: the marks start again, and the store holds
+    /// what the driver holds (the next patch carries only the nodes changed after this).
+    /// True when it covers patches written since the last whole one, or may (the first
+    /// whole snapshot of a drive): the store deletes them.
     pub fn whole(&mut self) -> bool {
         let mut nodes = std::mem::take(&mut self.nodes);
         nodes.clear();
