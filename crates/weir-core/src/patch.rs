@@ -589,6 +589,17 @@ mod tests {
         s
     }
 
+    /// Node `node_{i}` ran: completed, visited once more, and it wrote `last`; each change
+    /// told to the tracker first, as the scheduler tells it.
+    fn ran(now: &mut Snapshot, t: &mut Tracker, i: usize) {
+        let id: NodeId = format!("node_{i}").into();
+        t.touch_node(&id, now);
+        now.completed.insert(id.clone());
+        *now.visits.entry(id).or_default() += 1;
+        Arc::make_mut(&mut now.state).insert("last".into(), json!(i));
+        t.touch("last", None);
+    }
+
     /// A stored whole snapshot with the patches written after it (as JSON), applied in order.
     fn replay(whole: &Snapshot, patches: &[String]) -> Snapshot {
         let mut s: Snapshot = serde_json::from_str(&serde_json::to_string(whole).unwrap()).unwrap();
@@ -692,12 +703,7 @@ mod tests {
         let mut t = Tracker::new();
         let mut patches = Vec::new();
         let step = |now: &mut Snapshot, t: &mut Tracker, i: usize| {
-            let id: NodeId = format!("node_{i}").into();
-            t.touch_node(&id, now);
-            now.completed.insert(id.clone());
-            *now.visits.entry(id).or_default() += 1;
-            Arc::make_mut(&mut now.state).insert("last".into(), json!(i));
-            t.touch("last", None);
+            ran(now, t, i);
             serde_json::to_string(&t.next(now).unwrap()).unwrap()
         };
         let first = step(&mut now, &mut t, 200);
@@ -817,12 +823,7 @@ mod tests {
         let mut t = Tracker::new();
         let mut wholes = 0;
         for i in 0..200 {
-            let id: NodeId = format!("node_{i}").into();
-            t.touch_node(&id, &now);
-            now.completed.insert(id.clone());
-            now.visits.insert(id, 1);
-            Arc::make_mut(&mut now.state).insert("last".into(), json!(i));
-            t.touch("last", None);
+            ran(&mut now, &mut t, i);
             now.output = Arc::new(json!(i).into());
             t.touch_output();
             match t.next(&now) {
@@ -857,12 +858,7 @@ mod tests {
         let mut patches = Vec::new();
         let mut whole = now.clone();
         for i in 100..160 {
-            let id: NodeId = format!("node_{i}").into();
-            t.touch_node(&id, &now);
-            now.completed.insert(id.clone());
-            now.visits.insert(id, 1);
-            Arc::make_mut(&mut now.state).insert("last".into(), json!(i));
-            t.touch("last", None);
+            ran(&mut now, &mut t, i);
             match t.next(&now) {
                 None => {
                     t.whole();
