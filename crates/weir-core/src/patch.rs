@@ -26,11 +26,6 @@ use crate::record::{NodeId, PendingGate, Reused, Snapshot, StepPass};
 /// Commits between two whole snapshots, at least: a patch is written for the others.
 pub const COMPACT_EVERY: u32 = 16;
 
-/// Completed nodes from which the driver notes each node whose completion or visit count
-/// changes ([`Tracker::touch_node`]), so that a patch carries only those: below, a patch
-/// carries both lists whole (a few hundred bytes), and nothing is noted per change.
-const TRACK_FROM: usize = 32;
-
 /// A commit writes the whole snapshot instead of a patch when what the patch would leave
 /// out comes to fewer bytes of JSON than this (estimated). A patch is a row of its own
 /// (`run_patches` in SQLite: a table and an index, two more pages in the commit, and a
@@ -222,22 +217,24 @@ pub struct Tracker {
     /// carries both lists whole).
     known: bool,
     /// The nodes whose completion or visit count changed since the driver's last write,
-    /// each with what that write left of it ([`touch_node`](Self::touch_node)): a patch
-    /// carries their changes, found without walking the lists (which grow with the run).
+    /// each with what that write left of it ([`completed_was`](Self::completed_was),
+    /// [`visits_was`](Self::visits_was)): a patch carries their changes, found without
+    /// walking the lists (which grow with the run).
     nodes: Vec<Was>,
     /// Debug builds: both lists as the driver's last patch left them, to check `nodes`
-    /// against a walk of the lists (a change made without `touch_node` would otherwise
+    /// against a walk of the lists (a change the tracker was not told would otherwise
     /// leave the store's snapshot wrong, seen only when another driver takes the run over).
     #[cfg(debug_assertions)]
     shadow: Option<Bookkeeping>,
 }
 
-/// A node's completion and visit count as the driver's last write left them.
+/// A node's completion and visit count as the driver's last write left them: `None` where
+/// that one has not changed since.
 #[derive(Debug, Clone)]
 struct Was {
     id: NodeId,
-    completed: bool,
-    visits: Option<u32>,
+    completed: Option<bool>,
+    visits: Option<Option<u32>>,
 }
 
 /// The parts of the scheduler's bookkeeping that grow with a run, as last written.
@@ -297,33 +294,53 @@ impl Tracker {
         self.reuse = true;
     }
 
+    /// The node `id` was marked completed (`was` false) or no longer (`was` true). The first
+    /// change since the driver's last write tells what the store holds of it.
+    pub fn completed_was(&mut self, id: &NodeId, was: bool) {
+        if let Some(w) = self.was(id) {
+            w.completed.get_or_insert(was);
+        }
+    }
+
+    /// The node's visit count changed; it was `was` (`None`: not visited).
+    pub fn visits_was(&mut self, id: &NodeId, was: Option<u32>) {
+        if let Some(w) = self.was(id) {
+            w.visits.get_or_insert(was);
+        }
+    }
+
     /// The node `id` is about to be marked completed or not, or its visit count to change,
-    /// in `now` (not changed yet): the first time since the driver's last write, what it is
-    /// now is what the store holds of it.
+    /// in `now` (not changed yet): both as they are now, for a caller that does not know
+    /// them otherwise.
     pub fn touch_node(&mut self, id: &NodeId, now: &Snapshot) {
+        self.completed_was(id, now.completed.contains(id));
+        self.visits_was(id, now.visits.get(id).copied());
+    }
+
+    /// The entry of a node changed since the driver's last write; none while the driver
+    /// does not know what the store holds (its next patch carries both lists whole).
+    fn was(&mut self, id: &NodeId) -> Option<&mut Was> {
         if !self.known {
-            return;
+            return None;
         }
-        if now.completed.len() < TRACK_FROM {
-            // Short lists: a patch carries them whole, and nothing is noted per change (a
-            // run this short mostly writes its whole snapshot anyway).
-            self.known = false;
-            self.nodes.clear();
-            return;
-        }
-        if !self.nodes.iter().any(|w| w.id == *id) {
-            self.nodes.push(Was {
-                id: id.clone(),
-                completed: now.completed.contains(id),
-                visits: now.visits.get(id).copied(),
-            });
-        }
+        let at = match self.nodes.iter().position(|w| w.id == *id) {
+            Some(at) => at,
+            None => {
+                self.nodes.push(Was {
+                    id: id.clone(),
+                    completed: None,
+                    visits: None,
+                });
+                self.nodes.len() - 1
+            }
+        };
+        self.nodes.get_mut(at)
     }
 
     /// About how many bytes of `now`'s JSON a patch would leave out (counted up to
     /// `budget`, then abandoned): the state keys (or variables) not written since the last
     /// write, an output, history or recorded outputs not changed, and the completed nodes
-    /// and visit counts (a patch carries only their changes, from [`TRACK_FROM`] nodes on).
+    /// and visit counts (a patch carries only their changes).
     fn left_out(&self, now: &Snapshot, budget: usize) -> usize {
         let mut n = 0;
         for (key, value) in now.state.iter() {
@@ -439,16 +456,20 @@ impl Tracker {
         if self.known {
             self.nodes.sort_unstable_by(|a, b| a.id.cmp(&b.id));
             for was in self.nodes.drain(..) {
-                match (was.completed, now.completed.contains(&was.id)) {
-                    (false, true) => patch.completed_add.push(was.id.clone()),
-                    (true, false) => patch.completed_del.push(was.id.clone()),
-                    _ => {}
+                if let Some(before) = was.completed {
+                    match (before, now.completed.contains(&was.id)) {
+                        (false, true) => patch.completed_add.push(was.id.clone()),
+                        (true, false) => patch.completed_del.push(was.id.clone()),
+                        _ => {}
+                    }
                 }
-                let count = now.visits.get(&was.id).copied();
-                if count != was.visits {
-                    match count {
-                        Some(n) => patch.visits_set.push((was.id, n)),
-                        None => patch.visits_del.push(was.id),
+                if let Some(before) = was.visits {
+                    let count = now.visits.get(&was.id).copied();
+                    if count != before {
+                        match count {
+                            Some(n) => patch.visits_set.push((was.id, n)),
+                            None => patch.visits_del.push(was.id),
+                        }
                     }
                 }
             }
@@ -464,7 +485,7 @@ impl Tracker {
                         (patch.completed_add.clone(), patch.completed_del.clone()),
                         (patch.visits_set.clone(), patch.visits_del.clone())
                     ),
-                    "a node's completion or visit count changed without Tracker::touch_node"
+                    "a node's completion or visit count changed without the Tracker being told"
                 );
             }
         } else {
@@ -886,13 +907,13 @@ mod tests {
     }
 
     /// Debug builds check the changes a driver told against a walk of both lists: a change
-    /// made without `touch_node` is caught at the next patch, not when a run taken over
+    /// the tracker was not told is caught at the next patch, not when a run taken over
     /// reads a wrong snapshot.
     #[test]
-    #[should_panic(expected = "without Tracker::touch_node")]
+    #[should_panic(expected = "without the Tracker being told")]
     fn a_change_not_told_to_the_tracker_is_caught_in_debug_builds() {
         let mut now = snap();
-        for i in 0..TRACK_FROM {
+        for i in 0..40 {
             now.completed.insert(format!("done_{i}").into());
         }
         let mut t = Tracker::new();

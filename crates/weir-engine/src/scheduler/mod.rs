@@ -624,13 +624,7 @@ impl<'e> Run<'e> {
             self.snapshot.pending.remove(i);
         }
         self.snapshot.hops += 1;
-        // One search of each map (the shared id is a reference count, not a copy).
-        self.touch_node(wf.node_id(index));
-        *self
-            .snapshot
-            .visits
-            .entry(wf.node_id(index).clone())
-            .or_insert(0) += 1;
+        self.count_visit(wf.node_id(index));
         step.finished_at = Some(Stamp::now());
         step.duration_ms = Some(started.elapsed().as_millis() as u64);
         step.attempts = std::mem::take(&mut result.attempts);
@@ -679,8 +673,7 @@ impl<'e> Run<'e> {
                                 t.touch_output();
                             }
                         }
-                        self.touch_node(wf.node_id(index));
-                        self.snapshot.completed.insert(wf.node_id(index).clone());
+                        self.set_completed(wf.node_id(index), true);
                         self.ending = Some(Ending::End(*status));
                     }
                     Route::Park { prompt } => {
@@ -707,8 +700,7 @@ impl<'e> Run<'e> {
                         if let NodeKind::Loop(_) = node.kind {
                             self.route_loop(index, &outcome.route);
                         } else {
-                            self.touch_node(wf.node_id(index));
-                            self.snapshot.completed.insert(wf.node_id(index).clone());
+                            self.set_completed(wf.node_id(index), true);
                         }
                         fire(&self.wf, &mut self.snapshot, index, &outcome.route);
                         self.fired = true;

@@ -95,29 +95,45 @@ impl Run<'_> {
                 if id == loop_id || !seen.insert(id.clone()) {
                     continue;
                 }
-                if self.stored.is_some()
+                if self.snapshot.completed.remove(id.as_str())
+                    && let Some(t) = &mut self.stored
                     && let Some(at) = wf.position(&id)
                 {
-                    self.touch_node(wf.node_id(at));
+                    t.completed_was(wf.node_id(at), true);
                 }
-                self.snapshot.completed.remove(id.as_str());
                 self.snapshot.arrivals.remove(&id);
                 queue.extend(self.wf.outgoing(&id).map(|e| e.target.clone()));
             }
-            self.touch_node(wf.node_id(index));
-            self.snapshot.completed.remove(loop_id);
+            self.set_completed(wf.node_id(index), false);
         } else {
             self.snapshot.loops.remove(loop_id);
-            self.touch_node(wf.node_id(index));
-            self.snapshot.completed.insert(wf.node_id(index).clone());
+            self.set_completed(wf.node_id(index), true);
         }
     }
 
-    /// The node's completion or visit count is about to change: the tracker notes what the
-    /// store holds of it (`Tracker::touch_node`; every change of either goes through here).
-    pub(super) fn touch_node(&mut self, id: &weir_core::record::NodeId) {
+    /// Marks a node completed, or no longer. Every change of the completed nodes goes
+    /// through here (or tells the tracker as this does): a patch carries the changes the
+    /// tracker was told (`Tracker::completed_was`).
+    pub(super) fn set_completed(&mut self, id: &weir_core::record::NodeId, done: bool) {
+        let changed = if done {
+            self.snapshot.completed.insert(id.clone())
+        } else {
+            self.snapshot.completed.remove(id)
+        };
+        if changed && let Some(t) = &mut self.stored {
+            t.completed_was(id, !done);
+        }
+    }
+
+    /// Counts one more visit of a node (every change of the visit counts goes through
+    /// here), telling the tracker the count before (`Tracker::visits_was`).
+    pub(super) fn count_visit(&mut self, id: &weir_core::record::NodeId) {
+        // One search of the map (the shared id is a reference count, not a copy).
+        let count = self.snapshot.visits.entry(id.clone()).or_insert(0);
+        let was = *count;
+        *count += 1;
         if let Some(t) = &mut self.stored {
-            t.touch_node(id, &self.snapshot);
+            t.visits_was(id, (was > 0).then_some(was));
         }
     }
 }
