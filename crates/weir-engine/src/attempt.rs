@@ -32,7 +32,9 @@ fn deadline(started: Instant, timeout: Duration) -> tokio::time::Instant {
 
 pub async fn run(ctx: &NodeCtx) -> Attempts {
     let policy = ctx.node().policy;
-    let mut attempts = Vec::new();
+    // Room for the one attempt most steps make, taken with the future rather than grown at
+    // its first push.
+    let mut attempts = Vec::with_capacity(1);
     let mut total = Spent::default();
     let mut n = 1;
     loop {
