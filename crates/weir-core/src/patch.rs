@@ -10,8 +10,8 @@
 //! once, not again at every step: a patch carries the completed nodes and the visit counts
 //! that changed since the driver's last write (`completed_add`, `completed_del`,
 //! `visits_set`, `visits_del`; the scheduler tells the [`Tracker`] each node it changes), or
-//! both whole when the driver does not know what the store holds (its first patch) or the
-//! lists are short. A commit writes the whole snapshot instead of a patch whenever what the
+//! both whole when the driver does not know what the store holds (its first patch). A
+//! commit writes the whole snapshot instead of a patch whenever what the
 //! patch would leave out is small ([`WHOLE_BELOW`]).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -475,6 +475,7 @@ impl Tracker {
             }
             #[cfg(debug_assertions)]
             if let Some(shadow) = &mut self.shadow {
+                // The walk brings the shadow to `now` as well.
                 let walked = (
                     set_changes(&mut shadow.completed, &now.completed),
                     count_changes(&mut shadow.visits, &now.visits),
@@ -487,6 +488,9 @@ impl Tracker {
                     ),
                     "a node's completion or visit count changed without the Tracker being told"
                 );
+            } else {
+                // The first patch after a whole snapshot: checked from the next one on.
+                self.shadow = Some(Bookkeeping::of(now));
             }
         } else {
             patch.completed = Some(&now.completed);
@@ -497,11 +501,6 @@ impl Tracker {
             {
                 self.shadow = Some(Bookkeeping::of(now));
             }
-        }
-        // After a whole snapshot: checked from the next patch on.
-        #[cfg(debug_assertions)]
-        if self.shadow.is_none() {
-            self.shadow = Some(Bookkeeping::of(now));
         }
         Some(patch)
     }
