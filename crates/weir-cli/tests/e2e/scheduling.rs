@@ -176,7 +176,13 @@ fn a_long_run_with_a_loop_patches_its_snapshot_and_resumes_from_it() {
     );
     let input = json!({"brief": "b".repeat(2048)}).to_string();
     let mut child = w.spawn(&["run", &f, "--input", &input, "--json"]);
-    wait_until("the third pass to wait", || fake.seen("/slow").len() == 3);
+    wait_until("the third pass to wait, or the run to end", || {
+        fake.seen("/slow").len() == 3 || child.try_wait().expect("wait").is_some()
+    });
+    assert!(
+        child.try_wait().expect("wait").is_none(),
+        "the run ended before its third pass (a panic?)"
+    );
     child.kill().expect("kill -9");
     child.wait().expect("reap");
     let list = w.run(&["runs", "list", "--json"]).json();
