@@ -37,7 +37,7 @@ impl Run<'_> {
         let mut steps = Vec::with_capacity(self.in_flight.len());
         for (index, f) in std::mem::take(&mut self.in_flight).0 {
             let node_id = &self.wf.nodes[index].id;
-            let mut step = f.step;
+            let mut step = *f.step;
             step.status = StepStatus::Cancelled;
             step.error = Some(reason.clone());
             step.finished_at = Some(Stamp::now());
@@ -157,7 +157,7 @@ impl Run<'_> {
             finished_at: status.is_terminal().then(now),
             snapshot: std::mem::take(&mut self.snapshot),
         };
-        let steps: Vec<&StepRecord> = last.iter().collect();
+        let steps: Vec<&StepRecord> = last.iter().map(|s| &**s).collect();
         let w = store
             .finish_run(&self.lease, &steps, &update, events)
             .await?;

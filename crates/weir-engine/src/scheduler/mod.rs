@@ -49,7 +49,10 @@ type Tasks = FuturesUnordered<
 >;
 
 pub struct InFlight {
-    step: StepRecord,
+    /// Boxed from its launch to its write: it moves from the launch into the list in
+    /// flight, out of it, and into the list to write, and a box moves as one pointer, not
+    /// 300 bytes.
+    step: Box<StepRecord>,
     started: Instant,
 }
 
@@ -76,6 +79,10 @@ impl InFlights {
         self.0.iter().map(|(at, _)| *at)
     }
 
+    fn reserve(&mut self, more: usize) {
+        self.0.reserve_exact(more);
+    }
+
     fn insert(&mut self, node: usize, f: InFlight) {
         // Room for one at first (a chain never has more in flight), not the four a first
         // push reserves: an entry is a few hundred bytes, and thousands of runs hold one.
@@ -92,7 +99,7 @@ impl InFlights {
     }
 
     fn steps(&self) -> impl Iterator<Item = &StepRecord> {
-        self.0.iter().map(|(_, f)| &f.step)
+        self.0.iter().map(|(_, f)| &*f.step)
     }
 }
 
@@ -116,7 +123,7 @@ pub struct Run<'e> {
     /// Finished steps not committed yet (more than one when siblings finish together): they
     /// are committed together with the `running` rows of the successors they launched, in
     /// one write, before any of them is polled.
-    unsaved: Vec<StepRecord>,
+    unsaved: Vec<Box<StepRecord>>,
     /// Edges fired since merges were last weighed ([`ready_merges`]).
     fired: bool,
     /// Steps launched since the last write (their sequence numbers; their rows are the
@@ -339,6 +346,9 @@ impl<'e> Run<'e> {
                                 break;
                             }
                         }
+                        // Their records and events get their room at once.
+                        self.unsaved.reserve(done.len());
+                        self.events.reserve(done.len());
                         for (index, joined) in done {
                             self.joined(index, joined);
                         }
@@ -403,7 +413,7 @@ impl<'e> Run<'e> {
         // step, a join's).
         let unsaved = &self.unsaved;
         let mut started: smallvec::SmallVec<[&StepRecord; 2]> = smallvec::SmallVec::new();
-        started.extend(unsaved.iter().skip(1));
+        started.extend(unsaved.iter().skip(1).map(|s| &**s));
         for seq in &self.started {
             if let Some(step) = self.in_flight.steps().find(|s| s.seq == *seq)
                 && !started.iter().any(|s| s.seq == *seq)
@@ -452,7 +462,19 @@ impl<'e> Run<'e> {
     }
 
     fn launch_ready(&mut self, tasks: &mut Tasks) {
-        // Launching changes neither `pending` nor its order: walked in place.
+        // Launching changes neither `pending` nor its order: walked in place. A fan-out
+        // launches several at once: their lists get their room in one step each, not by
+        // doubling (each growth copies what the list holds).
+        let launching = self.snapshot.pending.len().min(
+            self.engine
+                .max_concurrency
+                .saturating_sub(self.in_flight.len()),
+        );
+        if launching > 1 {
+            self.events.reserve(launching);
+            self.started.reserve(launching);
+            self.in_flight.reserve(launching);
+        }
         let mut at = 0;
         while at < self.snapshot.pending.len() {
             at += 1;
@@ -505,7 +527,7 @@ impl<'e> Run<'e> {
                 StateLayout::Flat => public.clone(),
                 StateLayout::Variables => Arc::new(view(self.wf.layout, &public)),
             };
-            let step = StepRecord {
+            let step = Box::new(StepRecord {
                 seq,
                 node_id: node.id.clone(),
                 node_type: node.type_name().into(),
@@ -528,7 +550,7 @@ impl<'e> Run<'e> {
                 started_at: Stamp::now(),
                 finished_at: None,
                 duration_ms: None,
-            };
+            });
             self.events.push(EventKind::StepStarted {
                 step: seq,
                 node_id: self.wf.node_id(index).clone(),
