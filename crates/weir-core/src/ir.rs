@@ -291,7 +291,7 @@ impl NodeKind {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct AgentSpec {
-    pub model: String,
+    pub model: crate::model::ModelName,
     pub system_prompt: Option<Template>,
     pub user_message: Template,
     pub temperature: Option<f64>,
@@ -400,7 +400,7 @@ impl Validator {
 /// `ai_judge`: one model call answering in a JSON envelope, routed by its validator.
 #[derive(Debug, Clone, Serialize)]
 pub struct JudgeSpec {
-    pub model: String,
+    pub model: crate::model::ModelName,
     pub system: Option<Template>,
     pub prompt: Template,
     pub validator: Validator,
@@ -437,7 +437,7 @@ impl ConsensusMode {
 /// `consensus`: `agent_count` parallel model calls and a vote.
 #[derive(Debug, Clone, Serialize)]
 pub struct ConsensusSpec {
-    pub model: String,
+    pub model: crate::model::ModelName,
     pub system: Option<Template>,
     pub prompt: Template,
     pub agent_count: u32,
@@ -459,7 +459,7 @@ pub struct ScriptSpec {
 /// `fields`, and an optional gate that prunes outputs and picks what happens next.
 #[derive(Debug, Clone, Serialize)]
 pub struct StepSpec {
-    pub model: String,
+    pub model: crate::model::ModelName,
     pub system_prompt: Option<String>,
     pub nodes: u32,
     pub fields: Vec<Field>,

@@ -41,9 +41,13 @@ impl Message {
     }
 }
 
+/// A model's name as a workflow gives it: shared, not copied, by the node's spec, the request,
+/// the reply and the step's record (an agent step used to copy it three times).
+pub type ModelName = std::sync::Arc<str>;
+
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelRequest {
-    pub model: String,
+    pub model: ModelName,
     pub system: Option<String>,
     /// The conversation, ending with a user message.
     pub messages: Vec<Message>,
@@ -102,7 +106,7 @@ pub struct Usage {
 /// One model reached while serving a request.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ModelCall {
-    pub model: String,
+    pub model: ModelName,
     pub provider: String,
     pub status: String,
     pub error_class: Option<ErrorClass>,
@@ -122,7 +126,7 @@ pub struct ModelCall {
 pub struct ModelResponse {
     pub text: String,
     /// The model that answered, as the workflow named it.
-    pub model: String,
+    pub model: ModelName,
     pub provider: String,
     pub usage: Usage,
     /// Priced cost of this answer; `None` when the model has no price in the table.

@@ -207,7 +207,7 @@ pub enum Request {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelAsk {
-    pub model: String,
+    pub model: crate::model::ModelName,
     pub system: Option<String>,
     pub user: String,
 }
@@ -299,7 +299,7 @@ pub type Call = AsJson<ModelCall>;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Reply {
     pub text: String,
-    pub model: String,
+    pub model: crate::model::ModelName,
     pub provider: String,
     pub fallback_used: bool,
     pub input_tokens: u64,
@@ -315,7 +315,7 @@ impl JsonFields for Reply {
     fn into_json(self) -> Value {
         let mut m = Map::with_capacity(6);
         m.insert("text".into(), Value::String(self.text));
-        m.insert("model".into(), Value::String(self.model));
+        m.insert("model".into(), Value::String(self.model.to_string()));
         m.insert("provider".into(), Value::String(self.provider));
         m.insert("fallback_used".into(), Value::Bool(self.fallback_used));
         m.insert("input_tokens".into(), self.input_tokens.into());

@@ -69,6 +69,14 @@ impl Redactor {
         }
     }
 
+    /// A shared string (a model's name): replaced, not changed in place, when it holds a
+    /// secret.
+    pub fn shared(&self, s: &mut std::sync::Arc<str>) {
+        if let Some(r) = self.redacted(s) {
+            *s = r.into();
+        }
+    }
+
     /// Every string in `v`, object keys included.
     pub fn value(&self, v: &mut Value) {
         if self.is_empty() {
@@ -111,7 +119,7 @@ impl Redactor {
     /// without building its JSON).
     pub fn output_holds(&self, o: &crate::record::Output) -> bool {
         match o.as_reply() {
-            Some(r) => [&r.text, &r.model, &r.provider]
+            Some(r) => [&*r.text, &*r.model, &*r.provider]
                 .iter()
                 .any(|s| self.redacted(s).is_some()),
             None => self.holds(o),
@@ -126,7 +134,7 @@ impl Redactor {
         match o.reply_mut() {
             Some(r) => {
                 self.string(&mut r.text);
-                self.string(&mut r.model);
+                self.shared(&mut r.model);
                 self.string(&mut r.provider);
             }
             None => self.value(o.value_mut()),
@@ -153,7 +161,7 @@ impl Redactor {
             }
             match &mut a.request {
                 Some(crate::record::Request::Model(m)) => {
-                    self.string(&mut m.model);
+                    self.shared(&mut m.model);
                     if let Some(s) = &mut m.system {
                         self.string(s);
                     }
@@ -168,7 +176,8 @@ impl Redactor {
             for c in &mut a.calls {
                 match c.typed_mut() {
                     Some(t) => {
-                        for f in [&mut t.model, &mut t.provider, &mut t.status] {
+                        self.shared(&mut t.model);
+                        for f in [&mut t.provider, &mut t.status] {
                             self.string(f);
                         }
                         for f in [&mut t.error, &mut t.reply].into_iter().flatten() {

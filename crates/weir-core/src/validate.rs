@@ -329,13 +329,14 @@ pub fn capabilities(
                 }
             }
             NodeKind::Agent(_) | NodeKind::Judge(_) | NodeKind::Consensus(_) => {
-                let (primary, fallbacks): (&String, &[String]) = match &n.kind {
+                let (primary, fallbacks): (&str, &[String]) = match &n.kind {
                     NodeKind::Agent(a) => (&a.model, &a.fallback_models),
                     NodeKind::Judge(j) => (&j.model, &[]),
                     NodeKind::Consensus(c) => (&c.model, &[]),
                     _ => continue,
                 };
-                for (i, model) in std::iter::once(primary).chain(fallbacks).enumerate() {
+                let all = std::iter::once(primary).chain(fallbacks.iter().map(String::as_str));
+                for (i, model) in all.enumerate() {
                     let role = if i == 0 { "model" } else { "fallback model" };
                     if let Err(why) = models.check_model(model) {
                         out.push(

@@ -328,7 +328,7 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
                 out
             });
             NodeKind::Agent(AgentSpec {
-                model: model?,
+                model: model?.into(),
                 system_prompt,
                 user_message: user_message?,
                 temperature,

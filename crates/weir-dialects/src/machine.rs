@@ -218,7 +218,7 @@ fn lower_node(cx: &mut Cx, id: &str, body: &tree::Node, ids: &[&str]) -> Option<
             let system = cx.template_in(id, body, "system", true);
             let response_schema = cx.schema(Some(id), body, "response_schema");
             NodeKind::Agent(AgentSpec {
-                model: model?,
+                model: model?.into(),
                 system_prompt: system,
                 user_message: prompt?,
                 temperature: cx.number(id, body, "temperature", 0.0, 2.0),
@@ -244,7 +244,7 @@ fn lower_node(cx: &mut Cx, id: &str, body: &tree::Node, ids: &[&str]) -> Option<
             let system = cx.template_in(id, body, "system", true);
             let validator = validator(cx, id, body.get("validator")?, false)?;
             NodeKind::Judge(JudgeSpec {
-                model: model?,
+                model: model?.into(),
                 system,
                 prompt: prompt?,
                 max_retries: max_retries(cx, 5),
@@ -286,7 +286,7 @@ fn lower_node(cx: &mut Cx, id: &str, body: &tree::Node, ids: &[&str]) -> Option<
             }
             let mode = validator(cx, id, body.get("validator")?, true)?;
             NodeKind::Consensus(ConsensusSpec {
-                model: model?,
+                model: model?.into(),
                 system,
                 prompt: prompt?,
                 agent_count,

@@ -218,7 +218,7 @@ fn lower_step(
         id: id.to_string(),
         label: cx.string(id, item, "label"),
         kind: NodeKind::Step(StepSpec {
-            model: model?,
+            model: model?.into(),
             system_prompt,
             nodes,
             fields,

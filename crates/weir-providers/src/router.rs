@@ -39,7 +39,7 @@ pub struct Router {
     pricing: Pricing,
     settings: Settings,
     /// `weir run --model NAME`: every call goes to this model, fallbacks included.
-    force: Option<String>,
+    force: Option<weir_core::model::ModelName>,
 }
 
 impl Router {
@@ -64,7 +64,7 @@ impl Router {
     pub fn forcing(mut self, model: &str) -> Result<Self, String> {
         self.route(model)
             .map_err(|why| format!("--model {model}: {why}"))?;
-        self.force = Some(model.to_string());
+        self.force = Some(model.into());
         Ok(self)
     }
 
@@ -155,14 +155,16 @@ impl ModelClient for Router {
                 .filter(|c| *c != ErrorClass::Auth)
                 .collect()
         });
-        let candidates: Vec<String> = std::iter::once(req.model.clone())
-            .chain(req.fallback_models.iter().cloned())
+        let candidates: Vec<weir_core::model::ModelName> = std::iter::once(req.model.clone())
+            .chain(req.fallback_models.iter().map(|m| m.as_str().into()))
             .collect();
+        // The request's timeout is the budget of the whole chain.
+        let budget = req.timeout;
         let mut calls = Vec::new();
         let mut events = Vec::new();
         let mut last: Option<ModelError> = None;
-        // The request's timeout is the budget of the whole chain: each call gets an equal
-        // share of what is left of it, so a primary that hangs leaves its fallbacks time.
+        // Each call gets an equal share of what is left of the budget, so a primary that
+        // hangs leaves its fallbacks time.
         let chain_started = Instant::now();
         for (i, model) in candidates.iter().enumerate() {
             let (provider, target, name) = match self.route(model) {
@@ -197,11 +199,12 @@ impl ModelClient for Router {
                 continue;
             }
             let left = (candidates.len() - i) as u32;
-            let share = req.timeout.saturating_sub(chain_started.elapsed()) / left;
-            let mut this = req.clone();
-            this.timeout = share.max(std::time::Duration::from_millis(1));
+            let share = budget.saturating_sub(chain_started.elapsed()) / left;
+            // The same request for each call, with its share of the time (not a copy of the
+            // request, prompts and all, per call).
+            req.timeout = share.max(std::time::Duration::from_millis(1));
             let started = Instant::now();
-            let result = self.call(target, &this, name).await;
+            let result = self.call(target, &req, name).await;
             let duration_ms = started.elapsed().as_millis() as u64;
             match result {
                 Ok(reply) => {

@@ -128,7 +128,7 @@ pub struct Spent {
     pub calls: Vec<weir_core::record::Call>,
     pub events: Vec<Value>,
     /// Models that answered but have no price.
-    pub unpriced: Vec<String>,
+    pub unpriced: Vec<weir_core::model::ModelName>,
 }
 
 impl Spent {

@@ -61,7 +61,7 @@ pub fn agent(message: &str) -> NodeKind {
 }
 
 /// A free, unmetered reply of `model` from the fake provider.
-pub fn reply(model: String, text: String) -> ModelResponse {
+pub fn reply(model: weir_core::model::ModelName, text: String) -> ModelResponse {
     ModelResponse {
         text,
         model,
