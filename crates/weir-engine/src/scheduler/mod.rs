@@ -122,7 +122,11 @@ pub struct Run<'e> {
     ending: Option<Ending>,
     /// Finished steps not committed yet (more than one when siblings finish together): they
     /// are committed together with the `running` rows of the successors they launched, in
-    /// one write, before any of them is polled.
+    /// one write, before any of them is polled. Each keeps the box it had in flight.
+    #[expect(
+        clippy::vec_box,
+        reason = "a record comes boxed from the steps in flight: kept in its box, not copied out"
+    )]
     unsaved: Vec<Box<StepRecord>>,
     /// Edges fired since merges were last weighed ([`ready_merges`]).
     fired: bool,
