@@ -54,7 +54,7 @@ impl ModelClient for FakeModel {
         if !self.latency.is_zero() {
             tokio::time::sleep(self.latency).await;
         }
-        let text: String = if self.reply_bytes == 0 {
+        let text: weir_core::model::ReplyText = if self.reply_bytes == 0 {
             "fake llm reply".into()
         } else {
             "fake llm reply ".repeat(self.reply_bytes / 15 + 1)[..self.reply_bytes].into()

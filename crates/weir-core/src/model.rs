@@ -45,6 +45,10 @@ impl Message {
 /// the reply and the step's record (an agent step used to copy it three times).
 pub type ModelName = std::sync::Arc<str>;
 
+/// A model's reply text: shared, not copied, by the response, the call's record, the step's
+/// output and its attempt's record.
+pub type ReplyText = std::sync::Arc<str>;
+
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelRequest {
     pub model: ModelName,
@@ -119,12 +123,12 @@ pub struct ModelCall {
     pub priced: bool,
     pub duration_ms: u64,
     /// The reply text, for calls that answered.
-    pub reply: Option<String>,
+    pub reply: Option<ReplyText>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelResponse {
-    pub text: String,
+    pub text: ReplyText,
     /// The model that answered, as the workflow named it.
     pub model: ModelName,
     pub provider: String,

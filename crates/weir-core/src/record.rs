@@ -238,7 +238,7 @@ pub struct Attempt {
     pub request: Option<Request>,
     /// For model calls: the reply text.
     #[serde(default)]
-    pub response: Option<String>,
+    pub response: Option<crate::model::ReplyText>,
     /// For model calls: every model reached in this attempt (fallbacks, schema repairs),
     /// each with its reply, usage, cost and, for a reply that failed validation, the errors.
     #[serde(default)]
@@ -298,7 +298,7 @@ pub type Call = AsJson<ModelCall>;
 /// A model reply as an agent step's output records it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Reply {
-    pub text: String,
+    pub text: crate::model::ReplyText,
     pub model: crate::model::ModelName,
     pub provider: String,
     pub fallback_used: bool,
@@ -314,7 +314,7 @@ impl JsonFields for Reply {
     /// The reply's JSON object, its strings moved into it.
     fn into_json(self) -> Value {
         let mut m = Map::with_capacity(6);
-        m.insert("text".into(), Value::String(self.text));
+        m.insert("text".into(), Value::String(self.text.to_string()));
         m.insert("model".into(), Value::String(self.model.to_string()));
         m.insert("provider".into(), Value::String(self.provider));
         m.insert("fallback_used".into(), Value::Bool(self.fallback_used));

@@ -69,7 +69,7 @@ impl Redactor {
         }
     }
 
-    /// A shared string (a model's name): replaced, not changed in place, when it holds a
+    /// A shared string (a model's name, a reply): replaced, not changed in place, when it holds a
     /// secret.
     pub fn shared(&self, s: &mut std::sync::Arc<str>) {
         if let Some(r) = self.redacted(s) {
@@ -133,7 +133,7 @@ impl Redactor {
         }
         match o.reply_mut() {
             Some(r) => {
-                self.string(&mut r.text);
+                self.shared(&mut r.text);
                 self.shared(&mut r.model);
                 self.string(&mut r.provider);
             }
@@ -171,7 +171,7 @@ impl Redactor {
                 None => {}
             }
             if let Some(r) = &mut a.response {
-                self.string(r);
+                self.shared(r);
             }
             for c in &mut a.calls {
                 match c.typed_mut() {
@@ -180,8 +180,11 @@ impl Redactor {
                         for f in [&mut t.provider, &mut t.status] {
                             self.string(f);
                         }
-                        for f in [&mut t.error, &mut t.reply].into_iter().flatten() {
-                            self.string(f);
+                        if let Some(e) = &mut t.error {
+                            self.string(e);
+                        }
+                        if let Some(r) = &mut t.reply {
+                            self.shared(r);
                         }
                     }
                     None => self.value(c.value_mut()),

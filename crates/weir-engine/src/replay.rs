@@ -167,7 +167,7 @@ fn reused_as_attempt(s: &mut StepRecord) {
         error_class: None,
         duration_ms: 0,
         request: None,
-        response: out["text"].as_str().map(str::to_string),
+        response: out["text"].as_str().map(Into::into),
         calls,
         cost_usd: 0.0,
     });

@@ -113,7 +113,7 @@ pub async fn ask(
                 match check.retry_prompt(&original, &response.text, &errors) {
                     Some(prompt) => req.messages = vec![Message::user(prompt)],
                     None => {
-                        req.messages.push(Message::assistant(response.text.clone()));
+                        req.messages.push(Message::assistant(&*response.text));
                         req.messages
                             .push(Message::user(check.repair_prompt(&errors)));
                     }

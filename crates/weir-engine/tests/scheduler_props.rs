@@ -28,7 +28,7 @@ impl ModelClient for FakeModel {
         // Vary completion order so concurrency is exercised.
         let jitter = req.last_user().len() as u64 % 3;
         tokio::time::sleep(Duration::from_millis(jitter)).await;
-        Ok(reply(req.model.clone(), req.last_user().to_string()))
+        Ok(reply(req.model.clone(), req.last_user().into()))
     }
     fn check_model(&self, _: &str) -> Result<(), String> {
         Ok(())

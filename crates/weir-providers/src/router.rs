@@ -213,6 +213,8 @@ impl ModelClient for Router {
                         reply.usage.input_tokens,
                         reply.usage.output_tokens,
                     );
+                    // One copy of the text, shared by the call's record and the answer.
+                    let text: weir_core::model::ReplyText = reply.text.into();
                     calls.push(ModelCall {
                         model: model.clone(),
                         provider: provider.to_string(),
@@ -224,10 +226,10 @@ impl ModelClient for Router {
                         cost_usd: cost,
                         priced: cost.is_some(),
                         duration_ms,
-                        reply: Some(reply.text.clone()),
+                        reply: Some(text.clone()),
                     });
                     return Ok(ModelResponse {
-                        text: reply.text,
+                        text,
                         model: model.clone(),
                         provider: provider.to_string(),
                         usage: reply.usage,

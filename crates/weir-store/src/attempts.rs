@@ -208,8 +208,8 @@ impl Read {
         };
         let response = match self.response {
             None | Some(Value::Null) => None,
-            Some(Value::String(t)) => Some(t),
-            Some(Value::Bool(true)) => Some(same()?),
+            Some(Value::String(t)) => Some(t.into()),
+            Some(Value::Bool(true)) => Some(same()?.into()),
             Some(other) => {
                 return Err(StoreError::Backend(format!(
                     "corrupt stored attempt: a response of {other}"

@@ -168,7 +168,7 @@ pub struct Outcome {
     pub write: Option<Value>,
     pub route: Route,
     pub request: Option<Request>,
-    pub response: Option<String>,
+    pub response: Option<weir_core::model::ReplyText>,
     pub spent: Spent,
 }
 

@@ -181,7 +181,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &StepSpec) -> Result<Outcome, Failure>
         }
     }
     let mut spent = Spent::default();
-    let mut texts: Vec<Option<String>> = vec![None; spec.nodes as usize];
+    let mut texts: Vec<Option<weir_core::model::ReplyText>> = vec![None; spec.nodes as usize];
     let mut failed = None;
     for (i, result) in results.into_iter().enumerate() {
         match result {
@@ -210,7 +210,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &StepSpec) -> Result<Outcome, Failure>
             spent,
         ));
     }
-    let texts: Vec<String> = texts.into_iter().flatten().collect();
+    let texts: Vec<weir_core::model::ReplyText> = texts.into_iter().flatten().collect();
     let mut kept = Vec::with_capacity(texts.len());
     for (i, t) in texts.iter().enumerate() {
         kept.push(match &spec.gate {

@@ -61,7 +61,10 @@ pub fn agent(message: &str) -> NodeKind {
 }
 
 /// A free, unmetered reply of `model` from the fake provider.
-pub fn reply(model: weir_core::model::ModelName, text: String) -> ModelResponse {
+pub fn reply(
+    model: weir_core::model::ModelName,
+    text: weir_core::model::ReplyText,
+) -> ModelResponse {
     ModelResponse {
         text,
         model,
