@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 
 use anyhow::Result;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use weir_core::event::{EventKind, RunEvent};
+use weir_core::event::EventKind;
 use weir_core::record::{RunRecord, RunStatus, RunSummary, StepStatus};
 use weir_engine::EventSink;
 
@@ -67,14 +67,14 @@ impl Progress {
         }
     }
 
-    fn event(&self, run_id: &str, e: &RunEvent) {
-        match &e.kind {
+    fn event(&self, run_id: &str, e: &EventKind) {
+        match e {
             EventKind::RunCreated { .. } => self.line(&format!("run {run_id}")),
             EventKind::RunStarted { .. } | EventKind::RunResumed { .. } => {
                 if let EventKind::RunResumed {
                     took_over_from: Some(from),
                     ..
-                } = &e.kind
+                } = e
                     && self.steps
                 {
                     self.line(&format!("  took over from {from}, whose lease expired"));
@@ -279,7 +279,7 @@ impl Drop for Live {
 }
 
 impl EventSink for Progress {
-    fn publish(&self, run_id: &str, events: &[RunEvent]) {
+    fn publish(&self, run_id: &str, events: &[EventKind]) {
         for e in events {
             self.event(run_id, e);
         }

@@ -82,7 +82,8 @@ pub struct Created {
     /// False when the idempotency key named an existing run (which is returned instead).
     pub created: bool,
     pub lease: Option<Lease>,
-    pub events: Vec<RunEvent>,
+    /// The events it appended, in their order (as [`Written::events`]).
+    pub events: Vec<EventKind>,
 }
 
 /// A stored run as a driver, a decision or a reader needs it.
@@ -107,8 +108,10 @@ pub struct StoredRun {
 /// What a fenced write tells its driver besides success.
 #[derive(Debug, Clone, Default)]
 pub struct Written {
-    /// The events it appended, with their sequence numbers (for live readers).
-    pub events: Vec<RunEvent>,
+    /// The events it appended, in their order (for live readers, which read them numbered
+    /// from the store: told here, they need not be numbered and stamped again, a list per
+    /// write).
+    pub events: Vec<EventKind>,
     /// Someone asked for the run to be cancelled.
     pub cancel_requested: bool,
 }

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-use weir_core::event::RunEvent;
+use weir_core::event::EventKind;
 use weir_core::record::{RunError, RunStatus, Snapshot};
 use weir_core::store::{Claim, NewRun, StoreError};
 use weir_core::{ModelClient, RunStore, ScriptRunner, ToolRunner, Workflow};
@@ -50,13 +50,13 @@ pub struct Services {
 /// Receives every event as soon as the store has committed it (the CLI prints them; the
 /// server wakes its SSE readers). The store's log stays the truth.
 pub trait EventSink: Send + Sync {
-    fn publish(&self, run_id: &str, events: &[RunEvent]);
+    fn publish(&self, run_id: &str, events: &[EventKind]);
 }
 
 /// A sink that ignores everything.
 pub struct Quiet;
 impl EventSink for Quiet {
-    fn publish(&self, _: &str, _: &[RunEvent]) {}
+    fn publish(&self, _: &str, _: &[EventKind]) {}
 }
 
 /// Typed errors of the engine API (DESIGN §8); the CLI maps them to exit codes and the
@@ -269,7 +269,7 @@ impl Engine {
         }
     }
 
-    pub(crate) fn publish(&self, run_id: &str, events: &[RunEvent]) {
+    pub(crate) fn publish(&self, run_id: &str, events: &[EventKind]) {
         if !events.is_empty() {
             self.sink.publish(run_id, events);
         }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde_json::json;
-use weir_core::event::{EventKind, RunEvent};
+use weir_core::event::EventKind;
 use weir_core::ir::{Dialect, Edge, NodeKind, StateLayout, Workflow};
 use weir_core::model::ErrorClass;
 use weir_core::record::{RunStatus, StepStatus};
@@ -36,10 +36,10 @@ impl ModelClient for Instant {
 
 /// Every write's events, as the engine published them (one entry per write).
 #[derive(Default)]
-struct Writes(Mutex<Vec<Vec<RunEvent>>>);
+struct Writes(Mutex<Vec<Vec<EventKind>>>);
 
 impl EventSink for Writes {
-    fn publish(&self, _: &str, events: &[RunEvent]) {
+    fn publish(&self, _: &str, events: &[EventKind]) {
         self.0.lock().unwrap().push(events.to_vec());
     }
 }
@@ -126,7 +126,7 @@ fn finished_per_write(writes: &Writes) -> Vec<Vec<String>> {
         .iter()
         .map(|w| {
             w.iter()
-                .filter_map(|e| match &e.kind {
+                .filter_map(|e| match e {
                     EventKind::StepFinished { node_id, .. } => Some(node_id.to_string()),
                     _ => None,
                 })

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, broadcast, watch};
 use weir_core::catalog::Catalog;
-use weir_core::event::{EventKind, RunEvent};
+use weir_core::event::EventKind;
 use weir_core::record::{ErrorCode, RunError, RunStatus};
 use weir_core::settings::{CustomTool, Settings};
 use weir_core::store::{Lease, RunUpdate, Wake};
@@ -55,9 +55,9 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    fn observe(&self, events: &[RunEvent]) {
+    fn observe(&self, events: &[EventKind]) {
         for e in events {
-            match &e.kind {
+            match e {
                 EventKind::StepFinished { duration_ms, .. } => {
                     let secs = *duration_ms as f64 / 1000.0;
                     for (i, b) in BUCKETS.iter().enumerate() {
@@ -95,7 +95,7 @@ struct Sink {
 }
 
 impl EventSink for Sink {
-    fn publish(&self, run_id: &str, events: &[RunEvent]) {
+    fn publish(&self, run_id: &str, events: &[EventKind]) {
         self.metrics.observe(events);
         self.hub.changed(run_id);
     }

@@ -99,23 +99,6 @@ pub(crate) fn typed_event(v: Value) -> Result<RunEvent, StoreError> {
     serde_json::from_value(v).map_err(|e| StoreError::Backend(format!("corrupt stored event: {e}")))
 }
 
-/// `kinds` as the events they became: numbered from `first`, all stamped `at`.
-pub(crate) fn numbered(
-    first: i64,
-    at: &weir_core::store::Stamp,
-    kinds: Vec<EventKind>,
-) -> Vec<RunEvent> {
-    kinds
-        .into_iter()
-        .enumerate()
-        .map(|(i, kind)| RunEvent {
-            seq: (first + i as i64) as u64,
-            at: at.clone(),
-            kind,
-        })
-        .collect()
-}
-
 /// Everything a run record is built from, whichever store read it.
 pub(crate) struct RecordParts<'a> {
     pub run_id: &'a str,

@@ -79,19 +79,25 @@ impl MemRun {
         if kinds.is_empty() {
             return;
         }
-        let at = weir_core::store::Stamp::now();
-        w.events.reserve(kinds.len());
-        for kind in kinds {
-            self.event_seq += 1;
-            let e = RunEvent {
-                seq: self.event_seq,
-                at: at.clone(),
-                kind,
-            };
-            if !self.ephemeral {
-                self.events.push(e.clone());
+        if self.ephemeral {
+            self.event_seq += kinds.len() as u64;
+        } else {
+            let at = weir_core::store::Stamp::now();
+            self.events.reserve(kinds.len());
+            for kind in &kinds {
+                self.event_seq += 1;
+                self.events.push(RunEvent {
+                    seq: self.event_seq,
+                    at: at.clone(),
+                    kind: kind.clone(),
+                });
             }
-            w.events.push(e);
+        }
+        // The write's events as told: the list itself when it is the write's first.
+        if w.events.is_empty() {
+            w.events = kinds;
+        } else {
+            w.events.extend(kinds);
         }
     }
 

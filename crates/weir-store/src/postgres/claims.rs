@@ -7,7 +7,7 @@ use weir_core::store::{Claim, Lease, StoreError, Written, now_ms};
 use super::write::insert_events;
 use super::{Postgres, in_tx, not_found};
 use crate::rules::{self, ClaimRow};
-use crate::{Body, backend, json, numbered};
+use crate::{Body, backend, json};
 
 impl Postgres {
     pub(super) async fn claim_named(
@@ -127,7 +127,7 @@ impl Postgres {
                         expires_at,
                     },
                     Written {
-                        events: numbered(seq, &at, vec![kind]),
+                        events: vec![kind],
                         cancel_requested: r.get("cancel_requested"),
                     },
                 ));
@@ -200,7 +200,7 @@ impl Postgres {
                 expires_at,
             },
             Written {
-                events: numbered(seq, &at, vec![kind]),
+                events: vec![kind],
                 cancel_requested: r.get(1),
             },
         )))

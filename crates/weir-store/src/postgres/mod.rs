@@ -34,7 +34,7 @@ use weir_core::store::{
 };
 
 use crate::rules::{self};
-use crate::{backend, event_of, event_value, json, numbered};
+use crate::{backend, event_of, event_value, json};
 
 mod catalog;
 mod claims;
@@ -313,7 +313,7 @@ impl RunStore for Postgres {
             run_id: run.run_id.clone(),
             created: true,
             lease,
-            events: numbered(1, &at, kinds),
+            events: kinds,
         })
     }
 
@@ -464,7 +464,7 @@ impl RunStore for Postgres {
     }
 
     async fn decide(&self, d: &GateDecision) -> Result<Written, StoreError> {
-        let (last, at) = in_tx(&self.pool, async |tx: &mut PgConnection| {
+        in_tx(&self.pool, async |tx: &mut PgConnection| {
             let n = d.events.len() as i64;
             let row = sqlx::query(
                 "UPDATE runs SET epoch = epoch + 1, status = $1, error = $2, finished_at = $3,
@@ -527,7 +527,7 @@ impl RunStore for Postgres {
                 .map_err(backend)?;
                 self.faults.hit("decide", 4)?;
             }
-            Ok((last, at))
+            Ok(())
         })
         .await?;
         if d.status == RunStatus::Queued {
@@ -535,7 +535,7 @@ impl RunStore for Postgres {
         }
         self.notes.run(&d.run_id);
         Ok(Written {
-            events: numbered(last - d.events.len() as i64 + 1, &at, d.events.clone()),
+            events: d.events.clone(),
             cancel_requested: false,
         })
     }
@@ -583,7 +583,7 @@ impl RunStore for Postgres {
                     .get(0);
                     insert_events(&mut *tx, run_id, seq, &at, std::slice::from_ref(&requested))
                         .await?;
-                    numbered(seq, &at, vec![requested])
+                    vec![requested]
                 };
                 return Ok((
                     CancelOutcome::Requested,
@@ -641,7 +641,7 @@ impl RunStore for Postgres {
             Ok((
                 CancelOutcome::Cancelled,
                 Written {
-                    events: numbered(last - 1, &at, kinds),
+                    events: kinds,
                     cancel_requested: true,
                 },
             ))

@@ -9,7 +9,7 @@ use weir_core::store::{Lease, StoreError, Written, now_ms};
 
 use super::{Postgres, in_tx};
 use crate::rules;
-use crate::{Body, backend, json, numbered};
+use crate::{Body, backend, json};
 
 /// Event bodies for `kinds`, all stamped `at`.
 pub(super) fn bodies(
@@ -286,13 +286,12 @@ impl Postgres {
         let Some(row) = row else {
             return Err(self.refuse(w.lease, w.write).await);
         };
-        let last: i64 = row.get(0);
         self.notes.run(&w.lease.run_id);
         if w.end == 2 {
             self.notes.work();
         }
         Ok(Written {
-            events: numbered(last - n + 1, &at, w.events),
+            events: w.events,
             cancel_requested: row.get(1),
         })
     }

@@ -87,11 +87,10 @@ pub struct FencedWrite {
     pub end: Option<EndRow>,
 }
 
-/// What a fenced write reports: the first event number it got, and the cancel flag.
+/// What a fenced write reports: the row as it left it, and the cancel flag.
 pub struct Fenced {
     /// The row as this write left it, for the drive's next writes.
     pub seen: Seen,
-    pub first_seq: i64,
     pub cancel_requested: bool,
 }
 
@@ -328,7 +327,6 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
             cancel: cancel != 0,
             last_row: head,
         },
-        first_seq: first,
         cancel_requested: cancel != 0,
     }))
 }
@@ -680,11 +678,11 @@ fn insert_events(
     first: i64,
     at: &weir_core::store::Stamp,
     kinds: Vec<weir_core::event::EventKind>,
-) -> Result<Vec<weir_core::event::RunEvent>, StoreError> {
+) -> Result<Vec<weir_core::event::EventKind>, StoreError> {
     tx.prepare("INSERT INTO run_events (run_key, seq, bodies) VALUES (?1, ?2, ?3)")?
         .execute(params![run_key, first, crate::event_batch(at, &kinds)?])
         .map_err(backend)?;
-    Ok(crate::numbered(first, at, kinds))
+    Ok(kinds)
 }
 
 /// Creates a run (`queued`, or claimed in the same transaction), or returns the run an

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use sqlx::SqliteConnection;
-use weir_core::event::{EventKind, RunEvent};
+use weir_core::event::EventKind;
 use weir_core::patch::Patch;
 use weir_core::record::{Snapshot, StepRecord};
 use weir_core::store::{Lease, RunUpdate, StoreError, Written};
@@ -97,7 +97,7 @@ pub(super) async fn insert_events(
     run_id: &str,
     first: i64,
     kinds: Vec<EventKind>,
-) -> Result<Vec<RunEvent>, StoreError> {
+) -> Result<Vec<EventKind>, StoreError> {
     if kinds.is_empty() {
         return Ok(Vec::new());
     }
@@ -111,7 +111,7 @@ pub(super) async fn insert_events(
         .execute(&mut *conn)
         .await
         .map_err(backend)?;
-    Ok(crate::numbered(first, &at, kinds))
+    Ok(kinds)
 }
 
 /// How a fenced write ends the drive, if it does.
@@ -234,7 +234,7 @@ impl Sqlite {
         drop(write);
         self.keys.learnt(&w.lease.run_id, done.seen, ends);
         Ok(Written {
-            events: crate::numbered(done.first_seq, &at, w.events),
+            events: w.events,
             cancel_requested: done.cancel_requested,
         })
     }

@@ -95,8 +95,10 @@ async fn a_schema_3_database_migrates() {
         .await
         .unwrap();
     assert_eq!(lease.epoch, 1);
-    assert_eq!(w.events[0].seq, 3);
-    assert!(matches!(w.events[0].kind, EventKind::RunResumed { .. }));
+    assert!(matches!(w.events[..], [EventKind::RunResumed { .. }]));
+    let events = store.events_after("old", 2).await.unwrap();
+    assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [3]);
+    assert!(matches!(events[0].kind, EventKind::RunResumed { .. }));
 }
 
 /// A run's source and input live in `run_sources` (migration 9): written with the run, read
@@ -309,7 +311,10 @@ async fn events_after_one_inside_a_write_start_from_the_next() {
         ttl: Duration::from_secs(30),
     });
     let created = store.create_run(run).await.unwrap();
-    assert_eq!(seqs(created.events), [1, 2]);
+    assert!(matches!(
+        created.events[..],
+        [EventKind::RunCreated { .. }, EventKind::RunStarted { .. }]
+    ));
     let rows = count(
         &store,
         "SELECT COUNT(*) FROM run_events WHERE run_key = (SELECT key FROM runs WHERE id = 'r1')",
