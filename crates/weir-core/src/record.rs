@@ -314,8 +314,8 @@ impl JsonFields for Reply {
     /// The reply's JSON object, its strings moved into it.
     fn into_json(self) -> Value {
         let mut m = Map::with_capacity(6);
-        m.insert("text".into(), Value::String(self.text.to_string()));
-        m.insert("model".into(), Value::String(self.model.to_string()));
+        m.insert("text".into(), Value::String(String::from(&*self.text)));
+        m.insert("model".into(), Value::String(String::from(&*self.model)));
         m.insert("provider".into(), Value::String(self.provider));
         m.insert("fallback_used".into(), Value::Bool(self.fallback_used));
         m.insert("input_tokens".into(), self.input_tokens.into());

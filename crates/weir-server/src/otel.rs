@@ -276,7 +276,7 @@ pub fn spans(r: &RunRecord, content: bool) -> Vec<SpanData> {
                 status,
             );
             let requested = match &a.request {
-                Some(Request::Model(m)) => Some(m.model.to_string()),
+                Some(Request::Model(m)) => Some(String::from(&*m.model)),
                 Some(Request::Other(v)) => v["model"].as_str().map(str::to_string),
                 None => None,
             };

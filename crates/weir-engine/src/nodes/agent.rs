@@ -101,7 +101,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
     // they are; the others add keys to its JSON.
     if parsed.is_none() && spent.unpriced.is_empty() && ctx.layout == StateLayout::Flat {
         return Ok(Outcome {
-            write: Some(Value::String(text.to_string())),
+            write: Some(Value::String(String::from(&*text))),
             route: Route::All,
             request: Some(request),
             response: Some(text),
@@ -121,14 +121,14 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
             output["repair_attempts"] = json!(repairs);
             p
         }
-        None => Value::String(text.to_string()),
+        None => Value::String(String::from(&*text)),
     };
     // In the machine and pipeline layouts the whole output is the variable, and agents'
     // replies are read as `variables.<id>.response`.
     let write = match ctx.layout {
         StateLayout::Flat => write,
         StateLayout::Variables => {
-            output["response"] = Value::String(text.to_string());
+            output["response"] = Value::String(String::from(&*text));
             output.clone()
         }
     };
