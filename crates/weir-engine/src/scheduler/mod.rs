@@ -256,9 +256,19 @@ impl<'e> Run<'e> {
     }
 
     fn written(&mut self, w: Written) {
-        self.engine.publish(&self.lease.run_id, &w.events);
-        if w.cancel_requested && self.ending.is_none() {
+        let Written {
+            mut events,
+            cancel_requested,
+        } = w;
+        self.engine.publish(&self.lease.run_id, &events);
+        if cancel_requested && self.ending.is_none() {
             self.ending = Some(Ending::Cancelled);
+        }
+        // The write's list of events comes back from the store: emptied, it is the next
+        // write's, instead of a list made for every write (a few hundred bytes at most kept).
+        if self.events.capacity() == 0 && events.capacity() <= 8 {
+            events.clear();
+            self.events = events;
         }
     }
 
@@ -405,10 +415,8 @@ impl<'e> Run<'e> {
     /// all of them, or just records the started steps.
     async fn flush(&mut self) -> Result<(), Error> {
         let store = &self.engine.services.store;
-        // The next write's list made with its room (a step's end, its successors' starts):
-        // the same allocation a first push would make, without the growth's work
-        // (BENCHMARKS.md, session 39: chain −1.1% instructions with the attempts' below).
-        let events = std::mem::replace(&mut self.events, Vec::with_capacity(4));
+        // The list goes to the store and comes back with what it wrote (`written`).
+        let events = std::mem::take(&mut self.events);
         // A step that started and already finished is written once, finished.
         // Siblings finished beside the first go in as its company (every store writes a
         // finished step among the started ones whole). `unsaved` keeps its room between
