@@ -210,7 +210,11 @@ async fn bench_loop() {
     let check = run(&engine(store.clone(), Duration::ZERO), &wf, json!({})).await;
     let record = store.get_record(&check.run_id).await.expect("record");
     let e = engine(Arc::new(Memory::ephemeral()), Duration::ZERO);
-    let steps = record.steps.iter().filter(|s| s.node_id != "again").count();
+    let steps = record
+        .steps
+        .iter()
+        .filter(|s| &*s.node_id != "again")
+        .count();
     assert_eq!(
         steps, iters,
         "one loop run executes the LLM step {iters} times"

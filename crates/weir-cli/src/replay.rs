@@ -123,7 +123,7 @@ pub async fn run(env: &Env, run_id: &str, workflow: Option<&str>, as_json: bool)
         let decided = recorded
             .steps
             .iter()
-            .find(|s| s.node_id == gate && s.visit == visit)
+            .find(|s| &*s.node_id == gate && s.visit == visit)
             .filter(|s| s.output.get("approved").is_some())?;
         let o = &decided.output;
         let approved = o["approved"] == true;
@@ -201,13 +201,13 @@ pub fn compare(recorded: &RunRecord, replayed: &RunRecord) -> Vec<Difference> {
     let find = |r: &'_ RunRecord, node: &str, visit: u32| -> Option<StepRecord> {
         r.steps
             .iter()
-            .find(|s| s.node_id == node && s.visit == visit)
+            .find(|s| &*s.node_id == node && s.visit == visit)
             .cloned()
     };
     for rec in &recorded.steps {
         let at = |kind, recorded: Value, replayed: Value, diff| Difference {
             kind,
-            node_id: Some(rec.node_id.clone()),
+            node_id: Some(String::from(&*rec.node_id)),
             visit: Some(rec.visit),
             recorded,
             replayed,
@@ -269,7 +269,7 @@ pub fn compare(recorded: &RunRecord, replayed: &RunRecord) -> Vec<Difference> {
                 } else {
                     "only_replayed"
                 },
-                node_id: Some(rep.node_id.clone()),
+                node_id: Some(String::from(&*rep.node_id)),
                 visit: Some(rep.visit),
                 recorded: Value::Null,
                 replayed: unanswered.map_or_else(|| Value::from(rep.status.as_str()), Value::from),

@@ -417,7 +417,7 @@ fn check(e: &Expect, r: &RunRecord, out: &mut Vec<String>) {
         let got: Vec<Value> = r
             .steps
             .iter()
-            .filter(|s| &s.node_id == node)
+            .filter(|s| *s.node_id == **node)
             .map(|s| s.route.clone().map_or(Value::Null, Value::from))
             .collect();
         match want {
@@ -585,14 +585,17 @@ async fn write_recorded(env: &Env, run_id: &str, paths: &[String]) -> Result<u8>
                     error: s.error.clone(),
                 },
             };
-            tools.entry(s.node_id.clone()).or_default().push(answer);
+            tools
+                .entry(String::from(&*s.node_id))
+                .or_default()
+                .push(answer);
         }
         if s.node_type == "human_gate"
             && let Some(approved) = s.output.get("approved").and_then(Value::as_bool)
         {
             let text = |k: &str| s.output.get(k).and_then(Value::as_str).map(str::to_string);
             gates.insert(
-                s.node_id.clone(),
+                String::from(&*s.node_id),
                 Gate {
                     approve: approved,
                     reason: if approved { None } else { text("reason") },
@@ -603,7 +606,7 @@ async fn write_recorded(env: &Env, run_id: &str, paths: &[String]) -> Result<u8>
         }
         if let Some(route) = &s.route {
             routes
-                .entry(s.node_id.clone())
+                .entry(String::from(&*s.node_id))
                 .or_insert_with(Vec::new)
                 .push(Value::from(route.clone()));
         }

@@ -23,12 +23,12 @@ pub fn select<'r>(r: &'r RunRecord, step: &str) -> Result<Vec<&'r StepRecord>, S
     let want = step.strip_prefix('#').unwrap_or(step);
     let picked: Vec<&StepRecord> = match want.parse::<u32>() {
         Ok(n) => r.steps.iter().filter(|s| s.seq == n).collect(),
-        Err(_) => r.steps.iter().filter(|s| s.node_id == want).collect(),
+        Err(_) => r.steps.iter().filter(|s| &*s.node_id == want).collect(),
     };
     if picked.is_empty() {
         let mut nodes: Vec<&str> = Vec::new();
         for s in &r.steps {
-            if !nodes.contains(&s.node_id.as_str()) {
+            if !nodes.contains(&&*s.node_id) {
                 nodes.push(&s.node_id);
             }
         }

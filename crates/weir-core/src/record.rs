@@ -460,7 +460,8 @@ impl<'de, T> Deserialize<'de> for AsJson<T> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
     pub seq: u32,
-    pub node_id: String,
+    /// Shared with the workflow's own id while a run goes.
+    pub node_id: NodeId,
     #[serde(default)]
     pub node_type: NodeType,
     /// How many times this node had run in the run when this step started (1-based).

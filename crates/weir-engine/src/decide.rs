@@ -196,7 +196,7 @@ impl Engine {
                 .steps
                 .iter()
                 .rev()
-                .filter(|s| s.node_type == "human_gate" && gate.is_none_or(|g| g == s.node_id))
+                .filter(|s| s.node_type == "human_gate" && gate.is_none_or(|g| g == &*s.node_id))
                 .find_map(|s| describe_decision(&s.node_id, &s.output))
         {
             return format!(

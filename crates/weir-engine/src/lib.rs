@@ -342,7 +342,7 @@ impl Engine {
                 }
                 snapshot
                     .reuse
-                    .entry(step.node_id.clone())
+                    .entry(String::from(&*step.node_id))
                     .or_default()
                     .push(weir_core::record::Reused {
                         from_run: reuse.from_run.clone(),

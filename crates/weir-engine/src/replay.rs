@@ -46,7 +46,7 @@ pub const NOT_RECORDED: &str = "not in the recording";
 
 /// A recorded run's steps by node and visit: what the replay clients answer from.
 pub struct Recording {
-    steps: HashMap<(String, u32), StepRecord>,
+    steps: HashMap<(weir_core::record::NodeId, u32), StepRecord>,
     /// How many calls of each attempt were answered so far (a schema repair, a fallback
     /// and a consensus round make several calls in one attempt).
     used: Mutex<HashMap<CallSite, usize>>,
@@ -72,7 +72,7 @@ impl Recording {
     fn attempt(&self, site: &CallSite) -> Result<(&StepRecord, &Attempt), String> {
         let step = self
             .steps
-            .get(&(site.node_id.clone(), site.visit))
+            .get(&(site.node_id.as_str().into(), site.visit))
             .ok_or_else(|| {
                 format!(
                     "{NOT_RECORDED}: node `{}` did not run a visit {} in the recorded run",
@@ -99,7 +99,7 @@ impl Recording {
     /// Whether the recording has another attempt after this one (so a failure is retried).
     fn retried(&self, site: &CallSite) -> bool {
         self.steps
-            .get(&(site.node_id.clone(), site.visit))
+            .get(&(site.node_id.as_str().into(), site.visit))
             .is_some_and(|s| s.attempts.iter().any(|a| a.n > site.attempt))
     }
 

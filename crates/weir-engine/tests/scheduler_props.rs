@@ -174,11 +174,15 @@ fn random_graphs_run_exactly_the_routed_nodes() {
             .unwrap();
         let record = rt.block_on(store.get_record(&record.run_id)).unwrap();
         assert_eq!(record.status, RunStatus::Succeeded, "case {case}");
-        let mut ran: Vec<String> = record.steps.iter().map(|s| s.node_id.clone()).collect();
+        let mut ran: Vec<String> = record
+            .steps
+            .iter()
+            .map(|s| String::from(&*s.node_id))
+            .collect();
         let seqs: HashMap<String, u32> = record
             .steps
             .iter()
-            .map(|s| (s.node_id.clone(), s.seq))
+            .map(|s| (String::from(&*s.node_id), s.seq))
             .collect();
         // Commit order: the sequence number of each node's step_started / step_finished.
         let events = rt.block_on(store.events_after(&record.run_id, 0)).unwrap();

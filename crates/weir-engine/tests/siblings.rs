@@ -158,7 +158,7 @@ fn branches_that_finish_together_are_committed_in_one_write() {
     let steps: Vec<(&str, StepStatus, bool)> = record
         .steps
         .iter()
-        .map(|s| (s.node_id.as_str(), s.status, s.finished_at.is_some()))
+        .map(|s| (&*s.node_id, s.status, s.finished_at.is_some()))
         .collect();
     assert_eq!(
         steps,
@@ -194,7 +194,7 @@ fn a_failing_branch_still_cancels_its_siblings() {
         record
             .steps
             .iter()
-            .find(|s| s.node_id == id)
+            .find(|s| &*s.node_id == id)
             .map(|s| s.status)
     };
     assert_eq!(

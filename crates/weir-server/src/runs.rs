@@ -517,7 +517,7 @@ pub async fn rerun(
             let first = record
                 .steps
                 .iter()
-                .find(|s| s.node_id == *from)
+                .find(|s| *s.node_id == **from)
                 .ok_or_else(|| {
                     ApiError::invalid(format!(
                         "run {id} has no step of node `{from}` to re-run from"

@@ -78,7 +78,7 @@ pub(crate) fn steps<R: Cols>(
         let attempts = attempts(r, seq, crate::attempts::output_text(&output))?;
         out.push(StepRecord {
             seq: seq as u32,
-            node_id: r.text("node_id"),
+            node_id: r.text("node_id").into(),
             node_type: r.text("node_type").into(),
             visit: r.int("visit") as u32,
             status: StepStatus::parse(&r.text("status")).unwrap_or(StepStatus::Failed),

@@ -393,7 +393,7 @@ async fn events_read_back_whole_when_a_step_is_written_again(f: Fixture) {
                 StepCommit {
                     step: &st,
                     started: &started,
-                    snapshot: &snap(&[st.node_id.as_str()], vec![]),
+                    snapshot: &snap(&[&*st.node_id], vec![]),
                     patch: None,
                     covers_patches: false,
                     events,

@@ -223,7 +223,7 @@ impl<'e> Run<'e> {
                         "the run was taken over {n} times in a row from drivers that stopped while running step {} ({}), with no step finishing in between (the limit is [lease] max_takeovers = {}); it is not taken over again",
                         step.seq, step.node_id, engine.lease.max_takeovers
                     ),
-                    node_id: Some(step.node_id.clone()),
+                    node_id: Some(String::from(&*step.node_id)),
                 }),
             None => None,
         };
@@ -541,7 +541,7 @@ impl<'e> Run<'e> {
             };
             let step = Box::new(StepRecord {
                 seq,
-                node_id: node.id.clone(),
+                node_id: self.wf.node_id(index).clone(),
                 node_type: node.type_name().into(),
                 visit,
                 status: StepStatus::Running,
@@ -768,7 +768,7 @@ fn no_history() -> Arc<std::collections::BTreeMap<String, Vec<weir_core::record:
 
 /// The `step_finished` event of a step record.
 fn finished_event(s: &StepRecord) -> EventKind {
-    finished_event_of(s, s.node_id.as_str().into())
+    finished_event_of(s, s.node_id.clone())
 }
 
 /// The same, with its node's id shared with the workflow (a step of this driver).

@@ -47,7 +47,7 @@ impl StepArrays {
         let mut a = Self::default();
         for s in steps {
             a.seq.push(i64::from(s.seq));
-            a.node_id.push(s.node_id.clone());
+            a.node_id.push(String::from(&*s.node_id));
             a.node_type.push(s.node_type.to_string());
             a.visit.push(i64::from(s.visit));
             a.status.push(s.status.as_str());

@@ -13,7 +13,7 @@ use crate::rules;
 /// One step row, owned, ready to bind.
 pub struct StepRow {
     pub seq: i64,
-    pub node_id: String,
+    pub node_id: weir_core::record::NodeId,
     pub node_type: weir_core::record::NodeType,
     pub visit: i64,
     pub status: &'static str,

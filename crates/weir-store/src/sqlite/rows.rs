@@ -56,7 +56,7 @@ pub(super) async fn insert_steps(
             ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         ))
         .bind(id)
-        .bind(s.node_id.as_str())
+        .bind(&*s.node_id)
         .bind(&*s.node_type)
         .bind(i64::from(s.visit))
         .bind(s.status.as_str())

@@ -60,7 +60,7 @@ pub(super) fn is_start(s: &StepRecord) -> bool {
 pub(super) fn push_line(out: &mut String, s: &StepRecord) -> Result<(), StoreError> {
     let line = Line {
         seq: i64::from(s.seq),
-        node_id: s.node_id.as_str().into(),
+        node_id: (&*s.node_id).into(),
         node_type: s.node_type.as_ref().into(),
         visit: i64::from(s.visit),
         input: json(&s.input)?.into(),

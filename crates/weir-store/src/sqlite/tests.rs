@@ -71,7 +71,7 @@ async fn a_schema_3_database_migrates() {
     let step = store.get_step("old", 1).await.unwrap();
     assert_eq!(
         (
-            step.node_id.as_str(),
+            &*step.node_id,
             serde_json::Value::clone(&step.output),
             step.cost_usd,
             step.tokens.output,
@@ -362,7 +362,7 @@ async fn a_schema_13_databases_steps_read_back_in_order() {
         record
             .steps
             .iter()
-            .map(|s| (s.seq, s.node_id.as_str(), s.attempts.len()))
+            .map(|s| (s.seq, &*s.node_id, s.attempts.len()))
             .collect::<Vec<_>>(),
         [(1, "a", 0), (2, "b", 1), (3, "c", 0)]
     );
@@ -463,7 +463,7 @@ async fn a_schema_14_databases_running_steps_move_into_their_run() {
     assert_eq!(
         steps
             .iter()
-            .map(|s| (s.seq, s.node_id.as_str(), s.status, s.visit))
+            .map(|s| (s.seq, &*s.node_id, s.status, s.visit))
             .collect::<Vec<_>>(),
         [
             (1, "a", StepStatus::Succeeded, 1),
@@ -474,7 +474,10 @@ async fn a_schema_14_databases_running_steps_move_into_their_run() {
     assert_eq!(steps[1].node_type, "tool");
     let (last, running) = store.open_steps("old").await.unwrap();
     assert_eq!((last, running.len()), (2, 1));
-    assert_eq!(store.get_step("old", 2).await.unwrap().node_id, "b");
+    assert_eq!(
+        store.get_step("old", 2).await.unwrap().node_id.as_ref(),
+        "b"
+    );
     let filter = RunFilter {
         limit: 10,
         ..RunFilter::default()
@@ -771,7 +774,7 @@ async fn a_schema_17_databases_step_rows_are_chained_per_run() {
     let nodes = |steps: Vec<StepRecord>| {
         steps
             .iter()
-            .map(|s| (s.seq, s.node_id.clone()))
+            .map(|s| (s.seq, String::from(&*s.node_id)))
             .collect::<Vec<_>>()
     };
     let seqs = |events: Vec<RunEvent>| events.iter().map(|e| e.seq).collect::<Vec<_>>();
