@@ -662,8 +662,14 @@ impl<'e> Run<'e> {
         }
         self.snapshot.hops += 1;
         self.count_visit(wf.node_id(index));
-        step.finished_at = Some(Stamp::now());
-        step.duration_ms = Some(started.elapsed().as_millis() as u64);
+        // One clock reading: the end is the start plus the time it took on the monotonic
+        // clock (which the duration is too), not a second reading of the wall clock.
+        let took = started.elapsed().as_millis() as u64;
+        step.duration_ms = Some(took);
+        step.finished_at = Some(match step.started_at.millis() {
+            Some(ms) => Stamp::from_millis(ms.saturating_add(took as i64)),
+            None => Stamp::now(),
+        });
         step.attempts = std::mem::take(&mut result.attempts);
         // Every attempt's model calls are charged, failed attempts included.
         step.cost_usd = result.spent.cost_usd;
