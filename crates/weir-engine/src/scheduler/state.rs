@@ -23,7 +23,22 @@ impl Run<'_> {
                     if let Some(t) = &mut self.stored {
                         t.touch(key, None);
                     }
-                    Arc::make_mut(&mut self.snapshot.state).insert(key.to_string(), v);
+                    let state = Arc::make_mut(&mut self.snapshot.state);
+                    // A key a node names (`output_key`) is most often one that nodes share
+                    // (a chain's `last`, a loop's draft): when it is there already, only its
+                    // value changes, with no copy of the key made to be dropped. A key that
+                    // is the node's id is most often new: inserted at once, not looked up
+                    // twice.
+                    let there = match node.output_key {
+                        Some(_) => state.get_mut(key),
+                        None => None,
+                    };
+                    match there {
+                        Some(slot) => *slot = v,
+                        None => {
+                            state.insert(key.to_string(), v);
+                        }
+                    }
                 }
             }
             StateLayout::Variables => {
