@@ -77,7 +77,16 @@ pub(crate) fn ready_merges(wf: &Workflow, snapshot: &mut Snapshot, in_flight: &I
             {
                 continue;
             }
-            let mut open = wf.incoming(m).filter(|e| !arrived.contains(&e.id));
+            let mut open = wf
+                .incoming(m)
+                .filter(|e| !arrived.contains(&e.id))
+                .peekable();
+            // Every branch arrived (a fan-out whose branches all ended): nothing can block
+            // the merge, and the graph need not be walked to tell.
+            if open.peek().is_none() {
+                ready.push(m.clone());
+                continue;
+            }
             // The common case of a fan-out: a branch still running or about to run blocks
             // the merge without a walk of the graph.
             let direct = open.any(|e| {
