@@ -253,32 +253,50 @@ async fn bench_concurrency() {
 /// The machine's own cost of a durable SQLite commit: a bare loop of one-row `BEGIN
 /// IMMEDIATE … COMMIT` transactions in WAL mode with `synchronous=FULL` (an fsync each), on
 /// the same disk as the benchmark's database. The physical floor under a durable step.
-fn fsync_commit_us() -> f64 {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let c = rusqlite::Connection::open(dir.path().join("fsync.db")).expect("sqlite");
-    // A small checkpoint interval, and untimed commits first: the WAL wraps and is reused
-    // from its start, as a database that has been written for a while reuses it. A WAL
-    // that is still growing makes every fsync write the file's new size too, which took
-    // this VM's disk up to twice as long as weir's own steady-state commits.
-    c.execute_batch(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 64;
-         CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT NOT NULL);",
-    )
-    .expect("schema");
-    let commit = |i: i64| {
-        c.execute_batch("BEGIN IMMEDIATE").expect("begin");
-        c.execute(
-            "INSERT OR REPLACE INTO t (id, body) VALUES (?1, 'x')",
-            [i % 64],
+struct FsyncProbe {
+    _dir: tempfile::TempDir,
+    conn: rusqlite::Connection,
+    next: i64,
+}
+
+impl FsyncProbe {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let conn = rusqlite::Connection::open(dir.path().join("fsync.db")).expect("sqlite");
+        // A small checkpoint interval, and untimed commits first: the WAL wraps and is
+        // reused from its start, as a database that has been written for a while reuses
+        // it. A WAL that is still growing makes every fsync write the file's new size too,
+        // which took this VM's disk up to twice as long as weir's own steady-state commits.
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 64;
+             CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT NOT NULL);",
         )
-        .expect("insert");
-        c.execute_batch("COMMIT").expect("commit");
-    };
-    (0..200).for_each(commit);
-    let commits = 300;
-    let t = Instant::now();
-    (0..commits).for_each(commit);
-    t.elapsed().as_secs_f64() / commits as f64 * 1e6
+        .expect("schema");
+        let mut probe = Self {
+            _dir: dir,
+            conn,
+            next: 0,
+        };
+        probe.commits(200);
+        probe
+    }
+
+    /// Makes `n` commits; how long they took, in seconds.
+    fn commits(&mut self, n: usize) -> f64 {
+        let t = Instant::now();
+        for _ in 0..n {
+            self.conn.execute_batch("BEGIN IMMEDIATE").expect("begin");
+            self.conn
+                .execute(
+                    "INSERT OR REPLACE INTO t (id, body) VALUES (?1, 'x')",
+                    [self.next % 64],
+                )
+                .expect("insert");
+            self.conn.execute_batch("COMMIT").expect("commit");
+            self.next += 1;
+        }
+        t.elapsed().as_secs_f64()
+    }
 }
 
 /// The concurrency workload on the SQLite store with `synchronous=FULL`: 2,000 concurrent
@@ -351,17 +369,20 @@ async fn concurrent(bench: &str, e: Engine, runs: usize, n: usize, latency: Dura
 
 async fn bench_durable(which: &[(&str, bool)]) {
     let (n, r) = (20, runs_or(200));
-    // The machine's fsync, measured before the durable workloads; measured again after
-    // them, and the mean of the two used: this VM's disk can change its speed twofold
-    // within minutes, and a single measurement before made the difference meaningless.
-    let before = which.iter().any(|(_, full)| *full).then(fsync_commit_us);
-    let mut fsync = None;
+    // The machine's fsync is measured between the timed runs, in batches interleaved with
+    // them (`SLICES` slices of the runs, a batch before each and one after the last), and
+    // weir's overhead above it is the difference of the two means: this VM's disk changes
+    // its speed twofold within minutes, and a measurement before and after the runs put
+    // as much drift into the difference as the difference itself.
+    const SLICES: usize = 10;
+    const BATCH: usize = 40;
     for &(name, full) in which {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = weir_store::Sqlite::open_with(Some(&dir.path().join("bench.db")), full)
             .await
             .expect("sqlite");
         let e = engine(Arc::new(store), Duration::ZERO);
+        let mut probe = full.then(FsyncProbe::new);
         let commits_before = weir_store::Sqlite::commits();
         // WEIR_BENCH_INPUT: the runs' input as JSON instead of `{"last": ""}`; e.g. with a
         // key no node writes, as a real run's input has, to weigh snapshot patches.
@@ -369,19 +390,35 @@ async fn bench_durable(which: &[(&str, bool)]) {
             .ok()
             .map(|v| serde_json::from_str(&v).expect("WEIR_BENCH_INPUT is JSON"))
             .unwrap_or_else(|| json!({"last": ""}));
-        let dt = timed(&e, &chain(n), r, input).await;
+        let wf = chain(n);
+        run(&e, &wf, input.clone()).await; // warm-up
+        let mut batches = Vec::new();
+        let mut dt = 0.0;
+        for slice in 0..SLICES {
+            if let Some(p) = probe.as_mut() {
+                batches.push(p.commits(BATCH) / BATCH as f64 * 1e6);
+            }
+            let runs = r / SLICES + usize::from(slice < r % SLICES);
+            let t = Instant::now();
+            for _ in 0..runs {
+                run(&e, &wf, input.clone()).await;
+            }
+            dt += t.elapsed().as_secs_f64();
+        }
+        if let Some(p) = probe.as_mut() {
+            batches.push(p.commits(BATCH) / BATCH as f64 * 1e6);
+        }
         let commits_after = weir_store::Sqlite::commits();
         let per_node = dt / (r * n) as f64 * 1e6;
         emit(name, "per_node_overhead", per_node, "us");
-        if let (true, Some(b)) = (full, before) {
-            let after = fsync_commit_us();
-            let f = (b + after) / 2.0;
+        if !batches.is_empty() {
+            let f = batches.iter().sum::<f64>() / batches.len() as f64;
             emit("durable", "machine_fsync_commit", f, "us");
-            emit("durable", "machine_fsync_commit_before", b, "us");
-            emit("durable", "machine_fsync_commit_after", after, "us");
-            fsync = Some(f);
-        }
-        if let (true, Some(f)) = (full, fsync) {
+            let (lo, hi) = batches
+                .iter()
+                .fold((f64::MAX, 0.0f64), |(lo, hi), b| (lo.min(*b), hi.max(*b)));
+            emit("durable", "machine_fsync_commit_slowest_batch", hi, "us");
+            emit("durable", "machine_fsync_commit_fastest_batch", lo, "us");
             // What weir adds to the one durable commit each node makes.
             emit(name, "overhead_above_fsync", per_node - f, "us");
         }
