@@ -535,7 +535,8 @@ fn holder(
     .map(|row| row.map(|(e, o, s)| (e, o, RunStatus::parse(&s).unwrap_or(RunStatus::Failed))))
 }
 
-/// Extends a lease (on the unsynced connection: a lost renewal only shortens the lease).
+/// Extends a lease (a write that only makes progress visible: a lost renewal only shortens
+/// the lease).
 /// Returns the cancel flag, or `LeaseLost`.
 pub fn renew(
     conns: &mut Conns,
@@ -544,25 +545,26 @@ pub fn renew(
     owner: &str,
     expires: i64,
 ) -> Result<bool, StoreError> {
-    let row = update_then_read(
-        &Conn::new(&conns.visible),
-        "UPDATE runs SET lease_expires_at = ?1
-         WHERE id = ?2 AND epoch = ?3 AND lease_expires_at IS NOT NULL",
-        params![expires, run_id, epoch],
-        Known::Id(run_id),
-    )?;
-    match row {
-        Some(f) => Ok(f.cancel != 0),
-        None => {
-            let tx = conns
-                .visible
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(backend)?;
-            let lost = refuse(&Conn::new(&tx), run_id, epoch, owner, "heartbeat");
-            let _ = tx.commit();
-            Err(lost)
+    conns.visible(|conn| {
+        let row = update_then_read(
+            &Conn::new(conn),
+            "UPDATE runs SET lease_expires_at = ?1
+             WHERE id = ?2 AND epoch = ?3 AND lease_expires_at IS NOT NULL",
+            params![expires, run_id, epoch],
+            Known::Id(run_id),
+        )?;
+        match row {
+            Some(f) => Ok(f.cancel != 0),
+            None => {
+                let tx = conn
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(backend)?;
+                let lost = refuse(&Conn::new(&tx), run_id, epoch, owner, "heartbeat");
+                let _ = tx.commit();
+                Err(lost)
+            }
         }
-    }
+    })
 }
 
 /// Claims up to `limit` runnable runs (queued, or with an expired lease), oldest first, in

@@ -99,9 +99,9 @@ const PAGE_SIZE: u32 = 2048;
 
 pub struct Sqlite {
     pool: SqlitePool,
-    /// The drive's writes. Its unsynced connection takes the writes that only make progress
-    /// visible (a step's `running` row, an attempt's failure, a renewal): they ride along with
-    /// the next synced commit instead of paying an fsync of their own.
+    /// The drive's writes. Those that only make progress visible (a step's start, an
+    /// attempt's failure, a renewal) are not synced: they ride along with the next synced
+    /// commit instead of paying an fsync of their own.
     writer: Writer,
     /// The keys of the runs this process drives (`rows::Keys`).
     keys: rows::Keys,

@@ -86,9 +86,29 @@ pub fn commits() -> (u64, u64) {
     )
 }
 
+thread_local! {
+    static VISIBLE_ONLY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f`, whose commits on the synced connection only make progress visible: they are
+/// counted as unsynced commits, and the store does not sync them (a later synced commit's
+/// sync covers them, as it covers everything in the log before it).
+pub fn visible_only<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            VISIBLE_ONLY.with(|v| v.set(self.0));
+        }
+    }
+    let _restore = Restore(VISIBLE_ONLY.with(|v| v.replace(true)));
+    f()
+}
+
 fn noted(wal: &Wal, pages: i32, to_sync: bool, backstop: bool) -> rusqlite::Result<()> {
+    let visible = VISIBLE_ONLY.with(Cell::get);
+    let to_sync = to_sync && !visible;
     // `backstop`: the synced connection's hooks (the unsynced one never checkpoints).
-    let counter = if backstop {
+    let counter = if backstop && !visible {
         &SYNCED_COMMITS
     } else {
         &UNSYNCED_COMMITS
@@ -294,5 +314,31 @@ impl WalFile {
         self.0
             .sync_data()
             .map_err(|e| StoreError::Backend(format!("syncing the write-ahead log failed: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A write that only makes progress visible goes through the synced connection without
+    /// asking for a sync; every other commit there still asks for one.
+    #[test]
+    fn a_visible_only_commit_on_the_synced_connection_is_not_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join("t.db")).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x)")
+            .unwrap();
+        watch(&conn, Watched::Synced { to_sync: true }).unwrap();
+        take_commits();
+        let (synced, unsynced) = commits();
+        visible_only(|| conn.execute("INSERT INTO t VALUES (1)", []).unwrap());
+        let c = take_commits();
+        assert!(c.pages > 0, "the commit was seen");
+        assert!(!c.to_sync, "a visible-only commit is not synced");
+        assert!(commits().1 > unsynced, "and counts as unsynced");
+        conn.execute("INSERT INTO t VALUES (2)", []).unwrap();
+        assert!(take_commits().to_sync, "the next commit is synced again");
+        assert!(commits().0 > synced);
     }
 }

@@ -1,5 +1,6 @@
-//! The SQLite store's writer: two rusqlite connections (one synced, one with
-//! `synchronous=OFF` for writes that only make progress visible) and a thread. Each write of
+//! The SQLite store's writer: a rusqlite connection (two where the store's syncs fall back to
+//! SQLite's `synchronous=FULL`: one synced, one with `synchronous=OFF` for writes that only
+//! make progress visible) and a thread. Each write of
 //! a drive is one job: a `BEGIN IMMEDIATE` transaction of cached prepared statements. When
 //! the writer is idle a write runs in place, on the caller's thread; otherwise it goes to
 //! the thread, which commits the writes queued together in one transaction (group commit).
@@ -18,10 +19,36 @@ use weir_core::store::StoreError;
 use super::stmts::Conn;
 use super::wal::{self, Checkpointer, WalFile, Watched};
 
-/// The two connections a job may use.
+/// The connections a job may use.
 pub struct Conns {
     pub synced: Connection,
-    pub visible: Connection,
+    /// A connection with `synchronous=OFF` for the writes that only make progress visible,
+    /// where the synced one commits with `FULL` (the store cannot sync its log itself).
+    /// Else those writes go through the synced connection too, marked so that the store
+    /// does not sync them ([`wal::visible_only`]): a second connection's commits made the
+    /// first drop its whole page cache at its next transaction, and read its pages again
+    /// (about 5% of a durable step: BENCHMARKS.md).
+    unsynced: Option<Connection>,
+}
+
+impl Conns {
+    /// Runs `f` with the connection for writes that only make progress visible.
+    pub fn visible<T>(&mut self, f: impl FnOnce(&mut Connection) -> T) -> T {
+        match &mut self.unsynced {
+            Some(conn) => f(conn),
+            None => wal::visible_only(|| f(&mut self.synced)),
+        }
+    }
+
+    /// Runs `f` with the synced connection, or with the one for writes that only make
+    /// progress visible.
+    fn on<T>(&mut self, synced: bool, f: impl FnOnce(&mut Connection) -> T) -> T {
+        if synced {
+            f(&mut self.synced)
+        } else {
+            self.visible(f)
+        }
+    }
 }
 
 /// A grouped write: its statements, which may run twice (a group whose every write
@@ -129,7 +156,7 @@ pub struct Writer {
 fn lock(conns: &Mutex<Conns>) -> MutexGuard<'_, Conns> {
     conns.lock().unwrap_or_else(|poisoned| {
         let guard = poisoned.into_inner();
-        for conn in [&guard.synced, &guard.visible] {
+        for conn in std::iter::once(&guard.synced).chain(&guard.unsynced) {
             if !conn.is_autocommit() {
                 let _ = control(conn, "ROLLBACK");
             }
@@ -165,25 +192,24 @@ impl Writer {
     pub fn open(path: &Path, full_sync: bool) -> Result<Self, StoreError> {
         // `full_sync`: the synced connection commits with NORMAL and the store syncs the log
         // after it (`wal.rs`); FULL itself only when the log file cannot be opened.
-        let conns = Conns {
-            synced: connect(path, "NORMAL")?,
-            visible: connect(path, "OFF")?,
-        };
-        let wal = match full_sync.then(|| WalFile::open(path)) {
-            Some(Ok(f)) => Some(Arc::new(f)),
+        let synced = connect(path, "NORMAL")?;
+        let (wal, unsynced) = match full_sync.then(|| WalFile::open(path)) {
+            Some(Ok(f)) => (Some(Arc::new(f)), None),
             Some(Err(_)) => {
-                control(&conns.synced, "PRAGMA synchronous = FULL")?;
-                None
+                control(&synced, "PRAGMA synchronous = FULL")?;
+                let unsynced = connect(path, "OFF")?;
+                wal::watch(&unsynced, Watched::Unsynced)?;
+                (None, Some(unsynced))
             }
-            None => None,
+            None => (None, None),
         };
         wal::watch(
-            &conns.synced,
+            &synced,
             Watched::Synced {
                 to_sync: wal.is_some(),
             },
         )?;
-        wal::watch(&conns.visible, Watched::Unsynced)?;
+        let conns = Conns { synced, unsynced };
         let conns = Arc::new(Mutex::new(conns));
         let checkpointer = Checkpointer::start(path, if full_sync { "FULL" } else { "NORMAL" })?;
         let thread_checkpointer = checkpointer.clone();
@@ -242,12 +268,7 @@ impl Writer {
                                     Err(_) => break,
                                 }
                             }
-                            let conn = if synced {
-                                &mut conns.synced
-                            } else {
-                                &mut conns.visible
-                            };
-                            commit_group(conn, group)
+                            conns.on(synced, |conn| commit_group(conn, group))
                         }
                     };
                     let commits = wal::take_commits();
@@ -292,21 +313,19 @@ impl Writer {
         let Ok(mut conns) = self.conns.try_lock() else {
             return Some(job);
         };
-        let conn = if synced {
-            &mut conns.synced
-        } else {
-            &mut conns.visible
-        };
         // Without waiting: while another connection (a pool transaction) holds the write
         // lock, the write goes to the thread, which waits for it. Waiting here would block
         // this runtime thread, which may be the one that drives that transaction on.
-        let _ = conn.busy_timeout(Duration::ZERO);
-        let began = control(conn, "BEGIN IMMEDIATE");
-        let _ = conn.busy_timeout(BUSY_TIMEOUT);
+        let began = conns.on(synced, |conn| {
+            let _ = conn.busy_timeout(Duration::ZERO);
+            let began = control(conn, "BEGIN IMMEDIATE");
+            let _ = conn.busy_timeout(BUSY_TIMEOUT);
+            began
+        });
         if began.is_err() {
             return Some(job);
         }
-        let answers = commit_begun(conn, vec![job]);
+        let answers = conns.on(synced, |conn| commit_begun(conn, vec![job]));
         let commits = wal::take_commits();
         let wal = self.wal.as_ref().filter(|_| commits.to_sync);
         if wal.is_some() {
