@@ -30,12 +30,12 @@ pub(crate) fn output_text(output: &Output) -> Option<&str> {
 /// A step's attempts as stored (the `attempts` column of SQLite's `steps`), given the
 /// step's output text ([`output_text`]).
 pub(crate) fn to_json(attempts: &[Attempt], text: Option<&str>) -> Result<String, StoreError> {
-    serde_json::to_string(&All(attempts, text)).map_err(backend)
+    sonic_rs::to_string(&All(attempts, text)).map_err(backend)
 }
 
 /// One attempt as stored (a row of Postgres's `attempts`).
 pub(crate) fn one_to_json(attempt: &Attempt, text: Option<&str>) -> Result<String, StoreError> {
-    serde_json::to_string(&Stored::of(attempt, text)).map_err(backend)
+    sonic_rs::to_string(&Stored::of(attempt, text)).map_err(backend)
 }
 
 /// A step's attempts from their stored JSON ([`to_json`]), given the step's output text.
