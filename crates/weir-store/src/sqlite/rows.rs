@@ -2,6 +2,7 @@
 //! fenced writes of a drive handed to the writer thread.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::Mutex;
 
 use sqlx::SqliteConnection;
@@ -172,7 +173,7 @@ fn running_change(steps: &[&StepRecord]) -> Result<Option<(String, String)>, Sto
             if !done.is_empty() {
                 done.push(',');
             }
-            done.push_str(&s.seq.to_string());
+            let _ = write!(done, "{}", s.seq);
         }
     }
     Ok(Some((done, add)))

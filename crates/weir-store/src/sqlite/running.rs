@@ -16,7 +16,7 @@
 
 use rusqlite::Connection;
 use rusqlite::functions::FunctionFlags;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Map, Value};
 use weir_core::record::{StepRecord, StepStatus};
 use weir_core::store::StoreError;
@@ -24,22 +24,17 @@ use weir_core::store::StoreError;
 use crate::cols::Cols;
 use crate::{backend, json};
 
-/// One running step's line, as written and read.
-#[derive(Serialize, Deserialize)]
+/// One running step's line, as written (readers parse it as a map: [`steps`]).
+#[derive(Serialize)]
 struct Line<'a> {
     seq: i64,
-    #[serde(borrow)]
-    node_id: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    node_type: std::borrow::Cow<'a, str>,
+    node_id: &'a str,
+    node_type: &'a str,
     visit: i64,
     /// The step's input and output as JSON text, as the `steps` columns hold them.
-    #[serde(borrow)]
-    input: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    output: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    started_at: std::borrow::Cow<'a, str>,
+    input: &'a str,
+    output: &'a str,
+    started_at: &'a weir_core::store::Stamp,
 }
 
 /// Whether `s` is a step that has only started: nothing about it is known but its start,
@@ -58,14 +53,15 @@ pub(super) fn is_start(s: &StepRecord) -> bool {
 
 /// Appends the line of a step that has only started ([`is_start`]) to `out`.
 pub(super) fn push_line(out: &mut String, s: &StepRecord) -> Result<(), StoreError> {
+    let (input, output) = (json(&s.input)?, json(&s.output)?);
     let line = Line {
         seq: i64::from(s.seq),
-        node_id: (&*s.node_id).into(),
-        node_type: s.node_type.as_ref().into(),
+        node_id: &s.node_id,
+        node_type: s.node_type.as_ref(),
         visit: i64::from(s.visit),
-        input: json(&s.input)?.into(),
-        output: json(&s.output)?.into(),
-        started_at: s.started_at.to_string().into(),
+        input: &input,
+        output: &output,
+        started_at: &s.started_at,
     };
     out.push_str(&json(&line)?);
     out.push('\n');
