@@ -425,8 +425,8 @@ async fn bench_durable(which: &[(&str, bool)]) {
         emit(name, "runs_per_sec", r as f64 / dt, "runs/s");
         // Counted by the store (the warm-up run too): the run row, one per finished step
         // (with its snapshot), the last step with the final status. A step's start rides
-        // with the commit of the step before it; the first one's goes through the unsynced
-        // connection.
+        // with the commit of the step before it; the first one's is committed without a sync
+        // (it only makes progress visible).
         let runs = (r + 1) as f64;
         emit(
             name,

@@ -13,7 +13,7 @@
 //! - **Durability**: step commits, claims, decisions and ends of drives commit with the
 //!   server's `synchronous_commit`; writes that only make progress visible (a step's
 //!   `running` row, a failed attempt, a heartbeat) use a pool with `synchronous_commit=off`,
-//!   as SQLite's unsynced connection does.
+//!   as SQLite commits them without a sync.
 //! - **Wake-ups**: `NOTIFY` is sent by a task of its own, batched, from its own transaction,
 //!   so it never serialises the commits of the hot path; `LISTEN` feeds [`RunStore::watch`].
 //!   Workers and readers also poll: a lost notification only delays.

@@ -66,7 +66,7 @@ pub struct FencedWrite {
     /// The lease's owner and what the write is, for the event a refusal leaves.
     pub owner: String,
     pub write: &'static str,
-    /// Write on the unsynced connection (progress only).
+    /// Progress only: committed without a sync (`Conns::visible`).
     pub visible: bool,
     /// The whole snapshot, or a patch of it, and the run's cost with either.
     pub snapshot: Option<String>,

@@ -121,7 +121,7 @@ fn give_all(answers: Vec<Answer>, failed: Option<&StoreError>) {
 }
 
 enum Job {
-    /// Runs alone, with both connections (reads, claims, migrations of state).
+    /// Runs alone, with the writer's connection(s) (reads, claims, migrations of state).
     Run(Box<dyn FnOnce(&mut Conns) -> Reply + Send>),
     /// Writes that queue up together on one connection share one transaction (and, on the
     /// synced connection, one fsync): group commit.
@@ -379,9 +379,10 @@ impl Writer {
             .map_err(|_| StoreError::Backend("the SQLite writer thread stopped".into()))?
     }
 
-    /// Runs `f` in a group commit on the synced (`synced`) or the unsynced connection: an
-    /// `Err` rolls back `f`'s statements alone; the answer comes once the group's transaction
-    /// committed. When nothing is queued and the connections are free, the write runs here,
+    /// Runs `f` in a group commit of synced writes (`synced`) or of writes that only make
+    /// progress visible, which are not synced: an `Err` rolls back `f`'s statements alone;
+    /// the answer comes once the group's transaction committed. When nothing is queued and
+    /// the connection is free, the write runs here,
     /// as a group of one: no hand-off to the writer thread and back (two thread wake-ups,
     /// the larger part of a lone durable step's cost above its fsync). Writes that arrive
     /// meanwhile queue for the thread, which commits them together.
