@@ -33,7 +33,7 @@ fn emit(bench: &str, metric: &str, value: f64, unit: &str) {
 
 /// Each loaded workflow's source text, by name: a run stores its workflow's source, as
 /// `weir run` stores the file it was given.
-static SOURCES: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+static SOURCES: std::sync::Mutex<Vec<(String, Arc<str>)>> = std::sync::Mutex::new(Vec::new());
 
 fn load(text: &str) -> Arc<Workflow> {
     let l = weir_dialects::load("bench.json", text);
@@ -41,7 +41,7 @@ fn load(text: &str) -> Arc<Workflow> {
     let wf = l.valid().expect("valid workflow");
     let mut sources = SOURCES.lock().expect("sources");
     sources.retain(|(name, _)| *name != wf.name);
-    sources.push((wf.name.clone(), text.to_string()));
+    sources.push((wf.name.clone(), text.into()));
     Arc::new(wf)
 }
 

@@ -100,7 +100,7 @@ pub async fn bench_pg() {
 async fn pg_chain(store: Arc<Postgres>) {
     let (n, runs) = (20, 50);
     let e = engine(store);
-    let text = noop_chain(n);
+    let text: Arc<str> = noop_chain(n).into();
     let wf = load(&text);
     let source = || Source {
         path: "noop20.json".into(),
@@ -176,7 +176,7 @@ async fn enqueue(e: &Arc<Engine>, text: &str, n: usize) -> Vec<String> {
         set.spawn(async move {
             let src = Source {
                 path: "noop5.json".into(),
-                text,
+                text: text.into(),
                 pin: None,
             };
             e.create(&wf, src, json!({}), CreateOptions::default())

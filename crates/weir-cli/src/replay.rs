@@ -114,7 +114,7 @@ pub async fn run(env: &Env, run_id: &str, workflow: Option<&str>, as_json: bool)
     eng.max_input_bytes = usize::MAX;
     let source = Source {
         path: path.clone(),
-        text,
+        text: text.into(),
         pin: None,
     };
     let outcome = eng.start(wf.clone(), source, stored.input.clone()).await?;

@@ -141,7 +141,7 @@ pub async fn run(env: &Env, file: &str, input: Option<&str>, as_json: bool) -> R
     let eng = engine(env, services, as_json);
     let source = Source {
         path: file.to_string(),
-        text,
+        text: text.into(),
         pin: None,
     };
     let r = eng.start(wf, source, input).await;

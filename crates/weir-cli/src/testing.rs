@@ -353,7 +353,7 @@ async fn run_case(env: &Env, wf_path: &Path, case: &Case) -> Result<Outcome> {
     eng.replay = true;
     let source = Source {
         path: path.clone(),
-        text,
+        text: text.into(),
         pin: None,
     };
     let input = if case.input.is_null() {

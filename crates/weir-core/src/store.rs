@@ -56,7 +56,8 @@ pub struct NewRun {
     pub workflow: String,
     pub dialect: String,
     pub source_path: String,
-    pub source_text: String,
+    /// Shared by the runs of one workflow: a run in flight holds no copy of its own.
+    pub source_text: std::sync::Arc<str>,
     pub input: Value,
     pub created_at: String,
     pub snapshot: Snapshot,

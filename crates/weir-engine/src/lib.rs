@@ -129,7 +129,8 @@ pub struct RunOutcome {
 /// Where a run's workflow came from, stored with the run so it can be reloaded exactly.
 pub struct Source {
     pub path: String,
-    pub text: String,
+    /// The source text, shared by the runs started from it (`String::into` makes one).
+    pub text: Arc<str>,
     /// The saved workflow version this source is (runs created over the API).
     pub pin: Option<weir_core::store::Pin>,
 }

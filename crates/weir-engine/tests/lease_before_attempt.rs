@@ -86,7 +86,7 @@ fn setup() -> (
 fn source() -> Source {
     Source {
         path: "lease.json".into(),
-        text: String::new(),
+        text: "".into(),
         pin: None,
     }
 }

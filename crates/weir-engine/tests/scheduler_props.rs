@@ -162,7 +162,7 @@ fn random_graphs_run_exactly_the_routed_nodes() {
                         wf.clone(),
                         Source {
                             path: "p".into(),
-                            text: String::new(),
+                            text: "".into(),
                             pin: None,
                         },
                         input,

@@ -105,7 +105,7 @@ fn run(
     );
     let source = Source {
         path: "siblings.json".into(),
-        text: String::new(),
+        text: "".into(),
         pin: None,
     };
     let outcome = tokio::runtime::Builder::new_current_thread()

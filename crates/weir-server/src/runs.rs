@@ -206,7 +206,7 @@ async fn start(
     })?;
     let source = Source {
         path,
-        text: saved.source.clone(),
+        text: saved.source.as_str().into(),
         pin: Some(Pin {
             workflow_id: saved.workflow_id.clone(),
             version: saved.version,

@@ -269,7 +269,7 @@ impl RunStore for Postgres {
         .bind(run.dialect.as_str())
         .bind(if lease.is_some() { "running" } else { "queued" })
         .bind(run.source_path.as_str())
-        .bind(run.source_text.as_str())
+        .bind(&*run.source_text)
         .bind(json(&run.input)?)
         .bind(json(&run.snapshot)?)
         .bind(run.created_at.as_str())

@@ -112,7 +112,7 @@ async fn a_runs_source_is_kept_beside_it_and_pruned_with_it() {
     );
     store.create_run(run.clone()).await.unwrap();
     let stored = store.load_run("r1").await.unwrap();
-    assert_eq!(stored.source_text, run.source_text);
+    assert_eq!(stored.source_text, *run.source_text);
     assert_eq!(stored.input, run.input);
     // A queued run is cancelled at once, which ends it.
     store.request_cancel("r1", "test").await.unwrap();
