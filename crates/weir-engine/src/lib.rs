@@ -411,50 +411,86 @@ impl Engine {
 
     /// Drives a claimed run to its end, to a human gate, or until interrupted. Steps a
     /// previous driver left `running` are recorded cancelled first and run again.
-    pub async fn drive(&self, wf: Arc<Workflow>, lease: Lease) -> Result<RunOutcome, Error> {
-        let run = scheduler::Run::claimed(self, wf, lease, None).await?;
-        Box::pin(run.drive()).await
+    ///
+    /// The run's loading is boxed, and the arguments go into it at once: an `async fn`
+    /// keeps its arguments, and the future of what it awaits in place, in its own future,
+    /// which lives as long as the run (2.4–2.9 KB of every run in flight; now the run
+    /// itself and two pointers).
+    pub fn drive(
+        &self,
+        wf: Arc<Workflow>,
+        lease: Lease,
+    ) -> impl Future<Output = Result<RunOutcome, Error>> + '_ {
+        self.drive_claimed(Box::pin(scheduler::Run::claimed(self, wf, lease, None)))
     }
 
     /// [`drive`](Self::drive) a run the caller has just loaded (after claiming it), without
     /// reading it again.
-    pub async fn drive_loaded(
+    pub fn drive_loaded(
         &self,
         wf: Arc<Workflow>,
         lease: Lease,
         stored: weir_core::store::StoredRun,
+    ) -> impl Future<Output = Result<RunOutcome, Error>> + '_ {
+        self.drive_claimed(Box::pin(scheduler::Run::claimed(
+            self,
+            wf,
+            lease,
+            Some(stored),
+        )))
+    }
+
+    async fn drive_claimed<'e>(
+        &'e self,
+        claimed: std::pin::Pin<Box<impl Future<Output = Result<scheduler::Run<'e>, Error>>>>,
     ) -> Result<RunOutcome, Error> {
-        let run = scheduler::Run::claimed(self, wf, lease, Some(stored)).await?;
+        let mut run = claimed.await?;
         Box::pin(run.drive()).await
     }
 
     /// Creates a run, claims it in the same statement and drives it: `weir run`.
-    pub async fn start(
+    ///
+    /// The creation is boxed, and the arguments go into it at once: an `async fn` keeps its
+    /// arguments in its future, and in place the creation's state (900 bytes) set the size
+    /// of that future, which lives as long as the run (BENCHMARKS.md).
+    pub fn start(
         &self,
         wf: Arc<Workflow>,
         source: Source,
         input: Value,
+    ) -> impl Future<Output = Result<RunOutcome, Error>> + '_ {
+        let created = Box::pin(self.create_claimed(wf.clone(), source, input));
+        self.start_created(wf, created)
+    }
+
+    async fn create_claimed(
+        &self,
+        wf: Arc<Workflow>,
+        source: Source,
+        input: Value,
+    ) -> Result<(CreatedRun, Snapshot), Error> {
+        let opts = CreateOptions {
+            claim: true,
+            ..CreateOptions::default()
+        };
+        self.insert(&wf, source, input, opts, None).await
+    }
+
+    async fn start_created(
+        &self,
+        wf: Arc<Workflow>,
+        created: std::pin::Pin<Box<impl Future<Output = Result<(CreatedRun, Snapshot), Error>>>>,
     ) -> Result<RunOutcome, Error> {
-        // Boxed, and freed before the drive starts: in place, the creation's state (900
-        // bytes) set the size of this future, which lives as long as the run.
-        let (created, snapshot) = Box::pin(self.insert(
-            &wf,
-            source,
-            input,
-            CreateOptions {
-                claim: true,
-                ..CreateOptions::default()
-            },
-            None,
-        ))
-        .await?;
-        let lease = created
-            .lease
-            .ok_or_else(|| Error::Store("the store did not claim the new run".into()))?;
-        // Boxed: awaited in place, the drive's future (3.9 KB) took twice its size in this
-        // one's (8.9 KB for every run in flight, a sixth of the memory of 2,000 concurrent
-        // runs; BENCHMARKS.md).
-        Box::pin(scheduler::Run::new(self, wf, lease, snapshot).drive()).await
+        // Only the lease is kept: what else the creation returned is dropped here, not
+        // held while the run goes.
+        let (CreatedRun { lease, .. }, snapshot) = created.await?;
+        let lease =
+            lease.ok_or_else(|| Error::Store("the store did not claim the new run".into()))?;
+        // Boxed: awaited in place, the drive's future took twice its size in this one's
+        // (8.9 KB for every run in flight, a sixth of the memory of 2,000 concurrent runs,
+        // when it was 3.9 KB; BENCHMARKS.md).
+        let mut run = scheduler::Run::new(self, wf, lease, snapshot);
+        Box::pin(run.drive()).await
     }
 
     /// Cancels a queued or paused run at once, or asks the driver of a running one to stop.

@@ -74,7 +74,7 @@ impl Run<'_> {
         Ok(())
     }
 
-    pub(super) async fn finalize(mut self) -> Result<RunOutcome, Error> {
+    pub(super) async fn finalize(&mut self) -> Result<RunOutcome, Error> {
         let store = self.engine.services.store.clone();
         let (status, error) = match self.ending.take() {
             Some(Ending::Interrupted) => {

@@ -272,7 +272,11 @@ impl<'e> Run<'e> {
         }
     }
 
-    pub async fn drive(mut self) -> Result<RunOutcome, Error> {
+    /// Drives the run to its end, a gate or an interruption. By reference, so that the
+    /// caller's future holds the run: taken by value, the run (584 bytes) was stored twice
+    /// in this future, as its argument and as the body's local, for as long as it went
+    /// (BENCHMARKS.md).
+    pub async fn drive(&mut self) -> Result<RunOutcome, Error> {
         let holding =
             self.engine
                 .leases
