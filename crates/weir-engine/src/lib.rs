@@ -411,11 +411,6 @@ impl Engine {
 
     /// Drives a claimed run to its end, to a human gate, or until interrupted. Steps a
     /// previous driver left `running` are recorded cancelled first and run again.
-    ///
-    /// The run's loading is boxed, and the arguments go into it at once: an `async fn`
-    /// keeps its arguments, and the future of what it awaits in place, in its own future,
-    /// which lives as long as the run (2.4–2.9 KB of every run in flight; now the run
-    /// itself and two pointers).
     pub fn drive(
         &self,
         wf: Arc<Workflow>,
@@ -440,6 +435,11 @@ impl Engine {
         )))
     }
 
+    /// The part of a drive that lives as long as the run: the run and two pointers. The
+    /// creation or loading before it is boxed by the caller with its arguments moved in at
+    /// once, since an `async fn` keeps its arguments, and what it awaits in place, in its
+    /// own future for as long as that future lives (2.4–2.9 KB of every run in flight when
+    /// `drive` and `start` were `async fn`s; BENCHMARKS.md).
     async fn drive_claimed<'e>(
         &'e self,
         claimed: std::pin::Pin<Box<impl Future<Output = Result<scheduler::Run<'e>, Error>>>>,
@@ -448,11 +448,8 @@ impl Engine {
         Box::pin(run.drive()).await
     }
 
-    /// Creates a run, claims it in the same statement and drives it: `weir run`.
-    ///
-    /// The creation is boxed, and the arguments go into it at once: an `async fn` keeps its
-    /// arguments in its future, and in place the creation's state (900 bytes) set the size
-    /// of that future, which lives as long as the run (BENCHMARKS.md).
+    /// Creates a run, claims it in the same statement and drives it: `weir run`. The
+    /// creation is boxed, as a drive's loading is (`drive_claimed`).
     pub fn start(
         &self,
         wf: Arc<Workflow>,
@@ -486,9 +483,7 @@ impl Engine {
         let (CreatedRun { lease, .. }, snapshot) = created.await?;
         let lease =
             lease.ok_or_else(|| Error::Store("the store did not claim the new run".into()))?;
-        // Boxed: awaited in place, the drive's future took twice its size in this one's
-        // (8.9 KB for every run in flight, a sixth of the memory of 2,000 concurrent runs,
-        // when it was 3.9 KB; BENCHMARKS.md).
+        // The drive's future boxed: awaited in place, it would take room in this one's too.
         let mut run = scheduler::Run::new(self, wf, lease, snapshot);
         Box::pin(run.drive()).await
     }
