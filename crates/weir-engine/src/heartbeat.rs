@@ -99,11 +99,24 @@ impl Held {
     }
 }
 
+/// The leases being renewed, in shards by their number: every run's start and end
+/// registers and deregisters its lease, and one lock for all of them made the workers of a
+/// burst of runs queue on it (BENCHMARKS.md).
 #[derive(Default)]
 pub(crate) struct Leases {
-    active: Mutex<HashMap<u64, Arc<Held>>>,
+    active: [Mutex<HashMap<u64, Arc<Held>>>; SHARDS],
     next: AtomicU64,
     task: OnceLock<()>,
+}
+
+const SHARDS: usize = 8;
+
+impl Leases {
+    fn shard(&self, id: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Held>>> {
+        self.active[id as usize % SHARDS]
+            .lock()
+            .expect("heartbeat lock")
+    }
 }
 
 /// Deregisters a drive's lease when the drive ends, however it ends.
@@ -115,11 +128,7 @@ pub(crate) struct Holding {
 
 impl Drop for Holding {
     fn drop(&mut self) {
-        self.leases
-            .active
-            .lock()
-            .expect("heartbeat lock")
-            .remove(&self.id);
+        self.leases.shard(self.id).remove(&self.id);
     }
 }
 
@@ -145,10 +154,7 @@ impl Leases {
             signal: Mutex::new(None),
             notify: Notify::new(),
         });
-        self.active
-            .lock()
-            .expect("heartbeat lock")
-            .insert(id, held.clone());
+        self.shard(id).insert(id, held.clone());
         Holding {
             leases: self.clone(),
             id,
@@ -163,10 +169,14 @@ async fn beat(leases: Weak<Leases>, store: Arc<dyn RunStore>, timing: LeaseTimin
         let Some(l) = leases.upgrade() else { return };
         let held: Vec<Arc<Held>> = l
             .active
-            .lock()
-            .expect("heartbeat lock")
-            .values()
-            .cloned()
+            .iter()
+            .flat_map(|s| {
+                s.lock()
+                    .expect("heartbeat lock")
+                    .values()
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
             .collect();
         drop(l);
         for h in held {

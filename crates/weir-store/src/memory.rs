@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -21,22 +22,48 @@ use weir_core::catalog::{Catalog, NewVersion, TokenRow, ToolRow, WorkflowEntry, 
 
 #[derive(Default)]
 pub struct Memory {
-    inner: Mutex<Inner>,
+    /// The runs, in shards by their id: a run's creation, its drive's writes and its end
+    /// lock its own shard only, so the drives of two workers seldom wait for each other.
+    /// With one lock for every run, 2,000 runs started at once queued on it, and a worker
+    /// put to sleep on the lock was woken on the other's CPU (BENCHMARKS.md).
+    shards: [Mutex<Shard>; SHARDS],
+    /// Creation order across the shards, for claiming oldest first.
+    created: AtomicU64,
+    /// Idempotency keys (→ run id). Taken before a shard when both are held.
+    keys: Mutex<HashMap<String, String>>,
+    catalog: Mutex<MemCatalog>,
     /// Keep only what the lifecycle needs (status, epoch, lease, event count) and forget a
     /// run as soon as it ends: benchmarks, like a run without a checkpointer.
     ephemeral: bool,
 }
 
+const SHARDS: usize = 16;
+
 #[derive(Default)]
-struct Inner {
+struct Shard {
     /// Boxed: a run's entry is most of a kilobyte, and the table moves every entry when it
-    /// grows (a 4 MB table and its copy at 2,000 runs in flight).
+    /// grows.
     runs: weir_core::ir::FastMap<String, Box<MemRun>>,
-    /// Creation order (a counter → run id), for listing and for claiming oldest first.
+    /// This shard's runs by creation order (`Memory::created`).
     order: BTreeMap<u64, String>,
-    created: u64,
-    keys: HashMap<String, String>,
-    catalog: MemCatalog,
+}
+
+impl Shard {
+    fn remove(&mut self, run_id: &str) {
+        if let Some(run) = self.runs.remove(run_id) {
+            self.order.remove(&run.order);
+        }
+    }
+}
+
+/// A run's shard: from the last bytes of its id (a UUID's are random), mixed.
+fn shard_of(run_id: &str) -> usize {
+    let h = run_id
+        .bytes()
+        .rev()
+        .take(4)
+        .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    (h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % SHARDS
 }
 
 struct MemRun {
@@ -173,14 +200,28 @@ impl Memory {
         }
     }
 
+    /// The shard that holds `run_id`, locked.
+    fn shard(&self, run_id: &str) -> std::sync::MutexGuard<'_, Shard> {
+        self.shards[shard_of(run_id)]
+            .lock()
+            .expect("memory store lock")
+    }
+
+    /// Each shard in turn, locked while `f` reads it.
+    fn each_shard(&self, mut f: impl FnMut(&mut Shard)) {
+        for s in &self.shards {
+            f(&mut s.lock().expect("memory store lock"));
+        }
+    }
+
     fn with_lease<T>(
         &self,
         lease: &Lease,
         write: &str,
         f: impl FnOnce(&mut MemRun, &mut Written) -> T,
     ) -> Result<(T, Written), StoreError> {
-        let mut inner = self.inner.lock().expect("memory store lock");
-        let Some(run) = inner.runs.get_mut(&lease.run_id) else {
+        let mut shard = self.shard(&lease.run_id);
+        let Some(run) = shard.runs.get_mut(&lease.run_id) else {
             return Err(rules::lease_lost(&lease.run_id, lease.epoch, None));
         };
         if run.epoch != lease.epoch || run.lease_expires_at.is_none() {
@@ -199,8 +240,7 @@ impl Memory {
     }
 
     fn run<T>(&self, run_id: &str, f: impl FnOnce(&MemRun) -> T) -> Result<T, StoreError> {
-        let inner = self.inner.lock().expect("memory store lock");
-        inner
+        self.shard(run_id)
             .runs
             .get(run_id)
             .map(|r| f(r))
@@ -211,23 +251,7 @@ impl Memory {
 #[async_trait]
 impl RunStore for Memory {
     async fn create_run(&self, new: NewRun) -> Result<Created, StoreError> {
-        let mut inner = self.inner.lock().expect("memory store lock");
-        if let Some(key) = &new.idempotency_key
-            && let Some(existing) = inner.keys.get(key)
-        {
-            return Ok(Created {
-                run_id: existing.clone(),
-                created: false,
-                lease: None,
-                events: Vec::new(),
-            });
-        }
-        if inner.runs.contains_key(&new.run_id) {
-            return Err(StoreError::Conflict(format!(
-                "run {} already exists",
-                new.run_id
-            )));
-        }
+        // The run is made before any lock is taken; the locks are held to check and insert.
         let workflow = new.workflow.clone();
         let mut run = MemRun {
             workflow: new.workflow,
@@ -262,13 +286,38 @@ impl RunStore for Memory {
             w.events.extend(claimed.events);
             lease
         });
-        inner.created += 1;
-        let order = inner.created;
-        run.order = order;
-        inner.order.insert(order, new.run_id.clone());
-        inner.runs.insert(new.run_id.clone(), Box::new(run));
-        if let Some(key) = new.idempotency_key {
-            inner.keys.insert(key, new.run_id.clone());
+        let mut run = Box::new(run);
+        // With a key, its table stays locked until the run is in its shard.
+        let mut keys = match &new.idempotency_key {
+            Some(key) => {
+                let keys = self.keys.lock().expect("memory store lock");
+                if let Some(existing) = keys.get(key) {
+                    return Ok(Created {
+                        run_id: existing.clone(),
+                        created: false,
+                        lease: None,
+                        events: Vec::new(),
+                    });
+                }
+                Some(keys)
+            }
+            None => None,
+        };
+        let order_id = new.run_id.clone();
+        {
+            let mut shard = self.shard(&new.run_id);
+            if shard.runs.contains_key(&new.run_id) {
+                return Err(StoreError::Conflict(format!(
+                    "run {} already exists",
+                    new.run_id
+                )));
+            }
+            run.order = self.created.fetch_add(1, Ordering::Relaxed) + 1;
+            shard.order.insert(run.order, order_id);
+            shard.runs.insert(new.run_id.clone(), run);
+        }
+        if let (Some(keys), Some(key)) = (&mut keys, new.idempotency_key) {
+            keys.insert(key, new.run_id.clone());
         }
         Ok(Created {
             run_id: new.run_id,
@@ -279,8 +328,8 @@ impl RunStore for Memory {
     }
 
     async fn claim_run(&self, run_id: &str, claim: &Claim) -> Result<(Lease, Written), StoreError> {
-        let mut inner = self.inner.lock().expect("memory store lock");
-        let run = inner
+        let mut shard = self.shard(run_id);
+        let run = shard
             .runs
             .get_mut(run_id)
             .ok_or_else(|| StoreError::NotFound(format!("no run with id {run_id}")))?;
@@ -295,24 +344,37 @@ impl RunStore for Memory {
         claim: &Claim,
         limit: u32,
     ) -> Result<Vec<(Lease, Written)>, StoreError> {
-        let mut inner = self.inner.lock().expect("memory store lock");
-        let now = now_ms();
-        let ids: Vec<String> = inner
-            .order
-            .values()
-            .filter(|id| {
-                inner
-                    .runs
-                    .get(*id)
-                    .is_some_and(|r| rules::claim_refusal(&r.view(id), now).is_none())
-            })
-            .take(limit as usize)
-            .cloned()
-            .collect();
-        Ok(ids
+        // Oldest first across the shards, all locked (in their order) while claiming.
+        let mut shards: Vec<_> = self
+            .shards
             .iter()
-            .filter_map(|id| inner.runs.get_mut(id).map(|r| r.claim(id, claim)))
-            .collect())
+            .map(|s| s.lock().expect("memory store lock"))
+            .collect();
+        let now = now_ms();
+        let limit = limit as usize;
+        let mut next: Vec<(u64, usize, String)> = Vec::new();
+        for (i, shard) in shards.iter().enumerate() {
+            next.extend(
+                shard
+                    .order
+                    .iter()
+                    .filter(|(_, id)| {
+                        shard
+                            .runs
+                            .get(*id)
+                            .is_some_and(|r| rules::claim_refusal(&r.view(id), now).is_none())
+                    })
+                    .take(limit)
+                    .map(|(n, id)| (*n, i, id.clone())),
+            );
+        }
+        next.sort_unstable_by_key(|(n, _, _)| *n);
+        next.truncate(limit);
+        let claimed = next
+            .iter()
+            .filter_map(|(_, i, id)| shards[*i].runs.get_mut(id).map(|r| r.claim(id, claim)))
+            .collect();
+        Ok(claimed)
     }
 
     async fn renew(&self, lease: &mut Lease, ttl: Duration) -> Result<Written, StoreError> {
@@ -388,10 +450,7 @@ impl RunStore for Memory {
             run.append(events, w);
         })?;
         if self.ephemeral && u.status.is_terminal() {
-            let mut inner = self.inner.lock().expect("memory store lock");
-            if let Some(run) = inner.runs.remove(&lease.run_id) {
-                inner.order.remove(&run.order);
-            }
+            self.shard(&lease.run_id).remove(&lease.run_id);
         }
         Ok(w)
     }
@@ -412,8 +471,8 @@ impl RunStore for Memory {
     }
 
     async fn decide(&self, d: &GateDecision) -> Result<Written, StoreError> {
-        let mut inner = self.inner.lock().expect("memory store lock");
-        let run = inner
+        let mut shard = self.shard(&d.run_id);
+        let run = shard
             .runs
             .get_mut(&d.run_id)
             .ok_or_else(|| StoreError::NotFound(format!("no run with id {}", d.run_id)))?;
@@ -444,8 +503,8 @@ impl RunStore for Memory {
         run_id: &str,
         by: &str,
     ) -> Result<(CancelOutcome, Written), StoreError> {
-        let mut inner = self.inner.lock().expect("memory store lock");
-        let run = inner
+        let mut shard = self.shard(run_id);
+        let run = shard
             .runs
             .get_mut(run_id)
             .ok_or_else(|| StoreError::NotFound(format!("no run with id {run_id}")))?;
@@ -520,24 +579,19 @@ impl RunStore for Memory {
         prefix: &str,
         limit: u32,
     ) -> Result<Vec<String>, StoreError> {
-        let inner = self.inner.lock().expect("memory store lock");
-        let mut ids: Vec<String> = inner
-            .runs
-            .keys()
-            .filter(|id| id.starts_with(prefix))
-            .cloned()
-            .collect();
+        let mut ids: Vec<String> = Vec::new();
+        self.each_shard(|s| {
+            ids.extend(s.runs.keys().filter(|id| id.starts_with(prefix)).cloned());
+        });
         ids.sort();
         ids.truncate(limit as usize);
         Ok(ids)
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
-        let inner = self.inner.lock().expect("memory store lock");
-        let mut all: Vec<RunSummary> = inner
-            .runs
-            .iter()
-            .map(|(id, r)| RunSummary {
+        let mut all: Vec<RunSummary> = Vec::new();
+        self.each_shard(|s| {
+            all.extend(s.runs.iter().map(|(id, r)| RunSummary {
                 run_id: id.clone(),
                 workflow: r.workflow.clone(),
                 status: r.status,
@@ -547,9 +601,9 @@ impl RunStore for Memory {
                 pin: r.pin.clone(),
                 steps: r.steps.len() as u32,
                 error_code: r.error.as_ref().map(|e| e.code.as_str().to_string()),
-            })
-            .filter(|s| weir_core::store::matches(filter, s))
-            .collect();
+            }));
+        });
+        all.retain(|s| weir_core::store::matches(filter, s));
         all.sort_by(|a, b| (&b.started_at, &b.run_id).cmp(&(&a.started_at, &a.run_id)));
         all.truncate(filter.limit as usize);
         Ok(all)
@@ -557,21 +611,28 @@ impl RunStore for Memory {
 
     async fn prune(&self, before: &str, statuses: &[RunStatus]) -> Result<Vec<String>, StoreError> {
         let ended = rules::ended_statuses(statuses);
-        let mut inner = self.inner.lock().expect("memory store lock");
-        let ids: Vec<String> = inner
-            .runs
-            .iter()
-            .filter(|(_, r)| {
-                ended.contains(&r.status.as_str())
-                    && r.finished_at.as_deref().is_some_and(|f| f < before)
-            })
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in &ids {
-            if let Some(run) = inner.runs.remove(id) {
-                inner.order.remove(&run.order);
+        let mut ids: Vec<String> = Vec::new();
+        self.each_shard(|s| {
+            let old: Vec<String> = s
+                .runs
+                .iter()
+                .filter(|(_, r)| {
+                    ended.contains(&r.status.as_str())
+                        && r.finished_at.as_deref().is_some_and(|f| f < before)
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in &old {
+                s.remove(id);
             }
-            inner.keys.retain(|_, v| v != id);
+            ids.extend(old);
+        });
+        if !ids.is_empty() {
+            let pruned: std::collections::HashSet<&String> = ids.iter().collect();
+            self.keys
+                .lock()
+                .expect("memory store lock")
+                .retain(|_, v| !pruned.contains(v));
         }
         Ok(ids)
     }
@@ -590,11 +651,12 @@ impl RunStore for Memory {
     }
 
     async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
-        let inner = self.inner.lock().expect("memory store lock");
         let mut counts: BTreeMap<&'static str, (RunStatus, u64)> = BTreeMap::new();
-        for r in inner.runs.values() {
-            counts.entry(r.status.as_str()).or_insert((r.status, 0)).1 += 1;
-        }
+        self.each_shard(|s| {
+            for r in s.runs.values() {
+                counts.entry(r.status.as_str()).or_insert((r.status, 0)).1 += 1;
+            }
+        });
         Ok(counts.into_values().collect())
     }
 
@@ -616,7 +678,7 @@ struct MemCatalog {
 
 impl Memory {
     fn catalog<T>(&self, f: impl FnOnce(&mut MemCatalog) -> T) -> T {
-        f(&mut self.inner.lock().expect("memory store lock").catalog)
+        f(&mut self.catalog.lock().expect("memory store lock"))
     }
 }
 
