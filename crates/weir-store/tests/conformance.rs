@@ -463,13 +463,7 @@ async fn events_read_back_whole_when_a_step_is_written_again(f: Fixture) {
     let r = s.get_record("r1").await.unwrap();
     assert_eq!(types(&r.events), kinds);
     assert_eq!(r.steps.len(), 2);
-    let listed = s
-        .list_runs(&RunFilter {
-            limit: 10,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let listed = list(s.as_ref(), 10).await;
     assert_eq!(
         listed.iter().find(|x| x.run_id == "r1").map(|x| x.steps),
         Some(2),

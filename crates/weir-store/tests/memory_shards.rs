@@ -3,10 +3,10 @@
 
 mod support;
 
-use support::{claim, new_run};
+use support::{claim, list, new_run};
 use weir_core::RunStore;
 use weir_core::record::RunStatus;
-use weir_core::store::{RunFilter, RunUpdate};
+use weir_core::store::RunUpdate;
 
 fn ids(n: usize) -> Vec<String> {
     // Ids that differ in their last bytes, as run ids (UUIDs) do, so they land in many shards.
@@ -53,13 +53,7 @@ async fn listing_counting_keys_and_pruning_see_every_shard() {
         "an id in use is refused"
     );
 
-    let listed = s
-        .list_runs(&RunFilter {
-            limit: 100,
-            ..RunFilter::default()
-        })
-        .await
-        .unwrap();
+    let listed = list(&s, 100).await;
     assert_eq!(listed.len(), all.len());
     assert_eq!(
         s.count_by_status().await.unwrap(),

@@ -54,13 +54,7 @@ pub(super) async fn retention_deletes_only_ended_runs(f: Fixture) {
         assert!(s.load_run(kept).await.is_ok(), "{kept} is never pruned");
     }
     assert!(s.prune(future, &[]).await.unwrap().is_empty());
-    let listed = s
-        .list_runs(&RunFilter {
-            limit: 10,
-            ..RunFilter::default()
-        })
-        .await
-        .unwrap();
+    let listed = list(s.as_ref(), 10).await;
     assert_eq!(listed.len(), 3);
 }
 

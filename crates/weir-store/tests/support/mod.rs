@@ -117,6 +117,17 @@ impl Fixture {
     }
 }
 
+/// The first `limit` runs of the store's list, unfiltered.
+pub async fn list(store: &dyn RunStore, limit: u32) -> Vec<weir_core::record::RunSummary> {
+    store
+        .list_runs(&weir_core::store::RunFilter {
+            limit,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+}
+
 pub fn claim(owner: &str, ttl_ms: u64) -> Claim {
     Claim {
         owner: owner.into(),
