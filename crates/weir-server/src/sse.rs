@@ -109,7 +109,7 @@ impl Follow {
 
 #[utoipa::path(get, path = "/api/runs/{id}/events", tag = "runs",
     params(("id" = String, Path, description = "run id"),
-           ("Last-Event-ID" = Option<u64>, Header, description = "resume after this event's sequence number"),
+           ("Last-Event-ID" = Option<u64>, Header, nullable = false, description = "resume after this event's sequence number"),
            EventsQuery),
     responses((status = 200, description = "text/event-stream of the run's events (`id:` is the sequence number)",
                content_type = "text/event-stream", body = String),
