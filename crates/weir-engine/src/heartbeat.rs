@@ -167,17 +167,10 @@ async fn beat(leases: Weak<Leases>, store: Arc<dyn RunStore>, timing: LeaseTimin
     loop {
         tokio::time::sleep(timing.heartbeat).await;
         let Some(l) = leases.upgrade() else { return };
-        let held: Vec<Arc<Held>> = l
-            .active
-            .iter()
-            .flat_map(|s| {
-                s.lock()
-                    .expect("heartbeat lock")
-                    .values()
-                    .cloned()
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let mut held: Vec<Arc<Held>> = Vec::new();
+        for s in &l.active {
+            held.extend(s.lock().expect("heartbeat lock").values().cloned());
+        }
         drop(l);
         for h in held {
             let mut lease = h.lease.lock().expect("heartbeat lock").clone();
