@@ -577,4 +577,29 @@ DROP TABLE steps;
 ALTER TABLE steps_v18 RENAME TO steps;
 "#,
     ),
+    (
+        19,
+        r#"
+-- A workflow's source is stored once per distinct text (`sources`), and a run's row of
+-- `run_sources` names it: every run of a workflow wrote its own copy of the source, a
+-- kilobyte or more per run (most of what a run parked at a gate costs in the database), and
+-- a run's creation wrote it into the log again. Runs of one workflow version share a row;
+-- a text no run names any more goes with the last of its runs (`prune`).
+CREATE TABLE sources (
+    key   INTEGER PRIMARY KEY,
+    text  TEXT NOT NULL UNIQUE
+);
+INSERT OR IGNORE INTO sources (text) SELECT source_text FROM run_sources ORDER BY run_key;
+CREATE TABLE run_sources_v19 (
+    run_key     INTEGER PRIMARY KEY,
+    source_key  INTEGER NOT NULL,
+    input       TEXT NOT NULL
+);
+INSERT INTO run_sources_v19 (run_key, source_key, input)
+    SELECT r.run_key, s.key, r.input FROM run_sources r JOIN sources s ON s.text = r.source_text;
+DROP TABLE run_sources;
+ALTER TABLE run_sources_v19 RENAME TO run_sources;
+CREATE INDEX run_sources_source ON run_sources (source_key);
+"#,
+    ),
 ];

@@ -756,10 +756,17 @@ pub fn create_run(
         other => backend(other),
     })?;
     let key = tx.last_insert_rowid();
-    // Written once, beside the row every step commit updates (migration 9).
-    tx.prepare("INSERT INTO run_sources (run_key, source_text, input) VALUES (?1, ?2, ?3)")?
-        .execute(params![key, run.source_text, input])
+    // Written once, beside the row every step commit updates (migration 9); the source
+    // once per distinct text, shared by the runs of a workflow (migration 19).
+    tx.prepare("INSERT INTO sources (text) VALUES (?1) ON CONFLICT (text) DO NOTHING")?
+        .execute(params![run.source_text])
         .map_err(backend)?;
+    tx.prepare(
+        "INSERT INTO run_sources (run_key, source_key, input)
+         VALUES (?1, (SELECT key FROM sources WHERE text = ?2), ?3)",
+    )?
+    .execute(params![key, run.source_text, input])
+    .map_err(backend)?;
     let at = weir_core::store::Stamp::now();
     let mut kinds = vec![weir_core::event::EventKind::RunCreated {
         workflow: run.workflow.clone(),

@@ -596,11 +596,13 @@ impl RunStore for Sqlite {
 
     async fn load_run(&self, run_id: &str) -> Result<StoredRun, StoreError> {
         let row = sqlx::query(concat!(
-            "SELECT workflow, status, source_path, source_text, snapshot, ",
+            "SELECT workflow, status, source_path, sources.text AS source_text, snapshot, ",
             patches!(),
             ", epoch, owner,
                     lease_expires_at, cancel_requested, workflow_id, workflow_version, input
-             FROM runs JOIN run_sources ON run_sources.run_key = runs.key WHERE id = ?"
+             FROM runs JOIN run_sources ON run_sources.run_key = runs.key
+                  JOIN sources ON sources.key = run_sources.source_key
+             WHERE id = ?"
         ))
         .bind(run_id)
         .fetch_optional(&self.pool)
@@ -713,7 +715,18 @@ impl RunStore for Sqlite {
         .iter()
         .map(|r| r.get(0))
         .collect();
+        // The sources of the pruned runs, to delete those no run names any more.
+        let mut sources: Vec<i64> = Vec::new();
         for id in &ids {
+            let source: Option<i64> = sqlx::query(
+                "SELECT source_key FROM run_sources WHERE run_key = (SELECT key FROM runs WHERE id = ?)",
+            )
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?
+            .map(|r| r.get(0));
+            sources.extend(source);
             for sql in [
                 concat!(
                     "WITH RECURSIVE ",
@@ -731,6 +744,18 @@ impl RunStore for Sqlite {
                     .await
                     .map_err(backend)?;
             }
+        }
+        sources.sort_unstable();
+        sources.dedup();
+        for key in sources {
+            sqlx::query(
+                "DELETE FROM sources WHERE key = ?1
+                   AND NOT EXISTS (SELECT 1 FROM run_sources WHERE source_key = ?1)",
+            )
+            .bind(key)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
         }
         tx.commit().await.map_err(backend)?;
         Ok(ids)

@@ -101,27 +101,87 @@ async fn a_schema_3_database_migrates() {
     assert!(matches!(events[0].kind, EventKind::RunResumed { .. }));
 }
 
-/// A run's source and input live in `run_sources` (migration 9): written with the run, read
-/// back with it, and pruned with it.
+/// A run's source and input live in `run_sources` (migration 9), the source once per
+/// distinct text (migration 19): runs of one workflow share it, a run of another text gets
+/// its own, and a text goes with the last run that names it.
 #[tokio::test]
-async fn a_runs_source_is_kept_beside_it_and_pruned_with_it() {
+async fn runs_share_their_source_and_the_last_one_pruned_takes_it() {
     let store = Sqlite::open(None).await.unwrap();
-    let run = new_run(
-        r#"{"name": "wf", "nodes": []}"#,
-        serde_json::json!({"topic": "rivers"}),
-    );
-    store.create_run(run.clone()).await.unwrap();
-    let stored = store.load_run("r1").await.unwrap();
-    assert_eq!(stored.source_text, *run.source_text);
-    assert_eq!(stored.input, run.input);
-    // A queued run is cancelled at once, which ends it.
+    let wf = r#"{"name": "wf", "nodes": []}"#;
+    let other = r#"{"name": "other", "nodes": []}"#;
+    for (id, text, topic) in [
+        ("r1", wf, "rivers"),
+        ("r2", wf, "lakes"),
+        ("r3", other, "seas"),
+    ] {
+        let mut run = new_run(text, serde_json::json!({ "topic": topic }));
+        run.run_id = id.into();
+        store.create_run(run).await.unwrap();
+    }
+    for (id, text, topic) in [
+        ("r1", wf, "rivers"),
+        ("r2", wf, "lakes"),
+        ("r3", other, "seas"),
+    ] {
+        let stored = store.load_run(id).await.unwrap();
+        assert_eq!(stored.source_text, text, "{id}");
+        assert_eq!(stored.input, serde_json::json!({ "topic": topic }), "{id}");
+    }
+    let texts = || count(&store, "SELECT COUNT(*) FROM sources");
+    assert_eq!(texts().await, 2, "one row per distinct source, not per run");
+    // Queued runs are cancelled at once, which ends them; prune r1 first (its source is
+    // still r2's), then the rest.
     store.request_cancel("r1", "test").await.unwrap();
     assert_eq!(
         store.prune("9999-01-01T00:00:00.000Z", &[]).await.unwrap(),
         ["r1"]
     );
-    let left = count(&store, "SELECT COUNT(*) FROM run_sources").await;
-    assert_eq!(left, 0, "the pruned run's source is deleted with it");
+    assert_eq!(texts().await, 2, "r2 still names the source r1 had");
+    assert_eq!(store.load_run("r2").await.unwrap().source_text, wf);
+    for id in ["r2", "r3"] {
+        store.request_cancel(id, "test").await.unwrap();
+    }
+    assert_eq!(
+        store
+            .prune("9999-01-01T00:00:00.000Z", &[])
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(count(&store, "SELECT COUNT(*) FROM run_sources").await, 0);
+    assert_eq!(texts().await, 0, "no run names either source any more");
+    // A run created after its source was pruned writes it again.
+    let mut run = new_run(wf, serde_json::json!({}));
+    run.run_id = "r4".into();
+    store.create_run(run).await.unwrap();
+    assert_eq!(store.load_run("r4").await.unwrap().source_text, wf);
+}
+
+/// A database of schema 18 kept a copy of the source in every run's row of `run_sources`;
+/// migration 19 keeps one per distinct text and points each run at it.
+#[tokio::test]
+async fn a_schema_18_databases_sources_are_kept_once() {
+    let (_dir, store) = opened_after(
+        18,
+        r#"INSERT INTO runs (key, id, workflow, dialect, status, source_path, snapshot, started_at)
+               VALUES (1, 'a', 'wf', 'graph', 'queued', 'wf.json', '{"state": {}, "loops": {}, "pending": [], "completed": [], "arrivals": {}, "hops": 0, "visits": {}, "next_seq": 1, "cost_usd": 0.0, "output": null, "gates": []}', '2026-01-01T00:00:00.000Z'),
+                      (2, 'b', 'wf', 'graph', 'queued', 'wf.json', '{"state": {}, "loops": {}, "pending": [], "completed": [], "arrivals": {}, "hops": 0, "visits": {}, "next_seq": 1, "cost_usd": 0.0, "output": null, "gates": []}', '2026-01-01T00:00:01.000Z'),
+                      (3, 'c', 'other', 'graph', 'queued', 'other.json', '{"state": {}, "loops": {}, "pending": [], "completed": [], "arrivals": {}, "hops": 0, "visits": {}, "next_seq": 1, "cost_usd": 0.0, "output": null, "gates": []}', '2026-01-01T00:00:02.000Z');
+               INSERT INTO run_sources (run_key, source_text, input)
+               VALUES (1, '{"name": "wf"}', '{"n": 1}'), (2, '{"name": "wf"}', '{"n": 2}'), (3, '{"name": "other"}', '{"n": 3}');"#,
+    )
+    .await;
+    assert_eq!(count(&store, "SELECT COUNT(*) FROM sources").await, 2);
+    for (id, text, n) in [("a", "wf", 1), ("b", "wf", 2), ("c", "other", 3)] {
+        let stored = store.load_run(id).await.unwrap();
+        assert_eq!(
+            stored.source_text,
+            format!(r#"{{"name": "{text}"}}"#),
+            "{id}"
+        );
+        assert_eq!(stored.input, serde_json::json!({ "n": n }), "{id}");
+    }
 }
 
 /// A drive's write that finds SQLite's write lock held by another connection (a pool
