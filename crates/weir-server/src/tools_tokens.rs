@@ -33,14 +33,106 @@ pub struct ToolList {
     pub tools: Vec<ToolOut>,
 }
 
-/// A new custom tool: its name plus the fields of a `[tools.NAME]` table.
-#[derive(Deserialize, ToSchema)]
+/// A new custom tool as the handler reads it: its name, and the rest of the body, which is
+/// checked against weir-core's `CustomTool` (the `[tools.NAME]` table of `weir.toml`). The
+/// document describes the body with [`NewTool`].
+#[derive(Deserialize)]
 pub struct ToolBody {
-    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub name: String,
     #[serde(flatten)]
-    #[schema(value_type = Object)]
     pub definition: Map<String, Value>,
+}
+
+/// A new custom tool, as the document describes `POST /api/tools`'s body: its name plus the
+/// fields of a `[tools.NAME]` table of `weir.toml`, one form per `kind`, each with exactly
+/// the fields weir-core's `CustomTool` takes (documented without `null`, which `method` and `headers` refuse). Written out by hand: the
+/// derive gives an internally tagged enum's forms neither `additionalProperties: false` nor
+/// optional fields that are not nullable. The handler reads [`ToolBody`].
+pub struct NewTool;
+
+impl utoipa::ToSchema for NewTool {}
+
+impl utoipa::PartialSchema for NewTool {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{
+            AdditionalProperties, ObjectBuilder, OneOfBuilder, Schema, Type,
+        };
+        let text = |about: &str| {
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .description(Some(about))
+        };
+        let what = || text("What the tool does, for the UI and agents.");
+        let form = |kind: &str, about: &str| {
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .description(Some(about))
+                .property(
+                    "kind",
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .enum_values(Some([kind])),
+                )
+                .required("kind")
+                .property(
+                    "name",
+                    text("Its name in workflows: `tool_name: custom:<name>`.")
+                        .pattern(Some("^[A-Za-z0-9_-]{1,64}$")),
+                )
+                .required("name")
+                .additional_properties(Some(AdditionalProperties::<Schema>::FreeForm(false)))
+        };
+        let http = form(
+            "http",
+            "An HTTP endpoint. `url`, header values and `body` are templates over the node's \
+             params (`{lead_id}`) and secrets (`{secrets.CRM_TOKEN}`).",
+        )
+        .property("method", text("The HTTP method; default `GET`."))
+        .property("url", text("The endpoint, a template."))
+        .required("url")
+        .property(
+            "headers",
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .description(Some("Header values are templates."))
+                .additional_properties(Some(ObjectBuilder::new().schema_type(Type::String))),
+        )
+        .property(
+            "body",
+            OneOfBuilder::new()
+                .description(Some(
+                    "A string template, or an object whose string values are templates (sent \
+                     as JSON).",
+                ))
+                .item(ObjectBuilder::new().schema_type(Type::String))
+                .item(ObjectBuilder::new().schema_type(Type::Object)),
+        )
+        .property(
+            "response",
+            text(
+                "An expression over `{status, headers, body}` picking the tool's result; \
+                 default: the whole response.",
+            ),
+        )
+        .property("description", what());
+        let mcp = form(
+            "mcp",
+            "A tool on an MCP server of `weir.toml`; the node's params are its arguments.",
+        )
+        .property("server", text("The server's name in `[mcp.servers.NAME]`."))
+        .required("server")
+        .property("tool", text("The tool's name on that server."))
+        .required("tool")
+        .property("description", what());
+        OneOfBuilder::new()
+            .description(Some(
+                "A new custom tool: its name plus the fields of a `[tools.NAME]` table of \
+                 `weir.toml`, by `kind`.",
+            ))
+            .item(http)
+            .item(mcp)
+            .into()
+    }
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -141,7 +233,7 @@ pub async fn list_tools(
 }
 
 #[utoipa::path(post, path = "/api/tools", tag = "tools",
-    request_body(content = ToolBody, content_type = "application/json"),
+    request_body(content = NewTool, content_type = "application/json"),
     responses((status = 201, body = ToolOut),
               (status = 409, description = "weir.toml defines a tool of this name", body = crate::openapi::ErrorBody),
               (status = 413, body = crate::openapi::ErrorBody),

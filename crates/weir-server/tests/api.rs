@@ -729,6 +729,77 @@ async fn tokens_are_shown_once_listed_without_values_and_revocable() {
     assert_eq!(bad_scope.status, StatusCode::UNPROCESSABLE_ENTITY);
 }
 
+/// The document describes `POST /api/tools`'s body as the server reads it: one form per
+/// `kind`, each with its required fields and nothing else, so that a client (or a fuzzer)
+/// that follows the document writes tools the server takes.
+#[tokio::test]
+async fn the_documented_tool_body_is_the_one_the_server_takes() {
+    let api = api().await;
+    let doc = api
+        .as_("read", Method::GET, "/api/openapi.json", "")
+        .await
+        .body;
+    let body =
+        &doc["paths"]["/api/tools"]["post"]["requestBody"]["content"]["application/json"]["schema"];
+    let name = body["$ref"]
+        .as_str()
+        .and_then(|r| r.strip_prefix("#/components/schemas/"))
+        .unwrap_or_else(|| panic!("the body is a named schema: {body}"));
+    let forms = doc["components"]["schemas"][name]["oneOf"]
+        .as_array()
+        .unwrap_or_else(|| panic!("one form per kind: {}", doc["components"]["schemas"][name]));
+    let mut kinds = Vec::new();
+    for form in forms {
+        let kind = form["properties"]["kind"]["enum"][0].as_str().unwrap();
+        let mut required: Vec<&str> = form["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_str().unwrap())
+            .collect();
+        required.sort_unstable();
+        assert_eq!(form["additionalProperties"], false, "{kind}: {form}");
+        assert_eq!(
+            form["properties"]["name"]["pattern"], "^[A-Za-z0-9_-]{1,64}$",
+            "{kind}: {form}"
+        );
+        kinds.push((kind.to_string(), required));
+    }
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            ("http".to_string(), vec!["kind", "name", "url"]),
+            ("mcp".to_string(), vec!["kind", "name", "server", "tool"]),
+        ]
+    );
+    // The smallest documented HTTP form is taken; a field the document does not list is not.
+    let made = api
+        .as_(
+            "admin",
+            Method::POST,
+            "/api/tools",
+            r#"{"kind": "http", "name": "ping", "url": "https://example.com/ping"}"#,
+        )
+        .await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.text);
+    assert_eq!(made.body["definition"]["kind"], "http");
+    let extra = api
+        .as_(
+            "admin",
+            Method::POST,
+            "/api/tools",
+            r#"{"kind": "http", "name": "pong", "url": "https://example.com", "timeout": 3}"#,
+        )
+        .await;
+    assert_eq!(
+        extra.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        extra.text
+    );
+}
+
 #[tokio::test]
 async fn custom_tools_saved_over_the_api_are_usable_by_workflows() {
     let api = api().await;
