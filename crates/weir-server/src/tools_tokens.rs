@@ -45,9 +45,10 @@ pub struct ToolBody {
 
 /// A new custom tool, as the document describes `POST /api/tools`'s body: its name plus the
 /// fields of a `[tools.NAME]` table of `weir.toml`, one form per `kind`, each with exactly
-/// the fields weir-core's `CustomTool` takes (documented without `null`, which `method` and `headers` refuse). Written out by hand: the
-/// derive gives an internally tagged enum's forms neither `additionalProperties: false` nor
-/// optional fields that are not nullable. The handler reads [`ToolBody`].
+/// the fields weir-core's `CustomTool` takes (documented without `null`, which `method` and
+/// `headers` refuse). Written out by hand: the derive gives an internally tagged enum's
+/// forms neither `additionalProperties: false` nor optional fields that are not nullable.
+/// The handler reads [`ToolBody`].
 pub struct NewTool;
 
 impl utoipa::ToSchema for NewTool {}
