@@ -107,12 +107,28 @@ impl Follow {
     }
 }
 
+/// One event of the stream as Server-Sent Events frame it: in OpenAPI 3.1 the schema of a
+/// `text/event-stream` response describes each event. For the document only.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct StreamEvent {
+    /// The event's sequence number in the run's log: `Last-Event-ID` (or `?after=`) resumes
+    /// after it.
+    #[schema(pattern = "^[0-9]+$")]
+    id: String,
+    /// The event's type: `run_created`, `step_started`, `step_finished`, … (DESIGN §8).
+    event: String,
+    /// The event as JSON, `{"seq", "at", "type", …}`: one of the run record's `events`.
+    #[schema(content_media_type = "application/json")]
+    data: String,
+}
+
 #[utoipa::path(get, path = "/api/runs/{id}/events", tag = "runs",
     params(("id" = String, Path, description = "run id"),
            ("Last-Event-ID" = Option<u64>, Header, nullable = false, description = "resume after this event's sequence number"),
            EventsQuery),
     responses((status = 200, description = "text/event-stream of the run's events (`id:` is the sequence number)",
-               content_type = "text/event-stream", body = String),
+               content_type = "text/event-stream", body = StreamEvent),
               (status = 404, body = crate::openapi::ErrorBody),
               (status = 422, body = crate::openapi::ErrorBody)),
     security(("bearer" = ["read"])))]

@@ -729,6 +729,38 @@ async fn tokens_are_shown_once_listed_without_values_and_revocable() {
     assert_eq!(bad_scope.status, StatusCode::UNPROCESSABLE_ENTITY);
 }
 
+/// The event stream's schema describes each event as Server-Sent Events frame it (in
+/// OpenAPI 3.1 the `text/event-stream` schema is one event's): `scripts/api-fuzz` checks every
+/// event of a real run's stream against it.
+#[tokio::test]
+async fn the_event_stream_is_documented_event_by_event() {
+    let api = api().await;
+    let doc = api
+        .as_("read", Method::GET, "/api/openapi.json", "")
+        .await
+        .body;
+    let schema = &doc["paths"]["/api/runs/{id}/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]
+        ["schema"];
+    let name = schema["$ref"]
+        .as_str()
+        .and_then(|r| r.strip_prefix("#/components/schemas/"))
+        .unwrap_or_else(|| panic!("a named schema: {schema}"));
+    let event = &doc["components"]["schemas"][name];
+    let mut required: Vec<&str> = event["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    required.sort_unstable();
+    assert_eq!(required, ["data", "event", "id"], "{event}");
+    assert_eq!(event["properties"]["id"]["pattern"], "^[0-9]+$", "{event}");
+    assert_eq!(
+        event["properties"]["data"]["contentMediaType"], "application/json",
+        "{event}"
+    );
+}
+
 /// The document describes `POST /api/tools`'s body as the server reads it: one form per
 /// `kind`, each with its required fields and nothing else, so that a client (or a fuzzer)
 /// that follows the document writes tools the server takes.
