@@ -24,7 +24,8 @@ mod support;
 
 use catalog::{tokens_and_tools, workflow_versions_and_deletion};
 use listing::{
-    retention_deletes_only_ended_runs, run_listing_filters_and_pages, short_ids_resolve_by_prefix,
+    retention_deletes_only_ended_runs, run_listing_filters_and_pages,
+    runs_keep_their_source_across_prunes, short_ids_resolve_by_prefix,
 };
 use patches::patched_commits_rebuild_the_snapshot;
 
@@ -934,6 +935,7 @@ conformance!(
     run_listing_filters_and_pages,
     short_ids_resolve_by_prefix,
     retention_deletes_only_ended_runs,
+    runs_keep_their_source_across_prunes,
     concurrent_writes_of_many_runs_stand_or_fall_alone,
     patched_commits_rebuild_the_snapshot,
     a_record_is_read_at_one_moment,

@@ -40,6 +40,8 @@ mod catalog;
 mod claims;
 mod notify;
 mod schema;
+#[cfg(test)]
+mod tests;
 mod write;
 
 use write::{Fence, StepArrays, bodies, insert_events, upsert_sql};
@@ -248,43 +250,68 @@ impl RunStore for Postgres {
                 epoch: 1,
             });
         }
-        let row = sqlx::query(
-            "WITH r AS (
-                INSERT INTO runs (id, workflow, dialect, status, source_path, source_text, input,
-                                  snapshot, started_at, idempotency_key, workflow_id,
-                                  workflow_version, epoch, owner, event_seq)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
-                ON CONFLICT DO NOTHING RETURNING id
-            ), q AS (
-                INSERT INTO queue (run_id, visible_at, leased, epoch)
-                SELECT id, $16, $17, $13 FROM r
-            ), e AS (
-                INSERT INTO run_events (run_id, seq, body)
-                SELECT r.id, x.k, x.body FROM r, unnest($18::text[]) WITH ORDINALITY AS x(body, k)
+        let (input, snapshot, bodies) = (
+            json(&run.input)?,
+            json(&run.snapshot)?,
+            bodies(&at, &kinds)?,
+        );
+        // The run names its workflow's source by key (migration 3): the text's row is
+        // inserted, or found by its hash. A retention that deletes the text between the two
+        // (no other run named it) makes the foreign key, or the key found, fail; the
+        // statement, which changed nothing then, is run again and inserts the text anew.
+        let mut tries = 0;
+        let row = loop {
+            tries += 1;
+            let got = sqlx::query(
+                "WITH ins AS (
+                    INSERT INTO sources (hash, text) VALUES (sha256(convert_to($6, 'UTF8')), $6)
+                    ON CONFLICT (hash) DO NOTHING RETURNING key
+                ), s AS (
+                    SELECT key FROM ins
+                    UNION ALL
+                    SELECT key FROM sources WHERE hash = sha256(convert_to($6, 'UTF8'))
+                    LIMIT 1
+                ), r AS (
+                    INSERT INTO runs (id, workflow, dialect, status, source_path, source_key,
+                                      input, snapshot, started_at, idempotency_key, workflow_id,
+                                      workflow_version, epoch, owner, event_seq)
+                    VALUES ($1, $2, $3, $4, $5, (SELECT key FROM s), $7, $8, $9, $10, $11, $12,
+                            $13, $14, $15)
+                    ON CONFLICT DO NOTHING RETURNING id
+                ), q AS (
+                    INSERT INTO queue (run_id, visible_at, leased, epoch)
+                    SELECT id, $16, $17, $13 FROM r
+                ), e AS (
+                    INSERT INTO run_events (run_id, seq, body)
+                    SELECT r.id, x.k, x.body FROM r, unnest($18::text[]) WITH ORDINALITY AS x(body, k)
+                )
+                SELECT id FROM r",
             )
-            SELECT id FROM r",
-        )
-        .bind(run.run_id.as_str())
-        .bind(run.workflow.as_str())
-        .bind(run.dialect.as_str())
-        .bind(if lease.is_some() { "running" } else { "queued" })
-        .bind(run.source_path.as_str())
-        .bind(&*run.source_text)
-        .bind(json(&run.input)?)
-        .bind(json(&run.snapshot)?)
-        .bind(run.created_at.as_str())
-        .bind(run.idempotency_key.as_deref())
-        .bind(run.pin.as_ref().map(|p| p.workflow_id.as_str()))
-        .bind(run.pin.as_ref().map(|p| i64::from(p.version)))
-        .bind(i64::from(lease.is_some()))
-        .bind(lease.as_ref().map(|l| l.owner.as_str()))
-        .bind(kinds.len() as i64)
-        .bind(lease.as_ref().map_or(now, |l| l.expires_at))
-        .bind(lease.is_some())
-        .bind(bodies(&at, &kinds)?)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(backend)?;
+            .bind(run.run_id.as_str())
+            .bind(run.workflow.as_str())
+            .bind(run.dialect.as_str())
+            .bind(if lease.is_some() { "running" } else { "queued" })
+            .bind(run.source_path.as_str())
+            .bind(&*run.source_text)
+            .bind(input.as_str())
+            .bind(snapshot.as_str())
+            .bind(run.created_at.as_str())
+            .bind(run.idempotency_key.as_deref())
+            .bind(run.pin.as_ref().map(|p| p.workflow_id.as_str()))
+            .bind(run.pin.as_ref().map(|p| i64::from(p.version)))
+            .bind(i64::from(lease.is_some()))
+            .bind(lease.as_ref().map(|l| l.owner.as_str()))
+            .bind(kinds.len() as i64)
+            .bind(lease.as_ref().map_or(now, |l| l.expires_at))
+            .bind(lease.is_some())
+            .bind(&bodies)
+            .fetch_optional(&self.pool)
+            .await;
+            match got {
+                Err(e) if tries < 5 && lost_source(&e) => continue,
+                got => break got.map_err(backend)?,
+            }
+        };
         if row.is_none() {
             if let Some(key) = &run.idempotency_key
                 && let Some(r) = sqlx::query("SELECT id FROM runs WHERE idempotency_key = $1")
@@ -653,12 +680,13 @@ impl RunStore for Postgres {
 
     async fn load_run(&self, run_id: &str) -> Result<StoredRun, StoreError> {
         let row = sqlx::query(concat!(
-            "SELECT r.workflow, r.status, r.source_path, r.source_text, r.snapshot, ",
+            "SELECT r.workflow, r.status, r.source_path, s.text AS source_text, r.snapshot, ",
             patches!(),
             ", r.epoch, r.owner,
                         CASE WHEN q.leased THEN q.visible_at END AS lease_expires_at,
                         r.cancel_requested, r.workflow_id, r.workflow_version, r.input
-                 FROM runs r LEFT JOIN queue q ON q.run_id = r.id WHERE r.id = $1"
+                 FROM runs r JOIN sources s ON s.key = r.source_key
+                 LEFT JOIN queue q ON q.run_id = r.id WHERE r.id = $1"
         ))
         .bind(run_id)
         .fetch_optional(&self.pool)
@@ -805,6 +833,34 @@ impl RunStore for Postgres {
                 .await
                 .map_err(backend)?;
         }
+        // The source texts no run names any more, these runs' and any an earlier prune left.
+        // A run created meanwhile may name one the statement's snapshot saw unnamed: the
+        // foreign key refuses that deletion, and the statement, rolled back to its savepoint,
+        // runs again and sees the new run (after a few tries the texts wait for the next
+        // prune; the runs' deletion stands).
+        for _ in 0..3 {
+            sqlx::query("SAVEPOINT sources")
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+            let gone = sqlx::query(
+                "DELETE FROM sources s WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.source_key = s.key)",
+            )
+            .execute(&mut *tx)
+            .await;
+            match gone {
+                Err(e) if lost_source(&e) => {
+                    sqlx::query("ROLLBACK TO SAVEPOINT sources")
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(backend)?;
+                }
+                gone => {
+                    gone.map_err(backend)?;
+                    break;
+                }
+            }
+        }
         tx.commit().await.map_err(backend)?;
         Ok(ids)
     }
@@ -828,6 +884,15 @@ pub fn is_postgres_url(url: &str) -> bool {
 }
 
 /// A whole snapshot was written: it covers every patch written before it.
+/// Whether `e` is a race over a source text: a creation's text deleted under it by retention
+/// (the foreign key, or the key it found gone: a `NULL` key), or retention's deletion of a
+/// text a new run names (the foreign key). The statement changed nothing and may run again.
+fn lost_source(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|c| c == "23503" || c == "23502")
+}
+
 async fn snapshot_written(tx: &mut PgConnection, run_id: &str) -> Result<(), StoreError> {
     sqlx::query("DELETE FROM run_patches WHERE run_id = $1")
         .bind(run_id)

@@ -123,4 +123,29 @@ CREATE TABLE run_patches (
 );
 "#,
     ),
+    (
+        3,
+        r#"
+-- A workflow's source is stored once per distinct text (`sources`, as SQLite's migration 19),
+-- and a run names it (`source_key`): every run kept its own copy in its row, a kilobyte or
+-- more, which every update of the row (each step commit) wrote again. A text is found by
+-- its SHA-256 (a B-tree entry cannot hold a long text). The foreign key keeps a text while
+-- any run names it: retention deletes texts no run names, and a creation that races it
+-- fails on the key and is retried (as is the retention's delete).
+CREATE TABLE sources (
+    key   BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    hash  BYTEA NOT NULL UNIQUE,
+    text  TEXT NOT NULL
+);
+INSERT INTO sources (hash, text)
+    SELECT DISTINCT ON (h) h, source_text
+    FROM (SELECT sha256(convert_to(source_text, 'UTF8')) AS h, source_text FROM runs) AS r;
+ALTER TABLE runs ADD COLUMN source_key BIGINT REFERENCES sources (key);
+UPDATE runs SET source_key = s.key
+    FROM sources s WHERE s.hash = sha256(convert_to(runs.source_text, 'UTF8'));
+ALTER TABLE runs ALTER COLUMN source_key SET NOT NULL;
+ALTER TABLE runs DROP COLUMN source_text;
+CREATE INDEX runs_source ON runs (source_key);
+"#,
+    ),
 ];

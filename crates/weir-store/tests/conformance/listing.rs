@@ -203,3 +203,29 @@ pub(super) async fn short_ids_resolve_by_prefix(f: Fixture) {
     assert!(s.run_ids_with_prefix("AB12", 10).await.unwrap().is_empty());
     assert!(s.run_ids_with_prefix("zz", 10).await.unwrap().is_empty());
 }
+
+/// Each run reads back the workflow source it was created with, while runs of the same text
+/// are pruned around it (stores that keep a text once share it) and after the text's last
+/// run went and a new run brought it back.
+pub(super) async fn runs_keep_their_source_across_prunes(f: Fixture) {
+    let s = f.store;
+    let with = |id: &str, text: &str| {
+        let mut n = new_run(id);
+        n.source_text = text.into();
+        n
+    };
+    let (one, two) = (r#"{"name": "one"}"#, r#"{"name": "two"}"#);
+    for (id, text) in [("a", one), ("b", one), ("c", two)] {
+        s.create_run(with(id, text)).await.unwrap();
+    }
+    let future = "9999-01-01T00:00:00.000Z";
+    s.request_cancel("a", "me").await.unwrap();
+    assert_eq!(s.prune(future, &[]).await.unwrap(), ["a"]);
+    assert_eq!(s.load_run("b").await.unwrap().source_text, one);
+    assert_eq!(s.load_run("c").await.unwrap().source_text, two);
+    s.request_cancel("b", "me").await.unwrap();
+    assert_eq!(s.prune(future, &[]).await.unwrap(), ["b"]);
+    s.create_run(with("d", one)).await.unwrap();
+    assert_eq!(s.load_run("d").await.unwrap().source_text, one);
+    assert_eq!(s.load_run("c").await.unwrap().source_text, two);
+}
