@@ -173,6 +173,23 @@ impl Body {
         let text = if text.trim().is_empty() { "{}" } else { text };
         let value = weir_core::json::from_str(text)
             .map_err(|e| ApiError::invalid(format!("the request body is not valid JSON: {e}")))?;
+        // Every JSON body of the API is an object; `null` is an absent body, as an empty one
+        // is (serde would read a struct from an array too).
+        let value = match value {
+            serde_json::Value::Null => serde_json::Value::Object(Default::default()),
+            v @ serde_json::Value::Object(_) => v,
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "the request body must be a JSON object, found {}",
+                    match other {
+                        serde_json::Value::Array(_) => "an array",
+                        serde_json::Value::String(_) => "a string",
+                        serde_json::Value::Number(_) => "a number",
+                        _ => "a boolean",
+                    }
+                )));
+            }
+        };
         serde_json::from_value(value).map_err(|e| {
             ApiError::invalid(format!("the request body does not fit this route: {e}"))
         })

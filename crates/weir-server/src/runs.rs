@@ -23,8 +23,8 @@ use crate::{App, Body, authorize};
 #[derive(Deserialize, ToSchema, Default)]
 #[serde(deny_unknown_fields)]
 pub struct CreateRun {
-    /// The run input (checked against the workflow's input schema).
-    #[schema(value_type = Object)]
+    /// The run input (checked against the workflow's input schema); absent or `null`: `{}`.
+    #[schema(value_type = Option<Object>)]
     #[serde(default)]
     pub input: Option<Map<String, Value>>,
 }
@@ -73,6 +73,7 @@ pub struct RunList {
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// queued, running, paused, succeeded, failed, aborted or cancelled
+    #[param(pattern = "^(queued|running|paused|succeeded|failed|aborted|cancelled)$")]
     pub status: Option<String>,
     /// A workflow's name, or a saved workflow's id.
     pub workflow: Option<String>,
@@ -81,6 +82,7 @@ pub struct ListQuery {
     /// Text in the run id or workflow name.
     pub q: Option<String>,
     /// Page size, 1 to 500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,
     /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,
@@ -91,8 +93,8 @@ pub struct ListQuery {
 pub struct DecideBody {
     /// The gate's node id.
     pub gate: String,
-    /// Approve: an object merged into the run's state.
-    #[schema(value_type = Object)]
+    /// Approve: an object merged into the run's state (absent or `null`: nothing).
+    #[schema(value_type = Option<Object>)]
     #[serde(default)]
     pub input: Option<Map<String, Value>>,
     /// Approve: a comment. Reject: the reason.
@@ -124,6 +126,7 @@ pub struct RerunBody {
     #[serde(default)]
     pub from: Option<String>,
     /// `pinned` (default): the version the run used; `latest`: the workflow's latest.
+    #[schema(pattern = "^(pinned|latest)$")]
     #[serde(default)]
     pub version: Option<String>,
 }
@@ -134,8 +137,10 @@ fn runs_id(id: &str) -> ApiError {
 
 #[utoipa::path(post, path = "/api/workflows/{id}/runs", tag = "runs",
     params(("id" = String, Path, description = "workflow id"),
-           ("Idempotency-Key" = Option<String>, Header, description = "a repeated key returns the first run")),
-    request_body(content = CreateRun, content_type = "application/json"),
+           ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255,
+            pattern = "^[\\t\\x20-\\x7E]+$", description = "a repeated key returns the first run")),
+    request_body(content = Option<CreateRun>, description = "absent: no input",
+                 content_type = "application/json"),
     responses((status = 202, description = "queued; or, for a repeated Idempotency-Key, the run the first request made (`created: false`)", body = RunCreated),
               (status = 404, body = crate::openapi::ErrorBody),
               (status = 413, body = crate::openapi::ErrorBody),
@@ -478,7 +483,8 @@ pub async fn cancel(
 
 #[utoipa::path(post, path = "/api/runs/{id}/rerun", tag = "runs",
     params(("id" = String, Path, description = "run id")),
-    request_body(content = RerunBody, content_type = "application/json"),
+    request_body(content = Option<RerunBody>, description = "absent: the whole run again, pinned",
+                 content_type = "application/json"),
     responses((status = 202, description = "the new run, queued", body = RunCreated),
               (status = 404, body = crate::openapi::ErrorBody),
               (status = 413, body = crate::openapi::ErrorBody),

@@ -147,6 +147,12 @@ pub async fn events(
             .ok_or_else(|| ApiError::invalid("Last-Event-ID must be an event sequence number"))?,
         None => q.after.unwrap_or(0),
     };
+    // Sequence numbers are 64-bit signed in every store (and in the document).
+    if after > i64::MAX as u64 {
+        return Err(ApiError::invalid(
+            "an event sequence number is at most 9223372036854775807",
+        ));
+    }
     // Subscribe before the first read, so no wake-up falls between the two.
     let wake = app.hub.subscribe();
     app.store.load_run(&id).await?;

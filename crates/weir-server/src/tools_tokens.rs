@@ -45,8 +45,8 @@ pub struct ToolBody {
 
 /// A new custom tool, as the document describes `POST /api/tools`'s body: its name plus the
 /// fields of a `[tools.NAME]` table of `weir.toml`, one form per `kind`, each with exactly
-/// the fields weir-core's `CustomTool` takes (documented without `null`, which `method` and
-/// `headers` refuse). Written out by hand: the derive gives an internally tagged enum's
+/// the fields weir-core's `CustomTool` takes (`null` where it takes one: not for `method`
+/// or `headers`). Written out by hand: the derive gives an internally tagged enum's
 /// forms neither `additionalProperties: false` nor optional fields that are not nullable.
 /// The handler reads [`ToolBody`].
 pub struct NewTool;
@@ -56,14 +56,20 @@ impl utoipa::ToSchema for NewTool {}
 impl utoipa::PartialSchema for NewTool {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         use utoipa::openapi::schema::{
-            AdditionalProperties, ObjectBuilder, OneOfBuilder, Schema, Type,
+            AdditionalProperties, ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type,
         };
         let text = |about: &str| {
             ObjectBuilder::new()
                 .schema_type(Type::String)
                 .description(Some(about))
         };
-        let what = || text("What the tool does, for the UI and agents.");
+        // An optional field that takes `null` as its absence (`Option` in `CustomTool`).
+        let or_null = |about: &str| {
+            ObjectBuilder::new()
+                .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+                .description(Some(about))
+        };
+        let what = || or_null("What the tool does, for the UI and agents.");
         let form = |kind: &str, about: &str| {
             ObjectBuilder::new()
                 .schema_type(Type::Object)
@@ -100,17 +106,17 @@ impl utoipa::PartialSchema for NewTool {
         )
         .property(
             "body",
-            OneOfBuilder::new()
+            ObjectBuilder::new()
+                .schema_type(SchemaType::AnyValue)
                 .description(Some(
-                    "A string template, or an object whose string values are templates (sent \
-                     as JSON).",
-                ))
-                .item(ObjectBuilder::new().schema_type(Type::String))
-                .item(ObjectBuilder::new().schema_type(Type::Object)),
+                    "A string template, or an object whose string values are templates (sent as \
+                 JSON); `null`: none. Any TOML value is taken, so `null` only as the whole \
+                 body.",
+                )),
         )
         .property(
             "response",
-            text(
+            or_null(
                 "An expression over `{status, headers, body}` picking the tool's result; \
                  default: the whole response.",
             ),
@@ -139,7 +145,8 @@ impl utoipa::PartialSchema for NewTool {
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenBody {
-    #[schema(min_length = 1, max_length = 100)]
+    /// 1 to 100 characters, not all of them white space.
+    #[schema(min_length = 1, max_length = 100, pattern = "\\S")]
     pub name: String,
     pub scope: Scope,
 }
@@ -397,7 +404,7 @@ pub async fn create_token(
 ) -> ApiResult<(StatusCode, Json<TokenCreated>)> {
     authorize(&app, &headers, Scope::Admin).await?;
     let req: TokenBody = body.json()?;
-    if req.name.trim().is_empty() || req.name.len() > 100 {
+    if req.name.trim().is_empty() || req.name.chars().count() > 100 {
         return Err(ApiError::invalid("name must be 1 to 100 characters"));
     }
     let (row, token) = mint(&req.name, req.scope)?;

@@ -481,6 +481,68 @@ async fn bodies_are_capped_and_checked() {
         .as_("run", Method::POST, path, r#"{"input": [1]}"#)
         .await;
     assert_eq!(not_object.status, StatusCode::UNPROCESSABLE_ENTITY);
+    // A body is an object; `null` is an absent body, as an empty one is (serde alone would
+    // read `[null]` as a struct).
+    for body in ["[null]", "[]", "\"x\"", "7", "true"] {
+        let r = api.as_("run", Method::POST, path, body).await;
+        assert_eq!(
+            r.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{body}: {}",
+            r.text
+        );
+        assert!(
+            r.text.contains("must be a JSON object"),
+            "{body}: {}",
+            r.text
+        );
+    }
+    let mut run_id = String::new();
+    for body in ["null", "", r#"{"input": null}"#] {
+        let r = api.as_("run", Method::POST, path, body).await;
+        assert_eq!(r.status, StatusCode::ACCEPTED, "{body:?}: {}", r.text);
+        run_id = r.body["run_id"].as_str().unwrap().to_string();
+    }
+    // Event numbers are 64-bit signed, as the document says.
+    let beyond = api
+        .as_(
+            "read",
+            Method::GET,
+            &format!("/api/runs/{run_id}/events?after=9223372036854775808"),
+            "",
+        )
+        .await;
+    assert_eq!(
+        beyond.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        beyond.text
+    );
+    // Limits in characters count characters, not bytes.
+    let name = "é".repeat(100);
+    let token = api
+        .as_(
+            "admin",
+            Method::POST,
+            "/api/tokens",
+            &format!(r#"{{"name": "{name}", "scope": "read"}}"#),
+        )
+        .await;
+    assert_eq!(token.status, StatusCode::CREATED, "{}", token.text);
+    let long = api
+        .as_(
+            "admin",
+            Method::POST,
+            "/api/tokens",
+            &format!(r#"{{"name": "{name}e", "scope": "read"}}"#),
+        )
+        .await;
+    assert_eq!(
+        long.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        long.text
+    );
     let big = format!(r#"{{"input": {{"x": "{}"}}}}"#, "a".repeat(1 << 20));
     let r = api.as_("run", Method::POST, path, &big).await;
     assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE, "{}", r.text);
