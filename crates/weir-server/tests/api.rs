@@ -280,13 +280,39 @@ async fn no_route_answers_2xx_without_the_right_token() {
     );
 }
 
+/// The OpenAPI document the server serves.
+async fn openapi(api: &Api) -> Value {
+    api.as_("read", Method::GET, "/api/openapi.json", "")
+        .await
+        .body
+}
+
+/// The component a `{"$ref": "#/components/schemas/NAME"}` schema names (a panic when the
+/// schema is not such a reference).
+fn named<'d>(doc: &'d Value, schema: &Value) -> &'d Value {
+    let name = schema["$ref"]
+        .as_str()
+        .and_then(|r| r.strip_prefix("#/components/schemas/"))
+        .unwrap_or_else(|| panic!("not a named schema: {schema}"));
+    &doc["components"]["schemas"][name]
+}
+
+/// The sorted `required` list of an object schema.
+fn required(schema: &Value) -> Vec<&str> {
+    let mut names: Vec<&str> = schema["required"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no required list: {schema}"))
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    names
+}
+
 #[tokio::test]
 async fn the_openapi_document_covers_every_route() {
     let api = api().await;
-    let doc = api
-        .as_("read", Method::GET, "/api/openapi.json", "")
-        .await
-        .body;
+    let doc = openapi(&api).await;
     assert!(
         doc["openapi"].as_str().unwrap().starts_with("3.1"),
         "{}",
@@ -797,25 +823,13 @@ async fn tokens_are_shown_once_listed_without_values_and_revocable() {
 #[tokio::test]
 async fn the_event_stream_is_documented_event_by_event() {
     let api = api().await;
-    let doc = api
-        .as_("read", Method::GET, "/api/openapi.json", "")
-        .await
-        .body;
-    let schema = &doc["paths"]["/api/runs/{id}/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]
-        ["schema"];
-    let name = schema["$ref"]
-        .as_str()
-        .and_then(|r| r.strip_prefix("#/components/schemas/"))
-        .unwrap_or_else(|| panic!("a named schema: {schema}"));
-    let event = &doc["components"]["schemas"][name];
-    let mut required: Vec<&str> = event["required"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r.as_str().unwrap())
-        .collect();
-    required.sort_unstable();
-    assert_eq!(required, ["data", "event", "id"], "{event}");
+    let doc = openapi(&api).await;
+    let event = named(
+        &doc,
+        &doc["paths"]["/api/runs/{id}/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]
+            ["schema"],
+    );
+    assert_eq!(required(event), ["data", "event", "id"], "{event}");
     assert_eq!(event["properties"]["id"]["pattern"], "^[0-9]+$", "{event}");
     assert_eq!(
         event["properties"]["data"]["contentMediaType"], "application/json",
@@ -829,35 +843,23 @@ async fn the_event_stream_is_documented_event_by_event() {
 #[tokio::test]
 async fn the_documented_tool_body_is_the_one_the_server_takes() {
     let api = api().await;
-    let doc = api
-        .as_("read", Method::GET, "/api/openapi.json", "")
-        .await
-        .body;
-    let body =
-        &doc["paths"]["/api/tools"]["post"]["requestBody"]["content"]["application/json"]["schema"];
-    let name = body["$ref"]
-        .as_str()
-        .and_then(|r| r.strip_prefix("#/components/schemas/"))
-        .unwrap_or_else(|| panic!("the body is a named schema: {body}"));
-    let forms = doc["components"]["schemas"][name]["oneOf"]
+    let doc = openapi(&api).await;
+    let body = named(
+        &doc,
+        &doc["paths"]["/api/tools"]["post"]["requestBody"]["content"]["application/json"]["schema"],
+    );
+    let forms = body["oneOf"]
         .as_array()
-        .unwrap_or_else(|| panic!("one form per kind: {}", doc["components"]["schemas"][name]));
+        .unwrap_or_else(|| panic!("one form per kind: {body}"));
     let mut kinds = Vec::new();
     for form in forms {
         let kind = form["properties"]["kind"]["enum"][0].as_str().unwrap();
-        let mut required: Vec<&str> = form["required"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r.as_str().unwrap())
-            .collect();
-        required.sort_unstable();
         assert_eq!(form["additionalProperties"], false, "{kind}: {form}");
         assert_eq!(
             form["properties"]["name"]["pattern"], "^[A-Za-z0-9_-]{1,64}$",
             "{kind}: {form}"
         );
-        kinds.push((kind.to_string(), required));
+        kinds.push((kind.to_string(), required(form)));
     }
     kinds.sort();
     assert_eq!(
