@@ -12,7 +12,8 @@ use weir_core::RunStore;
 use weir_core::catalog::Catalog;
 use weir_core::record::RunStatus;
 use weir_server::auth::{Scope, mint};
-use weir_server::{App, Options};
+use weir_core::settings::Settings;
+use weir_server::{App, Options, Services};
 
 use crate::emit;
 
@@ -41,6 +42,26 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// The `mock` model of weir's own router (as `weir serve` has it); no tools, no scripts.
+struct MockModels;
+
+impl weir_runtime::Implementations for MockModels {
+    fn build(&self, settings: &Settings) -> Result<weir_runtime::Parts, String> {
+        let models = Arc::new(weir_providers::Router::new(settings.clone())?);
+        Ok(weir_runtime::Parts {
+            models: models.clone(),
+            tools: Arc::new(crate::fakes::NoTools),
+            scripts: Arc::new(crate::fakes::NoScripts),
+            check_models: models,
+            check_tools: Arc::new(crate::fakes::NoTools),
+        })
+    }
+
+    fn known_models(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
 pub async fn bench_api() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().expect("temp dir");
@@ -49,10 +70,14 @@ pub async fn bench_api() {
             .await
             .expect("store"),
     );
+    let services = Services {
+        store: store.clone(),
+        catalog: store.clone(),
+        settings: Settings::default(),
+        implementations: Arc::new(MockModels),
+    };
     let app = App::new(
-        store.clone(),
-        store.clone(),
-        Default::default(),
+        services,
         Options {
             workers: 4,
             ..Options::default()

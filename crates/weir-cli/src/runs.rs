@@ -101,7 +101,7 @@ async fn report(
     }
     let record = eng.store().get_record(&outcome.run_id).await?;
     // An ended run's trace goes to the OTLP endpoint when one is configured.
-    weir_server::otel::export(&record).await;
+    weir_runtime::otel::export(&record).await;
     output::finish(&record, as_json, &hint(env))
 }
 
@@ -325,7 +325,7 @@ impl ListArgs {
                     return Ok(s);
                 }
                 weir_core::settings::parse_age(&s)
-                    .map(weir_server::retention::cutoff)
+                    .map(weir_runtime::retention::cutoff)
                     .map_err(|e| Usage(format!("--since {e}, or an RFC 3339 time")))
             })
             .transpose()?;
@@ -403,9 +403,9 @@ pub async fn show(
 pub async fn prune(env: &Env, older_than: &str, statuses: &[String], as_json: bool) -> Result<u8> {
     let age = weir_core::settings::parse_age(older_than)
         .map_err(|e| crate::Usage(format!("--older-than {e}")))?;
-    let statuses = weir_server::retention::statuses(statuses).map_err(crate::Usage)?;
+    let statuses = weir_runtime::retention::statuses(statuses).map_err(crate::Usage)?;
     let store = wiring::store(env, wiring::Open::MustExist).await?;
-    let before = weir_server::retention::cutoff(age);
+    let before = weir_runtime::retention::cutoff(age);
     let pruned = RunStore::prune(store.as_ref(), &before, &statuses).await?;
     if as_json {
         println!(

@@ -1,11 +1,11 @@
 //! `weir serve`, `weir worker` and `weir tokens`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use weir_runtime::{Options, Runtime};
+use weir_server::App;
 use weir_server::auth::Scope;
-use weir_server::{App, Options};
 
 use crate::wiring::{self, Env, Open};
 
@@ -15,31 +15,6 @@ pub struct ServeArgs {
     pub runs_per_worker: usize,
     pub max_body: usize,
     pub grace: Duration,
-}
-
-async fn app(
-    env: &Env,
-    workers: (usize, usize),
-    max_body: usize,
-    grace: Duration,
-    owner: Option<String>,
-) -> Result<Arc<App>> {
-    let store = wiring::store(env, Open::CreateIfMissing).await?;
-    App::new(
-        store.clone(),
-        store,
-        env.settings.clone(),
-        Options {
-            workers: workers.0,
-            runs_per_worker: workers.1,
-            max_body,
-            grace,
-            owner: owner.unwrap_or_else(weir_engine::process_owner),
-            ..Options::default()
-        },
-    )
-    .await
-    .map_err(|e| crate::Usage(e).into())
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
@@ -60,14 +35,16 @@ async fn stop_signal() {
 }
 
 pub async fn serve(env: &Env, args: ServeArgs) -> Result<u8> {
-    let app = app(
-        env,
-        (args.workers, args.runs_per_worker),
-        args.max_body,
-        args.grace,
-        None,
-    )
-    .await?;
+    let options = Options {
+        workers: args.workers,
+        runs_per_worker: args.runs_per_worker,
+        max_body: args.max_body,
+        grace: args.grace,
+        ..Options::default()
+    };
+    let app = App::new(wiring::serving(env).await?, options)
+        .await
+        .map_err(crate::Usage)?;
     let first_token = weir_server::first_start(&app)
         .await
         .map_err(anyhow::Error::msg)?;
@@ -104,18 +81,27 @@ pub async fn worker(
     name: Option<String>,
     grace: Duration,
 ) -> Result<u8> {
-    let app = app(env, (1, concurrency), 1 << 20, grace, name).await?;
+    let options = Options {
+        workers: 1,
+        runs_per_worker: concurrency,
+        grace,
+        owner: name.unwrap_or_else(weir_engine::process_owner),
+        ..Options::default()
+    };
+    let rt = Runtime::new(wiring::serving(env).await?, options)
+        .await
+        .map_err(crate::Usage)?;
     println!(
         "weir worker {}: driving up to {concurrency} run{} at once from {}",
-        app.options.owner,
+        rt.options.owner,
         if concurrency == 1 { "" } else { "s" },
         wiring::redact_url(&env.db)
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let handles = app.start_workers(stop_rx);
+    let workers = rt.start_workers(stop_rx);
     stop_signal().await;
     let _ = stop_tx.send(true);
-    app.drain(handles).await;
+    rt.drain(workers).await;
     Ok(0)
 }
 

@@ -61,8 +61,8 @@ pub fn render(r: &RunRecord, db: &Hint, only: Option<&[&StepRecord]>, fold: Fold
             .replace('T', " "),
         r.run_id
     );
-    if weir_server::otel::enabled()
-        && let Some(t) = weir_server::otel::trace_id(&r.run_id)
+    if weir_runtime::otel::enabled()
+        && let Some(t) = weir_runtime::otel::trace_id(&r.run_id)
     {
         let _ = writeln!(
             out,

@@ -210,3 +210,36 @@ pub fn services_on(
         secrets: Arc::new(env.settings.clone()),
     })
 }
+
+/// What `weir serve` and `weir worker` run workflows with: the providers of the environment
+/// and weir.toml, the built-in and custom tools under `[network]`, and bun.
+pub struct Serving;
+
+impl weir_runtime::Implementations for Serving {
+    fn build(&self, settings: &Settings) -> Result<weir_runtime::Parts, String> {
+        Ok(weir_runtime::Parts {
+            models: Arc::new(weir_providers::Router::new(settings.clone())?),
+            tools: Arc::new(weir_tools::Registry::serving(settings.clone())?),
+            scripts: Arc::new(weir_script::Bun::from_env().with_env(settings.scripts.env.clone())),
+            check_models: Arc::new(weir_providers::Router::offline(settings.clone())),
+            check_tools: Arc::new(weir_tools::Registry::new(settings.clone())),
+        })
+    }
+
+    fn known_models(&self) -> Vec<String> {
+        weir_providers::pricing::known_models()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// The services of a long-lived process on the store a command named.
+pub async fn serving(env: &Env) -> Result<weir_runtime::Services> {
+    let store = store(env, Open::CreateIfMissing).await?;
+    Ok(weir_runtime::Services {
+        store: store.clone(),
+        catalog: store,
+        settings: env.settings.clone(),
+        implementations: Arc::new(Serving),
+    })
+}

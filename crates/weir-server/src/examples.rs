@@ -37,6 +37,7 @@ const EXAMPLES: &[(&str, &str, &str)] = &[
 
 pub async fn seed(app: &App) -> Result<(), String> {
     if app
+        .rt
         .catalog
         .any_workflow_ever()
         .await
@@ -44,7 +45,7 @@ pub async fn seed(app: &App) -> Result<(), String> {
     {
         return Ok(());
     }
-    let rt = app.runtime();
+    let rt = app.rt.generation();
     for (id, format, source) in EXAMPLES {
         let wf = rt
             .compile(&crate::workflows::doc_path(id, format), source)
@@ -55,7 +56,8 @@ pub async fn seed(app: &App) -> Result<(), String> {
                 )
             })?
             .workflow;
-        app.catalog
+        app.rt
+            .catalog
             .put_workflow(&NewVersion {
                 workflow_id: id.to_string(),
                 name: wf.name.clone(),

@@ -1,18 +1,16 @@
-//! weir-server: `weir serve` (DESIGN §10). The HTTP API over the run lifecycle of §8: the
-//! server creates runs and decisions; its in-process workers claim and drive them under
-//! leases, like any `weir worker`. Every route but `/healthz` needs a bearer token with the
+//! weir-server: the HTTP API of `weir serve` over a [`weir_runtime::Runtime`]. The server
+//! creates runs and decisions through the engine and never drives them: the runtime's
+//! workers claim and drive them under leases, like any `weir worker`. Every route but `/healthz` needs a bearer token with the
 //! route's scope; errors are `{"error": {"code", "message", "details"}}`; the OpenAPI 3.1
 //! document at `/api/openapi.json` is generated from the handlers below (utoipa).
 
+mod app;
 pub mod auth;
 mod error;
 mod examples;
 mod meta;
 mod openapi;
-pub mod otel;
-pub mod retention;
 mod runs;
-pub mod runtime;
 mod sse;
 mod tools_tokens;
 mod ui;
@@ -28,14 +26,15 @@ use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use serde::de::DeserializeOwned;
 
+pub use app::{App, Records};
 pub use error::{ApiError, ApiResult};
-pub use runtime::{App, Options};
+pub use weir_runtime::{Options, Services};
 
 use auth::{Caller, Scope};
 
 /// The API router over a started [`App`].
 pub fn router(app: Arc<App>) -> Router {
-    let max_body = app.options.max_body;
+    let max_body = app.rt.options.max_body;
     Router::new()
         .route("/healthz", get(meta::healthz))
         .route("/metrics", get(meta::metrics))
@@ -91,7 +90,7 @@ pub fn router(app: Arc<App>) -> Router {
 /// Checks the request's token for `scope` (the one place routes authorise).
 pub(crate) async fn authorize(app: &App, headers: &HeaderMap, scope: Scope) -> ApiResult<Caller> {
     app.tokens
-        .require(app.catalog.as_ref(), headers, scope)
+        .require(app.rt.catalog.as_ref(), headers, scope)
         .await
 }
 
@@ -208,8 +207,13 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let workers = app.start_workers(stop_rx.clone());
-    let pruning = retention::schedule(app.clone(), app.retention().clone(), stop_rx);
+    let workers = app.rt.start_workers(stop_rx.clone());
+    let cache = app.clone();
+    let pruning = weir_runtime::retention::schedule(
+        app.rt.clone(),
+        move |id| cache.records.forget(id),
+        stop_rx,
+    );
     let service = router(app.clone()).into_make_service_with_connect_info::<SocketAddr>();
     let stop = stop_tx.clone();
     let closing = app.closing.clone();
@@ -221,7 +225,7 @@ pub async fn serve(
         })
         .await;
     let _ = stop_tx.send(true);
-    app.drain(workers).await;
+    app.rt.drain(workers).await;
     if let Some(p) = pruning {
         let _ = p.await;
     }
@@ -232,10 +236,11 @@ pub async fn serve(
 /// token when there is none; returns that token's value (to print once).
 pub async fn first_start(app: &App) -> Result<Option<String>, String> {
     examples::seed(app).await?;
-    let tokens = app.catalog.tokens().await.map_err(|e| e.to_string())?;
+    let tokens = app.rt.catalog.tokens().await.map_err(|e| e.to_string())?;
     if tokens.is_empty() {
         let (row, value) = auth::mint("initial admin", Scope::Admin).map_err(|e| e.message)?;
-        app.catalog
+        app.rt
+            .catalog
             .create_token(&row)
             .await
             .map_err(|e| e.to_string())?;

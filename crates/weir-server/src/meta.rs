@@ -11,14 +11,14 @@ use weir_core::record::RunStatus;
 
 use crate::auth::Scope;
 use crate::error::ApiResult;
-use crate::runtime::BUCKETS;
 use crate::{App, authorize};
+use weir_runtime::BUCKETS;
 
 #[utoipa::path(get, path = "/healthz", tag = "meta",
     responses((status = 200, description = "the server is up and its store answers", body = String),
               (status = 503, description = "the store does not answer", body = String)))]
 pub async fn healthz(State(app): State<Arc<App>>) -> impl IntoResponse {
-    match app.store.count_by_status().await {
+    match app.rt.store.count_by_status().await {
         Ok(_) => (axum::http::StatusCode::OK, "ok\n"),
         Err(_) => (
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -35,7 +35,7 @@ pub async fn metrics(
     headers: HeaderMap,
 ) -> ApiResult<impl IntoResponse> {
     authorize(&app, &headers, Scope::Read).await?;
-    let counts = app.store.count_by_status().await?;
+    let counts = app.rt.store.count_by_status().await?;
     let mut out = String::new();
     let _ = writeln!(out, "# HELP weir_runs Runs in the store by status.");
     let _ = writeln!(out, "# TYPE weir_runs gauge");
@@ -58,7 +58,7 @@ pub async fn metrics(
     let _ = writeln!(out, "# HELP weir_queue_depth Runs waiting for a worker.");
     let _ = writeln!(out, "# TYPE weir_queue_depth gauge");
     let _ = writeln!(out, "weir_queue_depth {queued}");
-    let m = &app.metrics;
+    let m = &app.rt.metrics;
     let _ = writeln!(
         out,
         "# HELP weir_step_duration_seconds Step latency, steps driven by this server."

@@ -166,7 +166,7 @@ pub async fn create(
         ),
         None => None,
     };
-    let saved = app.catalog.workflow(&id).await?.latest;
+    let saved = app.rt.catalog.workflow(&id).await?.latest;
     let mut created = start(
         &app,
         &saved,
@@ -177,7 +177,7 @@ pub async fn create(
     .await?;
     if !created.created {
         // The first request's run, as it is now.
-        let first = app.store.load_run(&created.run_id).await?;
+        let first = app.rt.store.load_run(&created.run_id).await?;
         created.status = first.status.as_str().into();
         if let Some(pin) = first.pin {
             created.workflow_id = pin.workflow_id;
@@ -196,7 +196,7 @@ async fn start(
     key: Option<String>,
     reuse: Option<weir_engine::Reuse>,
 ) -> ApiResult<RunCreated> {
-    let rt = app.runtime();
+    let rt = app.rt.generation();
     let path = doc_path(&saved.workflow_id, &saved.format);
     let wf = rt.workflow(&path, &saved.source).map_err(|diags| {
         ApiError::invalid(format!(
@@ -236,7 +236,7 @@ async fn start(
         }
     };
     if created.created {
-        app.wake();
+        app.rt.wake();
     }
     Ok(RunCreated {
         run_id: created.run_id,
@@ -279,6 +279,7 @@ pub async fn list(
         })
         .transpose()?;
     let runs = app
+        .rt
         .store
         .list_runs(&RunFilter {
             limit: limit + 1,
@@ -343,7 +344,7 @@ pub async fn get_one(
     if let Some(body) = app.records.get(&id) {
         return Ok(json(body));
     }
-    let record = app.store.get_record(&id).await?;
+    let record = app.rt.store.get_record(&id).await?;
     let body = axum::body::Bytes::from(
         serde_json::to_vec(&record).map_err(|e| ApiError::internal(e.to_string()))?,
     );
@@ -362,8 +363,8 @@ async fn decide(
 ) -> ApiResult<Json<Decided>> {
     let caller = authorize(app, headers, Scope::Approve).await?;
     let req: DecideBody = body.json()?;
-    let stored = app.store.load_run(id).await?;
-    let rt = app.runtime();
+    let stored = app.rt.store.load_run(id).await?;
+    let rt = app.rt.generation();
     let wf = rt
         .workflow(&stored.source_path, &stored.source_text)
         .map_err(|_| ApiError::internal(format!("the workflow of run {id} no longer compiles")))?;
@@ -394,18 +395,14 @@ async fn decide(
             },
         )
         .await?;
-    app.hub.changed(id);
+    app.rt.hub.changed(id);
     if decided.status == RunStatus::Queued {
-        app.wake();
-    } else if decided.status.is_terminal() && crate::otel::enabled() {
+        app.rt.wake();
+    } else if decided.status.is_terminal() && weir_runtime::otel::enabled() {
         // A rejection ends the run here, not in a worker: its trace goes from here.
-        let store = app.store.clone();
+        let rt = app.rt.clone();
         let run_id = decided.run_id.clone();
-        tokio::spawn(async move {
-            if let Ok(record) = store.get_record(&run_id).await {
-                crate::otel::export(&record).await;
-            }
-        });
+        tokio::spawn(async move { rt.export_trace(&run_id).await });
     }
     Ok(Json(Decided {
         run_id: decided.run_id,
@@ -463,11 +460,12 @@ pub async fn cancel(
 ) -> ApiResult<(StatusCode, Json<Cancelled>)> {
     let caller = authorize(&app, &headers, Scope::Run).await?;
     let out = app
-        .runtime()
+        .rt
+        .generation()
         .engine
         .cancel(&id, &format!("token:{}", caller.name))
         .await?;
-    app.hub.changed(&id);
+    app.rt.hub.changed(&id);
     Ok((
         StatusCode::ACCEPTED,
         Json(Cancelled {
@@ -498,7 +496,7 @@ pub async fn rerun(
 ) -> ApiResult<(StatusCode, Json<RunCreated>)> {
     authorize(&app, &headers, Scope::Run).await?;
     let req: RerunBody = body.json()?;
-    let stored = app.store.load_run(&id).await.map_err(|e| match e {
+    let stored = app.rt.store.load_run(&id).await.map_err(|e| match e {
         weir_core::store::StoreError::NotFound(_) => runs_id(&id),
         other => other.into(),
     })?;
@@ -508,8 +506,13 @@ pub async fn rerun(
         ))
     })?;
     let saved = match req.version.as_deref().unwrap_or("pinned") {
-        "pinned" => app.catalog.version(&pin.workflow_id, pin.version).await?,
-        "latest" => app.catalog.workflow(&pin.workflow_id).await?.latest,
+        "pinned" => {
+            app.rt
+                .catalog
+                .version(&pin.workflow_id, pin.version)
+                .await?
+        }
+        "latest" => app.rt.catalog.workflow(&pin.workflow_id).await?.latest,
         other => {
             return Err(ApiError::invalid(format!(
                 "version must be `pinned` or `latest`, not `{other}`"
@@ -519,7 +522,7 @@ pub async fn rerun(
     let reuse = match &req.from {
         None => Vec::new(),
         Some(from) => {
-            let record = app.store.get_record(&id).await?;
+            let record = app.rt.store.get_record(&id).await?;
             let first = record
                 .steps
                 .iter()

@@ -60,7 +60,13 @@ impl Follow {
             if self.ended || *self.closing.borrow() {
                 return None;
             }
-            match self.app.store.events_after(&self.run_id, self.after).await {
+            match self
+                .app
+                .rt
+                .store
+                .events_after(&self.run_id, self.after)
+                .await
+            {
                 Ok(events) if !events.is_empty() => {
                     self.queue.extend(events);
                     continue;
@@ -70,9 +76,15 @@ impl Follow {
                     // final event) or was deleted by retention has nothing more to send.
                     // (The status changes in the transaction that writes the final event, so
                     // the log is read once more: the run may have ended since the read above.)
-                    match self.app.store.load_run(&self.run_id).await {
+                    match self.app.rt.store.load_run(&self.run_id).await {
                         Ok(run) if run.status.is_terminal() => {
-                            match self.app.store.events_after(&self.run_id, self.after).await {
+                            match self
+                                .app
+                                .rt
+                                .store
+                                .events_after(&self.run_id, self.after)
+                                .await
+                            {
                                 Ok(rest) if !rest.is_empty() => {
                                     self.queue.extend(rest);
                                     continue;
@@ -154,8 +166,8 @@ pub async fn events(
         ));
     }
     // Subscribe before the first read, so no wake-up falls between the two.
-    let wake = app.hub.subscribe();
-    app.store.load_run(&id).await?;
+    let wake = app.rt.hub.subscribe();
+    app.rt.store.load_run(&id).await?;
     let closing = app.closing.subscribe();
     let follow = Follow {
         closing,

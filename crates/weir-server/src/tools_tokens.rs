@@ -216,20 +216,21 @@ pub async fn list_tools(
 ) -> ApiResult<Json<ToolList>> {
     authorize(&app, &headers, Scope::Read).await?;
     let mut tools: Vec<ToolOut> = app
+        .rt
         .file_tools()
         .keys()
         .map(|name| ToolOut {
             name: name.clone(),
             source: "weir.toml".into(),
             // A file tool's headers may hold secrets' templates: only its kind is shown.
-            definition: serde_json::json!({"kind": match app.file_tools()[name] {
+            definition: serde_json::json!({"kind": match app.rt.file_tools()[name] {
                 CustomTool::Http { .. } => "http",
                 CustomTool::Mcp { .. } => "mcp",
             }}),
         })
         .collect();
-    for t in app.catalog.tools().await? {
-        if !app.file_tools().contains_key(&t.name) {
+    for t in app.rt.catalog.tools().await? {
+        if !app.rt.file_tools().contains_key(&t.name) {
             tools.push(ToolOut {
                 name: t.name,
                 source: "api".into(),
@@ -255,7 +256,7 @@ pub async fn create_tool(
     authorize(&app, &headers, Scope::Admin).await?;
     let req: ToolBody = body.json()?;
     check_name(&req.name)?;
-    if app.file_tools().contains_key(&req.name) {
+    if app.rt.file_tools().contains_key(&req.name) {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "conflict",
@@ -271,14 +272,15 @@ pub async fn create_tool(
             "not a custom tool definition ({e}); give `kind` (`http` with `url`, or `mcp` with `server` and `tool`)"
         ))
     })?;
-    app.catalog
+    app.rt
+        .catalog
         .put_tool(&ToolRow {
             name: req.name.clone(),
             definition: definition.clone(),
             created_at: weir_core::store::now_rfc3339(),
         })
         .await?;
-    app.reload_tools().await.map_err(ApiError::invalid)?;
+    app.rt.reload_tools().await.map_err(ApiError::invalid)?;
     Ok((
         StatusCode::CREATED,
         Json(ToolOut {
@@ -300,8 +302,8 @@ pub async fn delete_tool(
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
     authorize(&app, &headers, Scope::Admin).await?;
-    app.catalog.delete_tool(&name).await?;
-    app.reload_tools().await.map_err(ApiError::internal)?;
+    app.rt.catalog.delete_tool(&name).await?;
+    app.rt.reload_tools().await.map_err(ApiError::internal)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -326,13 +328,15 @@ pub struct ModelsOut {
     security(("bearer" = ["read"])))]
 pub async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> ApiResult<Json<ModelsOut>> {
     authorize(&app, &headers, Scope::Read).await?;
-    let s = &app.runtime().settings;
+    let s = &app.rt.generation().settings;
     Ok(Json(ModelsOut {
         allow: s.models.allow.clone(),
         providers: s.providers.allow.clone(),
         named_providers: s.providers.named.keys().cloned().collect(),
-        known: weir_providers::pricing::known_models()
-            .map(str::to_string)
+        known: app
+            .rt
+            .known_models()
+            .into_iter()
             .chain(s.pricing.keys().cloned())
             .filter(|m| s.model_allowed(m))
             .fold(Vec::new(), |mut v, m| {
@@ -377,6 +381,7 @@ pub async fn list_tokens(
 ) -> ApiResult<Json<TokenList>> {
     authorize(&app, &headers, Scope::Admin).await?;
     let tokens = app
+        .rt
         .catalog
         .tokens()
         .await?
@@ -408,7 +413,7 @@ pub async fn create_token(
         return Err(ApiError::invalid("name must be 1 to 100 characters"));
     }
     let (row, token) = mint(&req.name, req.scope)?;
-    app.catalog.create_token(&row).await?;
+    app.rt.catalog.create_token(&row).await?;
     Ok((
         StatusCode::CREATED,
         Json(TokenCreated {
@@ -431,7 +436,8 @@ pub async fn revoke_token(
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
     authorize(&app, &headers, Scope::Admin).await?;
-    app.catalog
+    app.rt
+        .catalog
         .revoke_token(&id, &weir_core::store::now_rfc3339())
         .await?;
     app.tokens.forget(&id);

@@ -188,7 +188,7 @@ async fn save(
     let text = body.text()?;
     let format = format_of(body, text);
     let provisional = id.clone().unwrap_or_else(|| "workflow".into());
-    let rt = app.runtime();
+    let rt = app.rt.generation();
     let validated = rt
         .compile(&doc_path(&provisional, format), text)
         .map_err(invalid_workflow)?;
@@ -196,6 +196,7 @@ async fn save(
     let id = id.unwrap_or_else(|| slug(&wf.name));
     check_id(&id)?;
     Ok(app
+        .rt
         .catalog
         .put_workflow(&NewVersion {
             workflow_id: id,
@@ -218,6 +219,7 @@ pub async fn list(
 ) -> ApiResult<Json<WorkflowList>> {
     authorize(&app, &headers, Scope::Read).await?;
     let workflows = app
+        .rt
         .catalog
         .workflows()
         .await?
@@ -246,7 +248,7 @@ pub async fn create(
         check_id(id)?;
     }
     let saved = save(&app, q.id, &body, true).await?;
-    let entry = app.catalog.workflow(&saved.workflow_id).await?;
+    let entry = app.rt.catalog.workflow(&saved.workflow_id).await?;
     Ok((StatusCode::CREATED, Json(out(entry))))
 }
 
@@ -260,7 +262,7 @@ pub async fn get_one(
     Path(id): Path<String>,
 ) -> ApiResult<Json<WorkflowOut>> {
     authorize(&app, &headers, Scope::Read).await?;
-    Ok(Json(out(app.catalog.workflow(&id).await?)))
+    Ok(Json(out(app.rt.catalog.workflow(&id).await?)))
 }
 
 #[utoipa::path(put, path = "/api/workflows/{id}", tag = "workflows",
@@ -280,7 +282,7 @@ pub async fn put(
     authorize(&app, &headers, Scope::Admin).await?;
     check_id(&id)?;
     save(&app, Some(id.clone()), &body, false).await?;
-    Ok(Json(out(app.catalog.workflow(&id).await?)))
+    Ok(Json(out(app.rt.catalog.workflow(&id).await?)))
 }
 
 #[utoipa::path(delete, path = "/api/workflows/{id}", tag = "workflows",
@@ -294,7 +296,7 @@ pub async fn delete(
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
     authorize(&app, &headers, Scope::Admin).await?;
-    app.catalog.delete_workflow(&id).await?;
+    app.rt.catalog.delete_workflow(&id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -309,6 +311,7 @@ pub async fn versions(
 ) -> ApiResult<Json<VersionList>> {
     authorize(&app, &headers, Scope::Read).await?;
     let versions = app
+        .rt
         .catalog
         .versions(&id)
         .await?
@@ -331,7 +334,7 @@ pub async fn version(
     let v: u32 = v
         .parse()
         .map_err(|_| ApiError::not_found(format!("workflow {id} has no version {v}")))?;
-    Ok(Json(version_out(app.catalog.version(&id, v).await?)))
+    Ok(Json(version_out(app.rt.catalog.version(&id, v).await?)))
 }
 
 #[utoipa::path(post, path = "/api/workflows/{id}/validate", tag = "workflows",
@@ -344,9 +347,10 @@ pub async fn validate_saved(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Validation>> {
     authorize(&app, &headers, Scope::Read).await?;
-    let wf = app.catalog.workflow(&id).await?.latest;
+    let wf = app.rt.catalog.workflow(&id).await?.latest;
     let diags = app
-        .runtime()
+        .rt
+        .generation()
         .compile(&doc_path(&id, &wf.format), &wf.source)
         .map_or_else(|d| d, |v| v.warnings);
     Ok(Json(report(diags)))
@@ -368,7 +372,8 @@ pub async fn validate_unsaved(
     let text = body.text()?;
     let format = format_of(&body, text);
     let diags = app
-        .runtime()
+        .rt
+        .generation()
         .compile(&doc_path("workflow", format), text)
         .map_or_else(|d| d, |v| v.warnings);
     Ok(Json(report(diags)))

@@ -9,8 +9,30 @@ use axum::body::{Body, to_bytes};
 use axum::http::{Method, Request, StatusCode};
 use serde_json::{Value, json};
 use tower::ServiceExt;
+use weir_core::settings::Settings;
 use weir_server::auth::{Scope, mint};
-use weir_server::{App, Options};
+use weir_server::{App, Options, Services};
+
+/// The real implementations, as the binary wires them for `weir serve`.
+struct Real;
+
+impl weir_runtime::Implementations for Real {
+    fn build(&self, settings: &Settings) -> Result<weir_runtime::Parts, String> {
+        Ok(weir_runtime::Parts {
+            models: Arc::new(weir_providers::Router::new(settings.clone())?),
+            tools: Arc::new(weir_tools::Registry::serving(settings.clone())?),
+            scripts: Arc::new(weir_script::Bun::from_env()),
+            check_models: Arc::new(weir_providers::Router::offline(settings.clone())),
+            check_tools: Arc::new(weir_tools::Registry::new(settings.clone())),
+        })
+    }
+
+    fn known_models(&self) -> Vec<String> {
+        weir_providers::pricing::known_models()
+            .map(str::to_string)
+            .collect()
+    }
+}
 
 struct Api {
     app: Arc<App>,
@@ -33,10 +55,14 @@ async fn api() -> Api {
             .await
             .unwrap(),
     );
+    let services = Services {
+        store: store.clone(),
+        catalog: store,
+        settings: Settings::default(),
+        implementations: Arc::new(Real),
+    };
     let app = App::new(
-        store.clone(),
-        store,
-        Default::default(),
+        services,
         Options {
             workers: 2,
             poll: Duration::from_millis(50),
@@ -54,9 +80,10 @@ async fn api() -> Api {
         ("revoked", Scope::Admin),
     ] {
         let (row, value) = mint(name, scope).unwrap();
-        app.catalog.create_token(&row).await.unwrap();
+        app.rt.catalog.create_token(&row).await.unwrap();
         if name == "revoked" {
-            app.catalog
+            app.rt
+                .catalog
                 .revoke_token(&row.id, "2026-01-01T00:00:00Z")
                 .await
                 .unwrap();
@@ -581,7 +608,7 @@ async fn bodies_are_capped_and_checked() {
 async fn runs_are_created_idempotently_driven_listed_and_paged() {
     let api = api().await;
     let stop = tokio::sync::watch::channel(false);
-    let _workers = api.app.start_workers(stop.1.clone());
+    let _workers = api.app.rt.start_workers(stop.1.clone());
     api.call(
         Method::POST,
         "/api/workflows",
@@ -685,7 +712,7 @@ async fn runs_are_created_idempotently_driven_listed_and_paged() {
 async fn of_concurrent_approvals_exactly_one_wins() {
     let api = api().await;
     let stop = tokio::sync::watch::channel(false);
-    let _workers = api.app.start_workers(stop.1.clone());
+    let _workers = api.app.rt.start_workers(stop.1.clone());
     api.call(
         Method::POST,
         "/api/workflows?id=gate",

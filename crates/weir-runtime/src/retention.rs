@@ -1,6 +1,6 @@
 //! Retention (DESIGN §8): ended runs older than `[retention] older_than` are deleted on a
 //! schedule, so the database does not grow without bound. Paused, queued and running runs
-//! are never touched (the store refuses to), and deleted runs leave the record cache.
+//! are never touched (the store refuses to); whoever caches records hears of each deletion.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use weir_core::record::RunStatus;
 use weir_core::settings::{RetentionSettings, parse_age};
 
-use crate::App;
+use crate::Runtime;
 
 /// The time before which ended runs go, for an age.
 pub fn cutoff(age: Duration) -> String {
@@ -30,36 +30,36 @@ pub fn statuses(names: &[String]) -> Result<Vec<RunStatus>, String> {
         .collect()
 }
 
-/// Deletes what the policy says may go now; returns how many runs were deleted.
-pub async fn prune_once(app: &App, policy: &RetentionSettings) -> Result<usize, String> {
+/// Deletes what the policy says may go now; returns the deleted runs' ids.
+pub async fn prune_once(rt: &Runtime, policy: &RetentionSettings) -> Result<Vec<String>, String> {
     let before = cutoff(parse_age(&policy.older_than)?);
-    let ids = app
-        .store
+    rt.store
         .prune(&before, &statuses(&policy.statuses)?)
         .await
-        .map_err(|e| e.to_string())?;
-    for id in &ids {
-        app.records.forget(id);
-    }
-    Ok(ids.len())
+        .map_err(|e| e.to_string())
 }
 
-/// Prunes every `[retention] every` until `stop` turns true (nothing without `[retention]`).
+/// Prunes every `[retention] every` until `stop` turns true (nothing without `[retention]`);
+/// `forget` hears each deleted run's id.
 pub fn schedule(
-    app: Arc<App>,
-    policy: Option<RetentionSettings>,
+    rt: Arc<Runtime>,
+    forget: impl Fn(&str) + Send + 'static,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Option<tokio::task::JoinHandle<()>> {
-    let policy = policy?;
+    let policy = rt.retention()?.clone();
     let every = parse_age(&policy.every).unwrap_or(Duration::from_secs(3600));
     Some(tokio::spawn(async move {
         loop {
-            match prune_once(&app, &policy).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(
-                    "retention: pruned {n} runs older than {}",
-                    policy.older_than
-                ),
+            match prune_once(&rt, &policy).await {
+                Ok(ids) if ids.is_empty() => {}
+                Ok(ids) => {
+                    ids.iter().for_each(|id| forget(id));
+                    tracing::info!(
+                        "retention: pruned {} runs older than {}",
+                        ids.len(),
+                        policy.older_than
+                    );
+                }
                 Err(e) => tracing::warn!("retention: {e}"),
             }
             tokio::select! {
