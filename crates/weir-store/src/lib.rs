@@ -1,11 +1,13 @@
-//! weir-store: run stores behind [`weir_core::RunStore`] (DESIGN §8).
+//! weir-store: the stores behind [`weir_core::RunStore`] and [`weir_core::catalog::Catalog`].
 //!
-//! SQLite is the embedded default (WAL, one file); [`Memory`] serves tests and benchmarks.
-//! Both apply the same lifecycle (the rules in `rules.rs`): runs are claimed under a lease
-//! whose epoch fences every write of a drive; each finished step is committed in one
-//! transaction with the run's scheduler snapshot and the events reporting it, so a crash
-//! loses at most the steps in flight and a resumed run never repeats a completed step. Both
-//! pass the conformance suite in `tests/conformance.rs`.
+//! Three backends: [`Sqlite`], the embedded default (WAL, one file); [`Postgres`], for
+//! several `weir serve` and `weir worker` processes on one database; [`Memory`], for tests
+//! and benchmarks. All three apply the same lifecycle (the rules in `rules.rs`): runs are
+//! claimed under a lease whose epoch fences every write of a drive; each finished step is
+//! committed in one transaction with the run's scheduler snapshot and the events reporting
+//! it, so a crash loses at most the steps in flight and a resumed run never repeats a
+//! completed step. All three pass the conformance suite in `tests/conformance.rs`; why the
+//! SQL backends are shaped as they are is in `docs/dev/storage.md`.
 
 mod attempts;
 mod cols;
