@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use weir_core::RunStore;
 use weir_core::catalog::Catalog;
 use weir_core::record::RunStatus;
-use weir_server::auth::{Scope, mint};
 use weir_core::settings::Settings;
+use weir_server::auth::{Scope, mint};
 use weir_server::{App, Options, Services};
 
 use crate::emit;

@@ -26,7 +26,8 @@ pub fn template(dialect: &str, path: &str) -> Result<String> {
     Ok(text.replace("weir run FILE", &format!("weir run {path}")))
 }
 
-pub fn run(env: &Env, file: &str, dialect: &str, force: bool) -> Result<u8> {
+pub fn run(env: &Env, args: crate::cli::InitArgs) -> Result<u8> {
+    let (file, dialect, force) = (args.file.as_str(), args.dialect.as_str(), args.force);
     let text = template(dialect, file)?;
     let path = std::path::Path::new(file);
     if path.exists() && !force {

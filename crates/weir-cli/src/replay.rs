@@ -63,7 +63,8 @@ struct Report<'a> {
     differences: &'a [Difference],
 }
 
-pub async fn run(env: &Env, run_id: &str, workflow: Option<&str>, as_json: bool) -> Result<u8> {
+pub async fn run(env: &Env, args: crate::cli::ReplayArgs) -> Result<u8> {
+    let (run_id, workflow, as_json) = (args.run_id.as_str(), args.workflow.as_deref(), args.json);
     let store = wiring::store(env, wiring::Open::MustExist).await?;
     let run_id = wiring::resolve_run(env, store.as_ref(), run_id).await?;
     let recorded = store.get_record(&run_id).await?;

@@ -1,21 +1,11 @@
-//! `weir serve`, `weir worker` and `weir tokens`.
-
-use std::time::Duration;
+//! `weir serve` (the runtime and the HTTP API) and `weir worker` (the runtime alone).
 
 use anyhow::{Context, Result};
 use weir_runtime::{Options, Runtime};
 use weir_server::App;
-use weir_server::auth::Scope;
 
-use crate::wiring::{self, Env, Open};
-
-pub struct ServeArgs {
-    pub listen: String,
-    pub workers: usize,
-    pub runs_per_worker: usize,
-    pub max_body: usize,
-    pub grace: Duration,
-}
+use crate::cli::{ServeArgs, WorkerArgs, seconds};
+use crate::wiring::{self, Env};
 
 /// Resolves on SIGTERM or Ctrl-C.
 async fn stop_signal() {
@@ -37,9 +27,9 @@ async fn stop_signal() {
 pub async fn serve(env: &Env, args: ServeArgs) -> Result<u8> {
     let options = Options {
         workers: args.workers,
-        runs_per_worker: args.runs_per_worker,
+        runs_per_worker: args.runs_per_worker.max(1),
         max_body: args.max_body,
-        grace: args.grace,
+        grace: seconds(args.grace),
         ..Options::default()
     };
     let app = App::new(wiring::serving(env).await?, options)
@@ -75,17 +65,13 @@ pub async fn serve(env: &Env, args: ServeArgs) -> Result<u8> {
     Ok(0)
 }
 
-pub async fn worker(
-    env: &Env,
-    concurrency: usize,
-    name: Option<String>,
-    grace: Duration,
-) -> Result<u8> {
+pub async fn worker(env: &Env, args: WorkerArgs) -> Result<u8> {
+    let concurrency = args.concurrency.max(1);
     let options = Options {
         workers: 1,
         runs_per_worker: concurrency,
-        grace,
-        owner: name.unwrap_or_else(weir_engine::process_owner),
+        grace: seconds(args.grace),
+        owner: args.name.unwrap_or_else(weir_engine::process_owner),
         ..Options::default()
     };
     let rt = Runtime::new(wiring::serving(env).await?, options)
@@ -102,61 +88,5 @@ pub async fn worker(
     stop_signal().await;
     let _ = stop_tx.send(true);
     rt.drain(workers).await;
-    Ok(0)
-}
-
-pub async fn tokens_create(env: &Env, name: &str, scope: &str, as_json: bool) -> Result<u8> {
-    let scope = Scope::parse(scope)
-        .ok_or_else(|| crate::Usage(format!("--scope {scope}: use read, run, approve or admin")))?;
-    let store = wiring::store(env, Open::CreateIfMissing).await?;
-    let (row, token) =
-        weir_server::auth::mint(name, scope).map_err(|e| anyhow::anyhow!(e.message))?;
-    weir_core::catalog::Catalog::create_token(store.as_ref(), &row).await?;
-    if as_json {
-        println!(
-            "{}",
-            serde_json::json!({"id": row.id, "name": row.name, "scope": row.scope,
-                               "created_at": row.created_at, "token": token})
-        );
-    } else {
-        println!("{token}");
-        eprintln!(
-            "token {} ({}, scope {}) created; it is shown this once. Revoke: weir tokens revoke {}",
-            row.id, row.name, row.scope, row.id
-        );
-    }
-    Ok(0)
-}
-
-pub async fn tokens_list(env: &Env, as_json: bool) -> Result<u8> {
-    let store = wiring::store(env, Open::MustExist).await?;
-    let tokens = weir_core::catalog::Catalog::tokens(store.as_ref()).await?;
-    if as_json {
-        println!("{}", serde_json::to_string_pretty(&tokens)?);
-        return Ok(0);
-    }
-    if tokens.is_empty() {
-        println!("no tokens (weir tokens create --scope run --name ci makes one)");
-    }
-    for t in tokens {
-        println!(
-            "{}  {:<8} {:<24} {}{}",
-            t.id,
-            t.scope,
-            t.name,
-            t.created_at,
-            t.revoked_at
-                .map(|r| format!("  revoked {r}"))
-                .unwrap_or_default()
-        );
-    }
-    Ok(0)
-}
-
-pub async fn tokens_revoke(env: &Env, id: &str) -> Result<u8> {
-    let store = wiring::store(env, Open::MustExist).await?;
-    weir_core::catalog::Catalog::revoke_token(store.as_ref(), id, &weir_core::store::now_rfc3339())
-        .await?;
-    println!("token {id} revoked");
     Ok(0)
 }

@@ -179,7 +179,8 @@ struct Outcome {
     ms: u128,
 }
 
-pub async fn run(env: &Env, paths: &[String], record: Option<&str>) -> Result<u8> {
+pub async fn run(env: &Env, args: crate::cli::TestArgs) -> Result<u8> {
+    let (paths, record) = (&args.paths, args.record.as_deref());
     if let Some(run_id) = record {
         return write_recorded(env, run_id, paths).await;
     }

@@ -57,7 +57,8 @@ pub fn companion(path: &str) -> Option<&'static str> {
     }
 }
 
-pub fn run(env: &Env, files: &[String], deny_warnings: bool, as_json: bool) -> Result<u8> {
+pub fn run(env: &Env, args: crate::cli::ValidateArgs) -> Result<u8> {
+    let (files, deny_warnings, as_json) = (&args.files, args.deny_warnings, args.json);
     let mut reports = Vec::new();
     let mut any_error = false;
     // `weir validate examples/graph/*.json` names the companions too: they are skipped, and

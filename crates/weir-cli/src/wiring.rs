@@ -20,6 +20,26 @@ pub struct Env {
 }
 
 impl Env {
+    /// The environment of a command: the store from `--db` (`db`), else `$WEIR_DB`, else the
+    /// default path; the settings read from weir.toml; `--model`.
+    pub fn new(db: Option<String>, settings: Settings, model: Option<String>) -> Self {
+        let db_is_default = db.is_none() && std::env::var("WEIR_DB").map_or(true, |v| v.is_empty());
+        let db_from = if db.is_some() {
+            "--db"
+        } else if db_is_default {
+            "the default path"
+        } else {
+            "WEIR_DB"
+        };
+        Self {
+            db: db.unwrap_or_else(weir_store::default_url),
+            db_is_default,
+            settings,
+            model,
+            db_from,
+        }
+    }
+
     /// The flags a printed command needs to act on the same run the same way (` --db PATH`
     /// for a database other than the default, ` --model NAME` when given), so a hint can be
     /// pasted as it is.
