@@ -386,10 +386,10 @@ async fn bench_durable(which: &[(&str, bool)]) {
         let commits_before = weir_store::Sqlite::commits();
         // WEIR_BENCH_INPUT: the runs' input as JSON instead of `{"last": ""}`; e.g. with a
         // key no node writes, as a real run's input has, to weigh snapshot patches.
-        let input = std::env::var("WEIR_BENCH_INPUT")
-            .ok()
-            .map(|v| serde_json::from_str(&v).expect("WEIR_BENCH_INPUT is JSON"))
-            .unwrap_or_else(|| json!({"last": ""}));
+        let input = std::env::var("WEIR_BENCH_INPUT").ok().map_or_else(
+            || json!({"last": ""}),
+            |v| serde_json::from_str(&v).expect("WEIR_BENCH_INPUT is JSON"),
+        );
         let wf = chain(n);
         run(&e, &wf, input.clone()).await; // warm-up
         let mut batches = Vec::new();
@@ -571,14 +571,14 @@ async fn bench_paused() {
         .filter_map(|f| std::fs::metadata(dir.path().join(f)).ok())
         .map(|m| m.len())
         .sum();
-    emit("paused", "runs", runs as f64, "count");
+    emit("paused", "runs", f64::from(runs), "count");
     emit("paused", "create_wall_time", dt, "s");
     emit("paused", "rss_after", status_kib("VmRSS:") / 1024.0, "MiB");
     emit("paused", "rss_before", before / 1024.0, "MiB");
     emit(
         "paused",
         "db_bytes_per_run",
-        db as f64 / runs as f64,
+        db as f64 / f64::from(runs),
         "bytes",
     );
 }
@@ -624,7 +624,7 @@ async fn bench_follow() {
     emit(
         "follow",
         "read_of_new_events",
-        t.elapsed().as_secs_f64() / reads as f64 * 1e6,
+        t.elapsed().as_secs_f64() / f64::from(reads) * 1e6,
         "us",
     );
     emit("follow", "events", all.len() as f64, "count");
@@ -646,7 +646,7 @@ fn main() {
     .expect("runtime");
     let t0 = Instant::now();
     rt.block_on(async {
-        println!("{}", json!({"bench": "env", "metric": "cpu_count", "value": std::thread::available_parallelism().map_or(1, |n| n.get()), "unit": ""}));
+        println!("{}", json!({"bench": "env", "metric": "cpu_count", "value": std::thread::available_parallelism().map_or(1, std::num::NonZero::get), "unit": ""}));
         if want("chain") { bench_chain().await; }
         if want("fanout") { bench_fanout().await; }
         if want("loop") { bench_loop().await; }

@@ -348,7 +348,7 @@ async fn raw_commits(store: Arc<Postgres>) {
     emit(
         "pg_raw",
         "commit_step",
-        t.elapsed().as_secs_f64() / n as f64 * 1e6,
+        t.elapsed().as_secs_f64() / f64::from(n) * 1e6,
         "us",
     );
 }

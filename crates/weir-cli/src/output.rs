@@ -209,7 +209,9 @@ impl Live {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, LiveState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn start(&self, step: u32, what: &str) {

@@ -351,7 +351,7 @@ fn render(r: &Report, recorded: &RunRecord, replayed: &RunRecord) -> String {
         r.workflow,
         recorded.status.as_str(),
         r.changed_workflow
-            .map_or("its recorded workflow".to_string(), |f| f.to_string())
+            .map_or("its recorded workflow".to_string(), ToString::to_string)
     );
     let differs = |s: &StepRecord| {
         r.differences

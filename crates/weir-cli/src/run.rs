@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 use serde_json::Value;
-use weir_core::record::RunStatus;
 use weir_core::Workflow;
+use weir_core::record::RunStatus;
 use weir_engine::{CancelOutcome, Decision, Engine, Lease, RunOutcome, Services, Source};
 
 use crate::cli::{ApproveArgs, RejectArgs, RunArgs};

@@ -531,8 +531,7 @@ async fn write_recorded(env: &Env, run_id: &str, paths: &[String]) -> Result<u8>
     let source = PathBuf::from(&stored.source_path);
     let stem = source
         .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "workflow".into());
+        .map_or_else(|| "workflow".into(), |s| s.to_string_lossy().into_owned());
     let target = match paths.first() {
         Some(p) => PathBuf::from(p),
         None => source.with_file_name(format!("{stem}.test.yaml")),
@@ -668,8 +667,7 @@ async fn write_recorded(env: &Env, run_id: &str, paths: &[String]) -> Result<u8>
         match (p, d) {
             (Some(p), Some(d)) => p
                 .strip_prefix(&d)
-                .map(|r| r.display().to_string())
-                .unwrap_or_else(|_| p.display().to_string()),
+                .map_or_else(|_| p.display().to_string(), |r| r.display().to_string()),
             _ => stored.source_path.clone(),
         }
     });

@@ -339,7 +339,7 @@ fn call(out: &mut String, indent: usize, c: &Value, more: bool, fold: Fold) {
             if more { ", repair asked" } else { "" }
         );
         for e in errs {
-            let e = e.as_str().map(str::to_string).unwrap_or_else(|| compact(e));
+            let e = e.as_str().map_or_else(|| compact(e), str::to_string);
             let _ = writeln!(out, "{:w$}- {e}", "", w = inner + 2);
         }
     } else if failed && more {
@@ -378,8 +378,7 @@ fn special(out: &mut String, s: &StepRecord, decisions: &[&Value], fold: Fold) {
             );
             let t = x["text"]
                 .as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| compact(&x["text"]));
+                .map_or_else(|| compact(&x["text"]), str::to_string);
             text(out, 4, &label, &t, fold);
         }
     }
@@ -397,7 +396,7 @@ fn special(out: &mut String, s: &StepRecord, decisions: &[&Value], fold: Fold) {
             let t = match v.get("answer") {
                 Some(Value::String(a)) => a.clone(),
                 Some(a) => compact(a),
-                None => v.as_str().map(str::to_string).unwrap_or_else(|| compact(v)),
+                None => v.as_str().map_or_else(|| compact(v), str::to_string),
             };
             text(out, 4, &format!("vote {}", i + 1), &t, fold);
         }
@@ -406,7 +405,7 @@ fn special(out: &mut String, s: &StepRecord, decisions: &[&Value], fold: Fold) {
                 out,
                 4,
                 "answer",
-                &a.as_str().map(str::to_string).unwrap_or_else(|| compact(a)),
+                &a.as_str().map_or_else(|| compact(a), str::to_string),
                 fold,
             );
         }

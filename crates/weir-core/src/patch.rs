@@ -58,7 +58,7 @@ pub struct Patch<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     reuse: Option<&'a BTreeMap<String, Vec<Reused>>>,
     loops: &'a BTreeMap<String, u32>,
-    pending: &'a Vec<crate::record::NodeId>,
+    pending: &'a Vec<NodeId>,
     /// Whole, or what changed since the last write.
     #[serde(skip_serializing_if = "Option::is_none")]
     completed: Option<&'a BTreeSet<NodeId>>,
@@ -103,7 +103,7 @@ pub struct SnapshotPatch {
     #[serde(default)]
     pub reuse: Option<BTreeMap<String, Vec<Reused>>>,
     pub loops: BTreeMap<String, u32>,
-    pub pending: Vec<crate::record::NodeId>,
+    pub pending: Vec<NodeId>,
     /// The completed nodes whole (a driver's first patch, and every patch an earlier weir
     /// wrote), or the changes since the patch or snapshot before.
     #[serde(default)]
@@ -549,7 +549,7 @@ fn changes<'a, V: PartialEq>(
     loop {
         match (a.peek(), b.peek()) {
             (None, None) => break,
-            (Some((x, _)), Some((y, _))) if std::sync::Arc::ptr_eq(x, y) || x == y => {
+            (Some((x, _)), Some((y, _))) if Arc::ptr_eq(x, y) || x == y => {
                 if let (Some((_, m)), Some((y, n))) = (a.next(), b.next())
                     && m != n
                 {
@@ -602,7 +602,7 @@ mod tests {
     /// A snapshot whose state holds a document no node writes: patches leave it out.
     fn snap() -> Snapshot {
         let mut s = Snapshot::default();
-        let state = std::sync::Arc::make_mut(&mut s.state);
+        let state = Arc::make_mut(&mut s.state);
         state.insert("input".into(), json!({"q": 1}));
         state.insert("doc".into(), json!("d".repeat(2 * WHOLE_BELOW)));
         s.pending = vec!["a".into()];
@@ -639,7 +639,7 @@ mod tests {
         for i in 0..(COMPACT_EVERY - 1) {
             let id = format!("n{i}");
             // A node ran: state written (flat and as a variable), bookkeeping moved.
-            let state = std::sync::Arc::make_mut(&mut now.state);
+            let state = Arc::make_mut(&mut now.state);
             state.insert(format!("k{}", i % 3), json!(i));
             t.touch(&format!("k{}", i % 3), None);
             let vars = state.entry("variables").or_insert_with(|| json!({}));

@@ -299,7 +299,9 @@ impl Settings {
             parse_age(&r.older_than).map_err(|e| format!("[retention] older_than: {e}"))?;
             parse_age(&r.every).map_err(|e| format!("[retention] every: {e}"))?;
             for st in &r.statuses {
-                if !crate::record::RunStatus::parse(st).is_some_and(|s| s.is_terminal()) {
+                if !crate::record::RunStatus::parse(st)
+                    .is_some_and(super::record::RunStatus::is_terminal)
+                {
                     return Err(format!(
                         "[retention] statuses: `{st}` is not an ended status (succeeded, failed, aborted, cancelled); paused and running runs are never pruned"
                     ));

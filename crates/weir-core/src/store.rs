@@ -557,9 +557,10 @@ fn put_digits(out: &mut [u8], mut n: i64) {
 
 /// A lease expiry as a reader sees it: `2026-01-01T00:00:30Z (in 12 s)`.
 pub fn describe_expiry(at_ms: i64) -> String {
-    let when = chrono::DateTime::from_timestamp_millis(at_ms)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-        .unwrap_or_else(|| at_ms.to_string());
+    let when = chrono::DateTime::from_timestamp_millis(at_ms).map_or_else(
+        || at_ms.to_string(),
+        |t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    );
     let left = (at_ms - now_ms()) as f64 / 1000.0;
     if left >= 0.0 {
         format!("{when} (in {left:.0} s)")

@@ -357,9 +357,10 @@ impl Cx {
         let timeout = self.number(node, cfg, "timeout_seconds", 0.001, 86_400.0);
         let retry_count = self.integer(node, cfg, "retry_count", 0, 10);
         weir_core::ir::AttemptPolicy {
-            timeout: timeout
-                .map(std::time::Duration::from_secs_f64)
-                .unwrap_or(weir_core::ir::DEFAULT_TIMEOUT),
+            timeout: timeout.map_or(
+                weir_core::ir::DEFAULT_TIMEOUT,
+                std::time::Duration::from_secs_f64,
+            ),
             retry_count: retry_count.unwrap_or(0) as u32,
         }
     }

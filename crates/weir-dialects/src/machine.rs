@@ -97,7 +97,7 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
             }
             None => None,
         },
-        None => ids.first().map(|s| s.to_string()),
+        None => ids.first().map(ToString::to_string),
     };
     let wf = workflow(name, nodes, edges, hop_ceiling, input_schema, start);
     cx.structure(&wf);

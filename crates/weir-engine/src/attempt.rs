@@ -124,8 +124,7 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
                     }
                     let wait = f
                         .retry_after
-                        .map(|r| r.min(MAX_RETRY_AFTER))
-                        .unwrap_or_else(|| AttemptPolicy::backoff(n + 1));
+                        .map_or_else(|| AttemptPolicy::backoff(n + 1), |r| r.min(MAX_RETRY_AFTER));
                     // The log shows the retry now, not when the step ends.
                     ctx.progress.send(EventKind::AttemptFailed {
                         step: ctx.seq,

@@ -37,7 +37,7 @@ pub fn call_site() -> Option<CallSite> {
 }
 
 /// Runs `f` with `site` as its call site.
-pub(crate) async fn at<F: std::future::Future>(site: CallSite, f: F) -> F::Output {
+pub(crate) async fn at<F: Future>(site: CallSite, f: F) -> F::Output {
     SITE.scope(site, f).await
 }
 
@@ -110,7 +110,10 @@ impl Recording {
         calls: &[weir_core::record::Call],
         most: usize,
     ) -> Vec<ModelCall> {
-        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
+        let mut used = self
+            .used
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let from = used.entry(site.clone()).or_insert(0);
         let mut out = Vec::new();
         while *from < calls.len() && out.len() < most {

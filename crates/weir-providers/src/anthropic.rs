@@ -6,6 +6,7 @@ use weir_core::{ErrorClass, ModelError, ModelRequest};
 
 use crate::http::{self, Reply};
 
+/// The Anthropic Messages API client.
 pub struct Anthropic {
     /// Built on first use: building one loads the platform's root certificates.
     client: std::sync::OnceLock<reqwest::Client>,
@@ -14,6 +15,7 @@ pub struct Anthropic {
 }
 
 impl Anthropic {
+    /// The client of `$ANTHROPIC_API_KEY` and `$ANTHROPIC_BASE_URL`.
     pub fn from_env() -> Self {
         Self {
             client: std::sync::OnceLock::new(),
@@ -27,6 +29,7 @@ impl Anthropic {
         }
     }
 
+    /// One call of `model`; faults classified, never retried here.
     pub async fn complete(&self, req: &ModelRequest, model: &str) -> Result<Reply, ModelError> {
         let key = self
             .api_key

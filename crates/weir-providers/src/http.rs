@@ -108,7 +108,7 @@ pub fn status_error(status: u16, headers: &reqwest::header::HeaderMap, body: &st
     err.retry_after = retry_after(headers);
     // A request the provider refuses as invalid (400, 404, 422, …) fails the same way when
     // sent again: not retried (the node's fallback models may still answer it).
-    if err.class == weir_core::ErrorClass::HttpError && (400..500).contains(&status) {
+    if err.class == ErrorClass::HttpError && (400..500).contains(&status) {
         err.retryable = false;
     }
     // A 429 for an exhausted quota or a spend limit will not clear up by waiting.

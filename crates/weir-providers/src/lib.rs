@@ -5,6 +5,8 @@
 //! `provider:model` prefix overrides, and `mock` is the built-in offline model. Each provider
 //! shares one HTTP client. Token usage is priced from [`pricing`].
 
+#![warn(missing_docs)]
+
 pub mod anthropic;
 mod http;
 pub mod mock;

@@ -23,23 +23,33 @@ use weir_core::{ErrorClass, ModelError, ModelRequest};
 
 use crate::http::Reply;
 
+/// One rule of a `WEIR_MOCK` script.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Rule {
+    /// The text the prompt must contain (`match`; empty: any prompt).
     #[serde(rename = "match", default)]
     pub pattern: String,
+    /// The reply text.
     pub reply: Option<String>,
+    /// An error class to fail with instead (`rate_limit`, `timeout`, …).
     pub error: Option<String>,
+    /// The error's message.
     pub message: Option<String>,
+    /// Tokens reported in.
     pub input_tokens: Option<u64>,
+    /// Tokens reported out.
     pub output_tokens: Option<u64>,
+    /// How long the reply takes.
     #[serde(default)]
     pub delay_ms: u64,
+    /// How many times the rule answers (default: every time).
     pub times: Option<u32>,
     #[serde(skip)]
     used: AtomicU32,
 }
 
+/// The offline `mock` model: scripted by rules, else a reply that fits the request.
 #[derive(Debug, Default)]
 pub struct Mock {
     rules: Vec<Rule>,
@@ -98,6 +108,7 @@ impl Mock {
         Ok(Self { rules })
     }
 
+    /// The reply of the first rule that matches `req`, else the default reply.
     pub async fn complete(&self, req: &ModelRequest) -> Result<Reply, ModelError> {
         let mut sent = req.system.clone().unwrap_or_default();
         for m in &req.messages {

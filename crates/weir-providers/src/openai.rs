@@ -7,6 +7,7 @@ use weir_core::{ErrorClass, ModelError, ModelRequest};
 
 use crate::http::{self, Reply};
 
+/// The OpenAI Chat Completions client (and any OpenAI-compatible server).
 pub struct OpenAi {
     /// Built on first use: building one loads the platform's root certificates.
     client: std::sync::OnceLock<reqwest::Client>,
@@ -39,6 +40,7 @@ impl OpenAi {
         }
     }
 
+    /// One call of `model`; faults classified, never retried here.
     pub async fn complete(&self, req: &ModelRequest, model: &str) -> Result<Reply, ModelError> {
         if self.api_key.is_none()
             && let Some(var) = &self.key_var

@@ -41,6 +41,7 @@ pub struct Pricing {
 }
 
 impl Pricing {
+    /// The built-in table with `[pricing]` overrides of weir.toml.
     pub fn new(overrides: BTreeMap<String, Price>) -> Self {
         Self { overrides }
     }

@@ -10,6 +10,8 @@
 //!
 //! Start reading at [`Runtime::new`] and [`Runtime::start_workers`] (`worker.rs`).
 
+#![warn(missing_docs)]
+
 pub mod hub;
 pub mod metrics;
 pub mod otel;

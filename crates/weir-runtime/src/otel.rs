@@ -154,9 +154,9 @@ fn failed(message: Option<&str>) -> Status {
 
 /// Every span of an ended run, the run's first.
 pub fn spans(r: &RunRecord, content: bool) -> Vec<SpanData> {
-    let trace = uuid::Uuid::parse_str(&r.run_id)
-        .map(|u| TraceId::from_bytes(*u.as_bytes()))
-        .unwrap_or(TraceId::from_bytes([1; 16]));
+    let trace = uuid::Uuid::parse_str(&r.run_id).map_or(TraceId::from_bytes([1; 16]), |u| {
+        TraceId::from_bytes(*u.as_bytes())
+    });
     let mut b = Builder {
         trace,
         scope: InstrumentationScope::builder("weir")
@@ -212,8 +212,8 @@ pub fn spans(r: &RunRecord, content: bool) -> Vec<SpanData> {
             KeyValue::new("weir.run_id", r.run_id.clone()),
             KeyValue::new("weir.node_id", s.node_id.clone()),
             KeyValue::new("weir.node_type", s.node_type.to_string()),
-            KeyValue::new("weir.step", s.seq as i64),
-            KeyValue::new("weir.visit", s.visit as i64),
+            KeyValue::new("weir.step", i64::from(s.seq)),
+            KeyValue::new("weir.visit", i64::from(s.visit)),
             KeyValue::new("weir.status", s.status.as_str()),
             KeyValue::new("weir.cost_usd", s.cost_usd),
             KeyValue::new("weir.attempts", s.attempts.len() as i64),
@@ -247,7 +247,7 @@ pub fn spans(r: &RunRecord, content: bool) -> Vec<SpanData> {
             };
             let mut attrs = vec![
                 KeyValue::new("weir.node_id", s.node_id.clone()),
-                KeyValue::new("weir.attempt", a.n as i64),
+                KeyValue::new("weir.attempt", i64::from(a.n)),
                 KeyValue::new("weir.cost_usd", a.cost_usd),
             ];
             if let Some(c) = &a.error_class {

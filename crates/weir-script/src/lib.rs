@@ -10,6 +10,8 @@
 //! weir.toml, plus `PATH`, `HOME`, `TMPDIR`, `LANG`, `LC_ALL`, `TZ`); the engine redacts
 //! every secret value from what it records, the captured output included.
 
+#![warn(missing_docs)]
+
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Instant;
@@ -52,6 +54,7 @@ pub struct Bun {
 }
 
 impl Bun {
+    /// bun from `$WEIR_BUN`, else `bun` on `PATH`.
     pub fn from_env() -> Self {
         Self {
             program: find_bun().unwrap_or_else(|| PathBuf::from("bun")),
@@ -140,7 +143,7 @@ impl ScriptRunner for Bun {
             .envs(
                 BASE_ENV
                     .iter()
-                    .map(|k| k.to_string())
+                    .map(ToString::to_string)
                     .chain(self.env.iter().cloned())
                     .filter_map(|k| std::env::var_os(&k).map(|v| (k, v))),
             )
@@ -186,8 +189,7 @@ impl ScriptRunner for Bun {
             let message = stderr
                 .lines()
                 .find(|l| l.contains("error") || l.contains("Error"))
-                .map(|l| l.trim().to_string())
-                .unwrap_or(message);
+                .map_or(message, |l| l.trim().to_string());
             return Err(ScriptError::Failed {
                 exit_code,
                 message,

@@ -1,8 +1,12 @@
 //! weir-server: the HTTP API of `weir serve` over a [`weir_runtime::Runtime`]. The server
 //! creates runs and decisions through the engine and never drives them: the runtime's
-//! workers claim and drive them under leases, like any `weir worker`. Every route but `/healthz` needs a bearer token with the
-//! route's scope; errors are `{"error": {"code", "message", "details"}}`; the OpenAPI 3.1
-//! document at `/api/openapi.json` is generated from the handlers below (utoipa).
+//! workers claim and drive them under leases, like any `weir worker`. Every route but
+//! `/healthz` needs a bearer token with the route's scope; errors are `{"error": {"code",
+//! "message", "details"}}`; the OpenAPI 3.1 document at `/api/openapi.json` is generated
+//! from the handlers below (utoipa).
+
+// utoipa's `#[utoipa::path(params(...))]` expands to qualified paths of the handlers' own types.
+#![allow(unused_qualifications)]
 
 mod app;
 pub mod auth;
@@ -204,7 +208,7 @@ impl Body {
 pub async fn serve(
     app: Arc<App>,
     listener: tokio::net::TcpListener,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let workers = app.rt.start_workers(stop_rx.clone());

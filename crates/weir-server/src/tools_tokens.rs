@@ -51,7 +51,7 @@ pub struct ToolBody {
 /// The handler reads [`ToolBody`].
 pub struct NewTool;
 
-impl utoipa::ToSchema for NewTool {}
+impl ToSchema for NewTool {}
 
 impl utoipa::PartialSchema for NewTool {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {

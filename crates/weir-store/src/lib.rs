@@ -9,6 +9,8 @@
 //! completed step. All three pass the conformance suite in `tests/conformance.rs`; why the
 //! SQL backends are shaped as they are is in `docs/dev/storage.md`.
 
+#![warn(missing_docs)]
+
 mod attempts;
 mod cols;
 mod memory;

@@ -20,6 +20,7 @@ use weir_core::store::{
 use crate::rules::{self, ClaimView};
 use weir_core::catalog::{Catalog, NewVersion, TokenRow, ToolRow, WorkflowEntry, WorkflowVersion};
 
+/// A store in memory: for tests, and (ephemeral) for benchmarks.
 #[derive(Default)]
 pub struct Memory {
     /// The runs, in shards by their id: a run's creation, its drive's writes and its end
@@ -187,6 +188,7 @@ impl MemRun {
 }
 
 impl Memory {
+    /// An empty store.
     pub fn new() -> Self {
         Self::default()
     }
@@ -380,7 +382,7 @@ impl RunStore for Memory {
     async fn renew(&self, lease: &mut Lease, ttl: Duration) -> Result<Written, StoreError> {
         let expires = now_ms() + ttl.as_millis() as i64;
         let ((), w) = self.with_lease(lease, "heartbeat", |run, _| {
-            run.lease_expires_at = Some(expires)
+            run.lease_expires_at = Some(expires);
         })?;
         lease.expires_at = expires;
         Ok(w)
@@ -703,7 +705,7 @@ impl MemCatalog {
 impl Catalog for Memory {
     async fn put_workflow(&self, v: &NewVersion) -> Result<WorkflowVersion, StoreError> {
         self.catalog(|c| {
-            let version = crate::rules::next_version(
+            let version = rules::next_version(
                 &v.workflow_id,
                 c.workflows
                     .get(&v.workflow_id)

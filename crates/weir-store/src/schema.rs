@@ -4,7 +4,7 @@
 pub const MIGRATIONS: &[(i64, &str)] = &[
     (
         1,
-        r#"
+        r"
 CREATE TABLE runs (
     id           TEXT PRIMARY KEY,
     workflow     TEXT NOT NULL,
@@ -52,11 +52,11 @@ CREATE TABLE events (
     body         TEXT NOT NULL
 );
 CREATE INDEX events_run ON events (run_id, id);
-"#,
+",
     ),
     (
         2,
-        r#"
+        r"
 -- One INSERT commits a finished step: the trigger writes the step row, its attempts and the
 -- run's snapshot in the same statement (so the same transaction), in one round trip to the
 -- database thread, and leaves nothing behind in this table.
@@ -80,11 +80,11 @@ CREATE TRIGGER step_commit AFTER INSERT ON step_commits BEGIN
     UPDATE runs SET snapshot = NEW.snapshot, cost_usd = NEW.cost_usd WHERE id = NEW.run_id;
     DELETE FROM step_commits WHERE rowid = NEW.rowid;
 END;
-"#,
+",
     ),
     (
         3,
-        r#"
+        r"
 -- A step commit also carries the `running` rows of the steps launched since the last commit.
 ALTER TABLE step_commits ADD COLUMN started TEXT NOT NULL DEFAULT '[]';
 DROP TRIGGER step_commit;
@@ -107,7 +107,7 @@ CREATE TRIGGER step_commit AFTER INSERT ON step_commits BEGIN
     UPDATE runs SET snapshot = NEW.snapshot, cost_usd = NEW.cost_usd WHERE id = NEW.run_id;
     DELETE FROM step_commits WHERE rowid = NEW.rowid;
 END;
-"#,
+",
     ),
     (
         4,
@@ -143,7 +143,7 @@ DROP TABLE events;
     ),
     (
         5,
-        r#"
+        r"
 -- The server's catalog (DESIGN §10): saved workflows with every version, API tokens (hashed)
 -- and custom tools; runs remember the saved version they pin.
 ALTER TABLE runs ADD COLUMN workflow_id TEXT;
@@ -178,20 +178,20 @@ CREATE TABLE tools (
     definition  TEXT NOT NULL,
     created_at  TEXT NOT NULL
 );
-"#,
+",
     ),
     (
         6,
-        r#"
+        r"
 -- The queue (claim_next): queued runs oldest first, and runs whose lease may have expired,
 -- each from its own partial index, without sorting every runnable run on each claim.
 CREATE INDEX runs_queued ON runs (started_at) WHERE status = 'queued';
 CREATE INDEX runs_leased ON runs (lease_expires_at) WHERE status = 'running';
-"#,
+",
     ),
     (
         7,
-        r#"
+        r"
 -- Steps without the foreign key to runs: each insert searched runs for it (retention deletes
 -- a run's steps and attempts before the run itself). Rowid tables stay: step rows and
 -- attempt bodies are often larger than a WITHOUT ROWID table suits.
@@ -221,11 +221,11 @@ INSERT INTO steps_v7 (run_id, seq, node_id, node_type, visit, status, route, inp
     FROM steps;
 DROP TABLE steps;
 ALTER TABLE steps_v7 RENAME TO steps;
-"#,
+",
     ),
     (
         8,
-        r#"
+        r"
 -- The lean durable path: a step commit may write what changed in the run's snapshot as a
 -- patch instead of the whole snapshot, which is written every few commits and at the end.
 -- A run's patches are those written since its whole snapshot (`seq`: the commit's first
@@ -239,11 +239,11 @@ CREATE TABLE run_patches (
     patch   TEXT NOT NULL
 );
 CREATE INDEX run_patches_run ON run_patches (run_id, seq);
-"#,
+",
     ),
     (
         9,
-        r#"
+        r"
 -- A run's workflow source and input, written once when the run is created, kept out of the
 -- runs row that every step commit updates: SQLite writes a row whole when its size changes,
 -- so a workflow of some kilobytes went into the WAL again at every step (a 12 KB source made
@@ -256,11 +256,11 @@ CREATE TABLE run_sources (
 INSERT INTO run_sources (run_id, source_text, input) SELECT id, source_text, input FROM runs;
 ALTER TABLE runs DROP COLUMN source_text;
 ALTER TABLE runs DROP COLUMN input;
-"#,
+",
     ),
     (
         10,
-        r#"
+        r"
 -- Integer run keys: the rows of a run's source, steps, attempts, events and patches are
 -- keyed by the run's `key` (an INTEGER PRIMARY KEY, stable across VACUUM) instead of its
 -- 36-character id.
@@ -379,11 +379,11 @@ CREATE UNIQUE INDEX runs_idempotency ON runs (idempotency_key) WHERE idempotency
 CREATE INDEX runs_list ON runs (started_at DESC, id DESC);
 CREATE INDEX runs_queued ON runs (started_at) WHERE status = 'queued';
 CREATE INDEX runs_leased ON runs (lease_expires_at) WHERE status = 'running';
-"#,
+",
     ),
     (
         11,
-        r#"
+        r"
 -- A step's attempts are a JSON array in the step's own row, in attempt order. A step commit
 -- rewrites that row anyway (its `running` row becomes the finished one); a table of its own
 -- cost two more B-tree pages per commit (the table's and its key index's), written to the
@@ -394,11 +394,11 @@ UPDATE steps SET attempts = (
     WHERE a.run_key = steps.run_key AND a.seq = steps.seq
 ) WHERE EXISTS (SELECT 1 FROM attempts a WHERE a.run_key = steps.run_key AND a.seq = steps.seq);
 DROP TABLE attempts;
-"#,
+",
     ),
     (
         12,
-        r#"
+        r"
 -- The events a write appends are one row: their bodies as a JSON array, keyed by the first
 -- one's number (the others follow it without gaps). A step commit appends two or more
 -- (the step's end, its successors' starts) and paid a B-tree insert for each.
@@ -412,11 +412,11 @@ INSERT INTO run_events_v12 (run_key, seq, bodies)
     SELECT run_key, seq, '[' || body || ']' FROM run_events;
 DROP TABLE run_events;
 ALTER TABLE run_events_v12 RENAME TO run_events;
-"#,
+",
     ),
     (
         13,
-        r#"
+        r"
 -- Event rows appended in time order (their rowid), found by run through an index. Keyed by
 -- run (`WITHOUT ROWID`, migration 10), the rows of many runs going on at once landed in the
 -- middle of the table's B-tree: with a write's events in one row of 300 bytes and more
@@ -435,11 +435,11 @@ INSERT INTO run_events_v13 (run_key, seq, bodies)
 DROP TABLE run_events;
 ALTER TABLE run_events_v13 RENAME TO run_events;
 CREATE UNIQUE INDEX run_events_run ON run_events (run_key, seq);
-"#,
+",
     ),
     (
         14,
-        r#"
+        r"
 -- Step rows appended in time order (their rowid, `row`), found by their key `id` (the run's
 -- key and the step's number, migration 10) through a unique index, as the events were in
 -- migration 13. Keyed by run, the steps of many runs going on at once landed in the middle
@@ -477,7 +477,7 @@ INSERT INTO steps_v14 (id, node_id, node_type, visit, status, route, input, outp
 DROP TABLE steps;
 ALTER TABLE steps_v14 RENAME TO steps;
 CREATE UNIQUE INDEX steps_id ON steps (id);
-"#,
+",
     ),
     (
         15,
@@ -509,7 +509,7 @@ WHERE status = 'running' AND route IS NULL AND error IS NULL AND finished_at IS 
     // a database that ran that build is at 16, so the next number is 17.)
     (
         17,
-        r#"
+        r"
 -- The events of a write that ends steps are a column of the first of those steps' rows
 -- (`events`, numbered from `event_seq`), not a row of `run_events`: a step commit then
 -- writes the step's B-tree pages and the run's, not also the events table's and its
@@ -519,11 +519,11 @@ WHERE status = 'running' AND route IS NULL AND error IS NULL AND finished_at IS 
 -- keeps the events it holds (an upsert, not a replace).
 ALTER TABLE steps ADD COLUMN event_seq INTEGER;
 ALTER TABLE steps ADD COLUMN events TEXT;
-"#,
+",
     ),
     (
         18,
-        r#"
+        r"
 -- A run's step rows are a chain, newest first: the run's row holds its newest step row
 -- (`last_row`), each step row the one written before it (`prev`). The unique index on the
 -- step's key goes: it was a third B-tree page, so a third WAL frame, at every durable step
@@ -575,11 +575,11 @@ FROM (SELECT run_key, MAX(row) AS row, COUNT(DISTINCT id) AS steps FROM steps_v1
 WHERE runs.key = h.run_key;
 DROP TABLE steps;
 ALTER TABLE steps_v18 RENAME TO steps;
-"#,
+",
     ),
     (
         19,
-        r#"
+        r"
 -- A workflow's source is stored once per distinct text (`sources`), and a run's row of
 -- `run_sources` names it: every run of a workflow wrote its own copy of the source, a
 -- kilobyte or more per run (most of what a run parked at a gate costs in the database), and
@@ -600,6 +600,6 @@ INSERT INTO run_sources_v19 (run_key, source_key, input)
 DROP TABLE run_sources;
 ALTER TABLE run_sources_v19 RENAME TO run_sources;
 CREATE INDEX run_sources_source ON run_sources (source_key);
-"#,
+",
     ),
 ];

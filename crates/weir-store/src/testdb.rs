@@ -16,6 +16,7 @@ pub fn admin_url() -> String {
 
 /// A database made for one test, dropped (with its connections) when this is dropped.
 pub struct TestDb {
+    /// The test database's URL.
     pub url: String,
     name: String,
     admin: String,

@@ -64,7 +64,7 @@ async fn expired_lease_is_taken_over_and_the_old_one_fenced(f: Fixture) {
     assert_eq!(new.epoch, old.epoch + 1);
     match &w.events[0] {
         EventKind::RunResumed { took_over_from, .. } => {
-            assert_eq!(took_over_from.as_deref(), Some("alice"))
+            assert_eq!(took_over_from.as_deref(), Some("alice"));
         }
         other => panic!("expected run_resumed, got {other:?}"),
     }
@@ -167,7 +167,7 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
     // An agent's reply: the output's text, which the answering call's reply and the
     // attempt's response repeat (the stores keep it once); a failed attempt and a fallback's
     // reply differ from it.
-    a.output = std::sync::Arc::new(weir_core::record::Output::reply(weir_core::record::Reply {
+    a.output = Arc::new(weir_core::record::Output::reply(weir_core::record::Reply {
         text: "hello".into(),
         model: "m".into(),
         provider: "p".into(),
@@ -300,7 +300,7 @@ async fn a_runs_end_carries_its_last_steps(f: Fixture) {
     assert_eq!(r.steps[1].status, StepStatus::Running);
     let w = s.finish_run(&lease, &[&b], &done, ended).await.unwrap();
     assert_eq!(
-        w.events.iter().map(|e| e.name()).collect::<Vec<_>>(),
+        w.events.iter().map(EventKind::name).collect::<Vec<_>>(),
         ["step_finished", "run_finished"]
     );
     let r = s.get_record("r1").await.unwrap();
@@ -422,7 +422,7 @@ async fn events_read_back_whole_when_a_step_is_written_again(f: Fixture) {
     .await
     .unwrap();
     let mut again = step(1, "a", StepStatus::Failed);
-    again.output = std::sync::Arc::new(json!({"node": "a", "again": true}).into());
+    again.output = Arc::new(json!({"node": "a", "again": true}).into());
     commit(again, vec![], vec![finished(1, "a", 2)]).await;
     let mut b_done = b;
     b_done.status = StepStatus::Succeeded;
@@ -762,7 +762,7 @@ async fn a_crash_between_writes_leaves_a_run_that_continues(f: Fixture) {
         let committed = crash_after.saturating_sub(1).min(2);
         assert_eq!(done, committed, "crash after write {crash_after}");
         assert_eq!(
-            r.state.as_object().map(|m| m.len()),
+            r.state.as_object().map(serde_json::Map::len),
             Some(committed),
             "the snapshot matches the committed steps"
         );
@@ -851,7 +851,7 @@ async fn a_record_is_read_at_one_moment(f: Fixture) {
             let mut reads = 0u32;
             while writing.load(std::sync::atomic::Ordering::Relaxed) || reads == 0 {
                 let r = s.get_record("r1").await.unwrap();
-                let in_state = r.state.as_object().map_or(0, |m| m.len());
+                let in_state = r.state.as_object().map_or(0, serde_json::Map::len);
                 let finished = types(&r.events)
                     .iter()
                     .filter(|t| *t == "step_finished")

@@ -100,7 +100,7 @@ impl ToolRunner for Registry {
     fn tool_names(&self) -> Vec<String> {
         BUILT_IN
             .iter()
-            .map(|s| s.to_string())
+            .map(ToString::to_string)
             .chain(self.settings.tools.keys().map(|k| format!("custom:{k}")))
             .collect()
     }

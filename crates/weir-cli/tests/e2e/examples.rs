@@ -24,7 +24,7 @@ fn readme_commands() -> BTreeMap<String, Vec<(String, String)>> {
             let cmds = out.entry(s.clone()).or_default();
             match line.strip_prefix("# → ") {
                 Some(expect) => {
-                    cmds.last_mut().expect("an outcome follows a command").1 = expect.into()
+                    cmds.last_mut().expect("an outcome follows a command").1 = expect.into();
                 }
                 None if !line.trim().is_empty() => cmds.push((line.to_string(), String::new())),
                 None => {}

@@ -523,11 +523,10 @@ fn a_script_timeout_kills_the_whole_process_tree() {
     // The shell's `sleep` child went with it.
     let alive = std::fs::read_dir("/proc")
         .unwrap()
-        .filter_map(|e| e.ok())
+        .filter_map(Result::ok)
         .any(|e| {
             std::fs::read(e.path().join("cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).contains("47.25"))
-                .unwrap_or(false)
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("47.25"))
         });
     assert!(!alive, "the script's child process outlived the timeout");
 }

@@ -30,7 +30,7 @@ fn users(fake: &Fake) -> Vec<String> {
         .collect()
 }
 
-const VERIFY: &str = r#"
+const VERIFY: &str = r"
 name: verify
 model: claude-haiku-4-5
 steps:
@@ -47,7 +47,7 @@ steps:
     fields:
       - { name: Survivors, type: multi_ingest, from: { stepId: verify, loopRef: current } }
     systemPrompt: Summarise.
-"#;
+";
 
 #[test]
 fn a_gate_prunes_and_only_survivors_are_visible_downstream() {

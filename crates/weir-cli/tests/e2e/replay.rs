@@ -37,7 +37,7 @@ fn a_changed_prompt_and_condition_are_reported_exactly() {
         match n["id"].as_str() {
             Some("draft") => n["config"]["user_message"] = json!("Question (briefly):\n{question}"),
             Some("good") => {
-                n["config"]["expression"] = json!("verify.strip().isdigit() and int(verify) > 5")
+                n["config"]["expression"] = json!("verify.strip().isdigit() and int(verify) > 5");
             }
             _ => {}
         }

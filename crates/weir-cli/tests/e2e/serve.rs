@@ -186,7 +186,7 @@ impl Client {
 }
 
 /// Runs an async test body on its own runtime (the fake provider has another).
-pub(crate) fn block<F: std::future::Future>(f: F) -> F::Output {
+pub(crate) fn block<F: Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .enable_all()
@@ -201,7 +201,7 @@ fn approval_input() -> Value {
 
 #[test]
 fn first_start_seeds_examples_and_runs_follow_over_sse() {
-    block(first_start())
+    block(first_start());
 }
 
 async fn first_start() {
@@ -551,7 +551,7 @@ fn tokens_are_made_listed_and_revoked_from_the_cli() {
 
 #[test]
 fn a_serve_without_workers_enqueues_and_a_weir_worker_drives() {
-    block(serve_and_worker())
+    block(serve_and_worker());
 }
 
 async fn serve_and_worker() {
@@ -702,7 +702,7 @@ fn runs_prune_deletes_ended_runs_and_keeps_paused_ones() {
 
 #[test]
 fn the_server_prunes_on_its_retention_schedule() {
-    block(retention_schedule())
+    block(retention_schedule());
 }
 
 async fn retention_schedule() {

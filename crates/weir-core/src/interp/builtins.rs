@@ -236,7 +236,7 @@ impl<'n> Eval<'n, '_> {
         let chars_arg = |args: &[V]| -> Result<Option<String>, ExprError> {
             match args.first() {
                 None => Ok(None),
-                Some(V::Null) | Some(V::J(Value::Null)) => Ok(None),
+                Some(V::Null | V::J(Value::Null)) => Ok(None),
                 Some(v) => Ok(Some(text_arg(name, v)?.to_string())),
             }
         };
@@ -419,7 +419,7 @@ impl<'n> Eval<'n, '_> {
                 flag(s.chars().any(char::is_alphabetic) && !s.chars().any(char::is_lowercase))
             }
             "isspace" => flag(!s.is_empty() && s.chars().all(char::is_whitespace)),
-            "isdigit" | "isnumeric" => flag(!s.is_empty() && s.chars().all(|c| c.is_numeric())),
+            "isdigit" | "isnumeric" => flag(!s.is_empty() && s.chars().all(char::is_numeric)),
             "isalnum" => flag(!s.is_empty() && s.chars().all(char::is_alphanumeric)),
             "isalpha" => flag(!s.is_empty() && s.chars().all(char::is_alphabetic)),
             "isascii" => flag(s.is_ascii()),

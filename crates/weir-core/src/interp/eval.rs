@@ -54,7 +54,7 @@ impl Meter {
                 "expression result is too large (a list over {MAX_ITEMS} items)"
             )));
         }
-        self.build(items.saturating_mul(std::mem::size_of::<V>()))
+        self.build(items.saturating_mul(size_of::<V>()))
     }
 
     /// Charges a value about to be built (`bytes` long).

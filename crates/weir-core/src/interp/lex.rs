@@ -33,7 +33,7 @@ pub(super) fn lex(src: &str) -> Result<Vec<(Tok, usize)>, ExprError> {
                 i += 1;
             }
             let mut float = false;
-            if i < b.len() && b[i] == b'.' && b.get(i + 1).is_none_or(|n| n.is_ascii_digit()) {
+            if i < b.len() && b[i] == b'.' && b.get(i + 1).is_none_or(u8::is_ascii_digit) {
                 float = true;
                 i += 1;
                 while i < b.len() && b[i].is_ascii_digit() {

@@ -59,7 +59,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &ConsensusSpec) -> Result<Outcome, Fai
     // after another, finds each agent's own).
     let mut results: Vec<Option<_>> = (0..spec.agent_count).map(|_| None).collect();
     if ctx.replay {
-        for slot in results.iter_mut() {
+        for slot in &mut results {
             let mut spent = Spent::default();
             let r = structured::ask(
                 ctx.services.models.as_ref(),

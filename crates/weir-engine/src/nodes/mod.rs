@@ -23,7 +23,7 @@ use crate::Services;
 
 /// What a node sees when it runs.
 pub struct NodeCtx {
-    pub run_id: std::sync::Arc<str>,
+    pub run_id: Arc<str>,
     pub wf: Arc<weir_core::Workflow>,
     /// Index of this node in `wf.nodes`.
     pub index: usize,
@@ -86,8 +86,8 @@ impl Route {
 /// recorded, the route from its label, and what the node writes to state derived from the
 /// output the way the node derives it. `None` for a step that cannot be reused (a gate).
 pub fn recorded(
-    node: &weir_core::Node,
-    layout: weir_core::ir::StateLayout,
+    node: &Node,
+    layout: StateLayout,
     step: &weir_core::record::Reused,
 ) -> Option<Outcome> {
     use weir_core::ir::{EndStatus, StateLayout};

@@ -124,7 +124,7 @@ impl Run<'_> {
                         .find(|n| {
                             matches!(self.wf.node(n).map(|n| &n.kind), Some(NodeKind::End(_)))
                         })
-                        .map(|n| n.to_string()),
+                        .map(ToString::to_string),
                 }),
             ),
             None if !self.snapshot.gates.is_empty() => (RunStatus::Paused, None),

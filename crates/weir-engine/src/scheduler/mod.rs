@@ -610,7 +610,7 @@ impl<'e> Run<'e> {
             // A reused outcome is a future of its own: the node's future does not carry
             // room for one.
             if let Some(outcome) = self.take_reused(&wf.nodes[index], seq) {
-                let done = attempt::Attempts {
+                let done = Attempts {
                     result: Ok(Box::new(outcome)),
                     attempts: Vec::new(),
                     spent: Default::default(),

@@ -187,7 +187,7 @@ impl Postgres {
     /// A run's steps with their attempts, read on `conn` (in a [`Self::snapshot`], so that
     /// both queries see the same moment).
     async fn steps(
-        conn: &mut sqlx::PgConnection,
+        conn: &mut PgConnection,
         run_id: &str,
         only: Option<u32>,
     ) -> Result<Vec<StepRecord>, StoreError> {
@@ -762,7 +762,7 @@ impl RunStore for Postgres {
                AND ($5::text IS NULL OR started_at < $5 OR (started_at = $5 AND id < $6))
              ORDER BY started_at DESC, id DESC LIMIT $7",
         )
-        .bind(filter.status.map(|s| s.as_str()))
+        .bind(filter.status.map(RunStatus::as_str))
         .bind(filter.workflow.as_deref())
         .bind(filter.since.as_deref())
         .bind(like)
@@ -889,7 +889,7 @@ pub fn is_postgres_url(url: &str) -> bool {
 /// text a new run names (the foreign key). The statement changed nothing and may run again.
 fn lost_source(e: &sqlx::Error) -> bool {
     e.as_database_error()
-        .and_then(|d| d.code())
+        .and_then(sqlx::error::DatabaseError::code)
         .is_some_and(|c| c == "23503" || c == "23502")
 }
 

@@ -21,7 +21,7 @@ use weir_core::store::{StoreError, Wake, WakeFn};
 const WORK: &str = "weir_work";
 const RUNS: &str = "weir_runs";
 /// The least time between two sends.
-const DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(4);
+const DEBOUNCE: Duration = Duration::from_millis(4);
 /// Keeps each payload under Postgres's 8,000-byte limit.
 const PAYLOAD: usize = 7_000;
 
@@ -153,6 +153,7 @@ pub struct Faults {
 }
 
 impl Faults {
+    /// Arms a fault: the next `op` fails right after its statement number `after`.
     pub fn arm(&self, op: &'static str, after: usize) {
         *self.armed.lock().expect("faults lock") = Some((op, after));
     }

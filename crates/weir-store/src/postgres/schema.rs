@@ -110,7 +110,7 @@ CREATE TABLE tools (
     ),
     (
         2,
-        r#"
+        r"
 -- The lean durable path: a step commit may write what changed in the run's snapshot as a
 -- patch instead of the whole snapshot, which is written every few commits and at the end.
 -- A run's patches are those written since its whole snapshot (`seq`: the commit's first
@@ -121,11 +121,11 @@ CREATE TABLE run_patches (
     patch   TEXT NOT NULL,
     PRIMARY KEY (run_id, seq)
 );
-"#,
+",
     ),
     (
         3,
-        r#"
+        r"
 -- A workflow's source is stored once per distinct text (`sources`, as SQLite's migration 19),
 -- and a run names it (`source_key`): every run kept its own copy in its row, a kilobyte or
 -- more, which every update of the row (each step commit) wrote again. A text is found by
@@ -146,6 +146,6 @@ UPDATE runs SET source_key = s.key
 ALTER TABLE runs ALTER COLUMN source_key SET NOT NULL;
 ALTER TABLE runs DROP COLUMN source_text;
 CREATE INDEX runs_source ON runs (source_key);
-"#,
+",
     ),
 ];

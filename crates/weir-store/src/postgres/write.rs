@@ -60,7 +60,7 @@ impl StepArrays {
             a.tokens_out.push(s.tokens.output as i64);
             a.started_at.push(s.started_at.to_string());
             a.finished_at
-                .push(s.finished_at.as_ref().map(|t| t.to_string()));
+                .push(s.finished_at.as_ref().map(ToString::to_string));
             a.duration_ms.push(s.duration_ms.map(|d| d as i64));
             for at in &s.attempts {
                 a.a_seq.push(i64::from(s.seq));

@@ -614,8 +614,8 @@ pub fn claim_next(
 }
 
 /// `id, status, epoch, owner, lease_expires_at` (the first five columns) as a claim row.
-fn claim_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<crate::rules::ClaimRow> {
-    Ok(crate::rules::ClaimRow {
+fn claim_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<rules::ClaimRow> {
+    Ok(rules::ClaimRow {
         id: r.get(0)?,
         status: RunStatus::parse(&r.get::<_, String>(1)?).unwrap_or(RunStatus::Failed),
         epoch: r.get::<_, i64>(2)? as u64,
@@ -628,7 +628,7 @@ fn claim_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<crate::rules::ClaimRow> 
 /// claim moved its epoch first.
 fn claim_one(
     tx: &Conn<'_>,
-    row: &crate::rules::ClaimRow,
+    row: &rules::ClaimRow,
     claim: &weir_core::store::Claim,
     at: &weir_core::store::Stamp,
 ) -> Result<Option<(weir_core::store::Lease, weir_core::store::Written)>, StoreError> {
@@ -772,7 +772,7 @@ pub fn create_run(
         workflow: run.workflow.clone(),
     }];
     if let Some(l) = &lease {
-        let queued = crate::rules::ClaimRow {
+        let queued = rules::ClaimRow {
             id: run.run_id.clone(),
             status: RunStatus::Queued,
             epoch: 0,

@@ -97,6 +97,7 @@ macro_rules! patches {
 /// overflow pages (a first read of a 2,000-step run's events 9% slower; BENCHMARKS.md).
 const PAGE_SIZE: u32 = 2048;
 
+/// The embedded store: one SQLite file in WAL mode.
 pub struct Sqlite {
     pool: SqlitePool,
     /// The drive's writes. Those that only make progress visible (a step's start, an
@@ -667,7 +668,7 @@ impl RunStore for Sqlite {
                AND (?5 IS NULL OR started_at < ?5 OR (started_at = ?5 AND id < ?6))
              ORDER BY started_at DESC, id DESC LIMIT ?7",
         )
-        .bind(filter.status.map(|s| s.as_str()))
+        .bind(filter.status.map(RunStatus::as_str))
         .bind(filter.workflow.as_deref())
         .bind(filter.since.as_deref())
         .bind(like)

@@ -69,7 +69,7 @@ pub(super) async fn insert_steps(
         .bind(s.tokens.input as i64)
         .bind(s.tokens.output as i64)
         .bind(s.started_at.to_string())
-        .bind(s.finished_at.as_ref().map(|t| t.to_string()))
+        .bind(s.finished_at.as_ref().map(ToString::to_string))
         .bind(s.duration_ms.map(|d| d as i64))
         .bind(crate::attempts::to_json(
             &s.attempts,
@@ -153,7 +153,7 @@ pub(super) fn step_row(s: &StepRecord) -> Result<StepRow, StoreError> {
         tokens_in: s.tokens.input as i64,
         tokens_out: s.tokens.output as i64,
         started_at: s.started_at.to_string(),
-        finished_at: s.finished_at.as_ref().map(|t| t.to_string()),
+        finished_at: s.finished_at.as_ref().map(ToString::to_string),
         duration_ms: s.duration_ms.map(|d| d as i64),
         attempts: crate::attempts::to_json(&s.attempts, crate::attempts::output_text(&s.output))?,
     })
@@ -254,14 +254,17 @@ impl Keys {
     pub fn known(&self, run_id: &str) -> Option<drive::Seen> {
         self.0
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(run_id)
             .copied()
     }
 
     /// A write of the drive of `run_id` left its row as `seen`; `ended`: the drive is over.
     pub fn learnt(&self, run_id: &str, seen: drive::Seen, ended: bool) {
-        let mut keys = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut keys = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if ended {
             keys.remove(run_id);
         } else if let Some(k) = keys.get_mut(run_id) {

@@ -292,8 +292,8 @@ async fn a_stale_drive_whose_runs_key_was_reused_is_refused() {
 }
 
 /// A queued run `r1` of a graph workflow with this source and input.
-fn new_run(source_text: &str, input: serde_json::Value) -> weir_core::store::NewRun {
-    weir_core::store::NewRun {
+fn new_run(source_text: &str, input: serde_json::Value) -> NewRun {
+    NewRun {
         run_id: "r1".into(),
         workflow: "wf".into(),
         dialect: "graph".into(),
@@ -639,7 +639,7 @@ async fn a_synced_stores_log_is_given_its_size_up_front_and_recovers_past_its_ze
 async fn take_over_and_commit(
     store: &Sqlite,
     run_id: &str,
-    snapshot: &weir_core::record::Snapshot,
+    snapshot: &Snapshot,
     seq: u32,
     node: &str,
 ) {
@@ -668,7 +668,7 @@ async fn take_over_and_commit(
     store
         .commit_step(
             &lease,
-            weir_core::store::StepCommit {
+            StepCommit {
                 step: &step,
                 started: &[],
                 snapshot,
@@ -858,12 +858,12 @@ async fn a_schema_17_databases_step_rows_are_chained_per_run() {
         a.iter().map(|e| e.kind.name()).collect::<Vec<_>>(),
         ["step_finished", "step_started"]
     );
-    let counts = |list: Vec<weir_core::record::RunSummary>| {
+    let counts = |list: Vec<RunSummary>| {
         let mut c: Vec<(String, u32)> = list.iter().map(|r| (r.run_id.clone(), r.steps)).collect();
         c.sort();
         c
     };
-    let all = weir_core::store::RunFilter {
+    let all = RunFilter {
         limit: 10,
         ..Default::default()
     };

@@ -67,7 +67,7 @@ thread_local! {
 
 /// What this thread's commits did since the last call.
 pub fn take_commits() -> Commits {
-    COMMITS.with(|c| c.take())
+    COMMITS.with(Cell::take)
 }
 
 /// Commits on the writers' synced connections, and on their unsynced ones, in this process
@@ -119,7 +119,7 @@ fn noted(wal: &Wal, pages: i32, to_sync: bool, backstop: bool) -> rusqlite::Resu
         c.set(Commits {
             pages,
             to_sync: before.to_sync || to_sync,
-        })
+        });
     });
     if backstop && pages >= BACKSTOP_PAGES {
         // Best effort, as SQLite's own: a checkpoint already going on makes this one busy.

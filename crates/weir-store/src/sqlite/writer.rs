@@ -257,7 +257,7 @@ impl Writer {
                                         match job {
                                             Job::Grouped { synced: s, job } => {
                                                 synced |= s;
-                                                group.push(job)
+                                                group.push(job);
                                             }
                                             other => {
                                                 next = Some(other);

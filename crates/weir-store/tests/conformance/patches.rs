@@ -53,7 +53,7 @@ pub(super) async fn patched_commits_rebuild_the_snapshot(f: Fixture) {
         now.hops = i;
         now.next_seq = i + 1;
         now.cost_usd = 0.5 * f64::from(i);
-        now.output = std::sync::Arc::new(json!({"last": i}).into());
+        now.output = Arc::new(json!({"last": i}).into());
         let patch = tracker.next(&now);
         let covers_patches = patch.is_none() && tracker.whole();
         assert_eq!(patch.is_none(), i == COMPACT_EVERY, "commit {i}");

@@ -171,7 +171,7 @@ pub fn step(seq: u32, node: &str, status: StepStatus) -> StepRecord {
         status,
         route: None,
         input: Value::Null,
-        output: std::sync::Arc::new(json!({"node": node}).into()),
+        output: Arc::new(json!({"node": node}).into()),
         error: None,
         cost_usd: 0.5,
         tokens: Tokens::default(),
@@ -183,8 +183,8 @@ pub fn step(seq: u32, node: &str, status: StepStatus) -> StepRecord {
 }
 
 /// The `step_finished` event of step `seq` of agent node `node`, succeeded.
-pub fn finished(seq: u32, node: &str, attempts: u32) -> weir_core::event::EventKind {
-    weir_core::event::EventKind::StepFinished {
+pub fn finished(seq: u32, node: &str, attempts: u32) -> EventKind {
+    EventKind::StepFinished {
         step: seq,
         node_id: node.into(),
         node_type: "agent".into(),
@@ -206,7 +206,7 @@ pub fn snap(done: &[&str], gates: Vec<PendingGate>) -> Snapshot {
     };
     for d in done {
         s.completed.insert((*d).into());
-        std::sync::Arc::make_mut(&mut s.state).insert(d.to_string(), json!(true));
+        Arc::make_mut(&mut s.state).insert(d.to_string(), json!(true));
     }
     s
 }
@@ -257,7 +257,7 @@ pub async fn paused_run(store: &dyn RunStore, id: &str) -> u64 {
 pub fn approve(id: &str, epoch: u64, by: &str) -> GateDecision {
     let mut s = step(1, "g", StepStatus::Succeeded);
     s.route = Some("approved".into());
-    s.output = std::sync::Arc::new(json!({"approved": true, "by": by}).into());
+    s.output = Arc::new(json!({"approved": true, "by": by}).into());
     GateDecision {
         run_id: id.into(),
         expect_epoch: epoch,
