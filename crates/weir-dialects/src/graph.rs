@@ -16,6 +16,7 @@ use weir_core::validate::suggest;
 
 use crate::fields::Cx;
 use crate::tree::{self, Kind};
+use weir_core::Span;
 
 const NODE_TYPES: &[&str] = &[
     "agent",
@@ -158,8 +159,79 @@ fn empty_workflow(name: &str) -> Workflow {
     }
 }
 
+/// One node: its envelope (`id`, `type`, `position`, `config`), the keys every kind
+/// shares, then its kind's own config (one function per kind below).
 fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
-    let Some(fields) = item.as_map() else {
+    let id = node_id(cx, item)?;
+    let span = item.get("id").and_then(|v| v.span).or(item.span);
+    check_node_fields(cx, &id, item);
+    let ty = cx.node_type(&id, item, span, NODE_TYPES)?;
+    let cfg = node_config(cx, &id, item)?;
+    check_config_keys(cx, &id, &ty, cfg);
+    let label = cx.string(&id, cfg, "label");
+    let policy = cx.policy(&id, cfg);
+    let output_key = cx.string(&id, cfg, "output_key");
+    if let Some(k) = &output_key
+        && (k.is_empty() || k.starts_with("__"))
+    {
+        cx.err(
+            "E007",
+            Some(&id),
+            cfg.get("output_key").and_then(|v| v.span),
+            format!("output_key `{k}` is not allowed"),
+            "keys starting with __ are internal; use a plain name",
+        );
+    }
+    let at = At { id: &id, cfg, span };
+    let kind = match ty.as_str() {
+        "agent" => lower_agent(cx, &at),
+        "tool" => lower_tool(cx, &at),
+        "condition" => Some(NodeKind::Condition(ConditionSpec {
+            expression: cx.expression(&id, cfg, span)?,
+        })),
+        "loop" => lower_loop(cx, &at),
+        "human_gate" => lower_gate(cx, &at),
+        "merge" => Some(NodeKind::Merge),
+        "end" => lower_end(cx, &at),
+        _ => None,
+    }?;
+    Some(Node {
+        label,
+        kind,
+        policy,
+        output_key,
+        span,
+        model_span: cfg.get("model").and_then(|v| v.span),
+        id,
+    })
+}
+
+/// Where a node's config is read: its id, its `config` map and the span diagnostics point
+/// at when a key is missing.
+struct At<'a> {
+    id: &'a str,
+    cfg: &'a tree::Node,
+    span: Option<Span>,
+}
+
+impl At<'_> {
+    /// Reports a required config key that is missing.
+    fn require(&self, cx: &mut Cx, key: &str, hint: &str) {
+        if self.cfg.get(key).is_none() {
+            cx.err(
+                "E008",
+                Some(self.id),
+                self.span,
+                format!("missing required config `{key}`"),
+                hint,
+            );
+        }
+    }
+}
+
+/// The node's `id`: a non-empty string.
+fn node_id(cx: &mut Cx, item: &tree::Node) -> Option<String> {
+    if item.as_map().is_none() {
         cx.err(
             "E001",
             None,
@@ -168,9 +240,9 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
             "write {\"id\": ..., \"type\": ..., \"config\": {...}}",
         );
         return None;
-    };
-    let id = match item.get("id").map(|v| &v.kind) {
-        Some(Kind::Str(s)) if !s.trim().is_empty() => s.clone(),
+    }
+    match item.get("id").map(|v| &v.kind) {
+        Some(Kind::Str(s)) if !s.trim().is_empty() => Some(s.clone()),
         _ => {
             cx.err(
                 "E008",
@@ -179,11 +251,14 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
                 "node without an `id`".into(),
                 "give every node a unique string id",
             );
-            return None;
+            None
         }
-    };
-    let span = item.get("id").and_then(|v| v.span).or(item.span);
-    for (k, v) in fields {
+    }
+}
+
+/// Reports node fields other than id, type, position and config.
+fn check_node_fields(cx: &mut Cx, id: &str, item: &tree::Node) {
+    for (k, v) in item.as_map().unwrap_or_default() {
         if !["id", "type", "position", "config"].contains(&k.as_str()) {
             let hint = match k.as_str() {
                 "next" | "on" => format!(
@@ -196,35 +271,44 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
             };
             cx.err(
                 "E009",
-                Some(&id),
+                Some(id),
                 v.key_span.or(v.span),
                 format!("unknown node field `{k}`"),
                 &hint,
             );
         }
     }
-    let ty = cx.node_type(&id, item, span, NODE_TYPES)?;
-    let empty = tree::Node {
-        key_span: None,
-        span: None,
-        kind: Kind::Map(Vec::new()),
-    };
-    let cfg = match item.get("config") {
-        None => &empty,
-        Some(c) if matches!(c.kind, Kind::Null) => &empty,
-        Some(c) if c.as_map().is_some() => c,
+}
+
+/// An empty `config`, for nodes that have none.
+static NO_CONFIG: tree::Node = tree::Node {
+    key_span: None,
+    span: None,
+    kind: Kind::Map(Vec::new()),
+};
+
+/// The node's `config` map (absent or null: an empty one).
+fn node_config<'a>(cx: &mut Cx, id: &str, item: &'a tree::Node) -> Option<&'a tree::Node> {
+    match item.get("config") {
+        None => Some(&NO_CONFIG),
+        Some(c) if matches!(c.kind, Kind::Null) => Some(&NO_CONFIG),
+        Some(c) if c.as_map().is_some() => Some(c),
         Some(c) => {
             cx.err(
                 "E011",
-                Some(&id),
+                Some(id),
                 c.span,
                 format!("`config` must be a map, found {}", c.type_name()),
                 "write \"config\": {...}",
             );
-            return None;
+            None
         }
-    };
-    let specific: &[&str] = match ty.as_str() {
+    }
+}
+
+/// Reports config keys that neither every kind nor this one takes.
+fn check_config_keys(cx: &mut Cx, id: &str, ty: &str, cfg: &tree::Node) {
+    let specific: &[&str] = match ty {
         "agent" => &[
             "model",
             "system_prompt",
@@ -248,7 +332,7 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
             let all: Vec<&str> = UNIVERSAL.iter().chain(specific).copied().collect();
             cx.err(
                 "E009",
-                Some(&id),
+                Some(id),
                 v.key_span.or(v.span),
                 format!(
                     "unknown config key `{k}` for {ty} nodes{}",
@@ -258,174 +342,143 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
             );
         }
     }
-    let label = cx.string(&id, cfg, "label");
-    let policy = cx.policy(&id, cfg);
-    let output_key = cx.string(&id, cfg, "output_key");
-    if let Some(k) = &output_key
-        && (k.is_empty() || k.starts_with("__"))
-    {
-        cx.err(
-            "E007",
-            Some(&id),
-            cfg.get("output_key").and_then(|v| v.span),
-            format!("output_key `{k}` is not allowed"),
-            "keys starting with __ are internal; use a plain name",
-        );
-    }
-    let require = |cx: &mut Cx, key: &str, hint: &str| {
-        if cfg.get(key).is_none() {
+}
+
+fn lower_agent(cx: &mut Cx, at: &At<'_>) -> Option<NodeKind> {
+    let (id, cfg) = (at.id, at.cfg);
+    at.require(
+        cx,
+        "model",
+        "set \"model\", e.g. \"claude-haiku-4-5\" or \"mock\"",
+    );
+    at.require(
+        cx,
+        "user_message",
+        "set \"user_message\", a template such as \"Lead: {lead}\"",
+    );
+    let model = cx.string(id, cfg, "model");
+    let system_prompt = cx.template(id, cfg, "system_prompt");
+    let user_message = cx.template(id, cfg, "user_message");
+    let temperature = cx.number(id, cfg, "temperature", 0.0, 2.0);
+    let max_tokens = cx
+        .integer(id, cfg, "max_tokens", 1, 1_000_000)
+        .map(|x| x as u32);
+    let response_schema = cx.schema(Some(id), cfg, "response_schema");
+    let repair_attempts = cx
+        .integer(id, cfg, "repair_attempts", 0, 10)
+        .map_or(DEFAULT_REPAIR_ATTEMPTS, |x| x as u32);
+    let fallback_models = cx.strings(id, cfg, "fallback_models").unwrap_or_default();
+    let classes = cx.strings(id, cfg, "fallback_error_classes");
+    let fallback_error_classes = classes.map(|names| {
+        let mut out = Vec::new();
+        for c in &names {
+            match ErrorClass::parse(c) {
+                Some(class) => out.push(class),
+                None => cx.err(
+                    "E007",
+                    Some(id),
+                    cfg.get("fallback_error_classes").and_then(|v| v.span),
+                    format!(
+                        "`{c}` is not an error class{}",
+                        suggest(c, ErrorClass::ALL.iter().map(|c| c.as_str()))
+                    ),
+                    "classes: rate_limit, timeout, server_error, http_error, malformed, network, auth",
+                ),
+            }
+        }
+        out
+    });
+    Some(NodeKind::Agent(AgentSpec {
+        model: model?.into(),
+        system_prompt,
+        user_message: user_message?,
+        temperature,
+        max_tokens,
+        response_schema,
+        repair_attempts,
+        fallback_models,
+        fallback_error_classes,
+    }))
+}
+
+fn lower_tool(cx: &mut Cx, at: &At<'_>) -> Option<NodeKind> {
+    let (id, cfg) = (at.id, at.cfg);
+    at.require(cx, "tool_name", "set \"tool_name\", e.g. \"http_request\"");
+    let tool_name = cx.string(id, cfg, "tool_name");
+    let params = match cfg.get("params") {
+        None => expr::ValueTemplate::parse(&Value::Object(Default::default())).ok(),
+        Some(p) if p.as_map().is_some() => match expr::ValueTemplate::parse(&p.to_json()) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                cx.err(
+                    "E010",
+                    Some(id),
+                    p.span,
+                    format!("invalid template in `params`: {}", e.message),
+                    "placeholders are {key} or {key.path}; write {{ and }} for literal braces",
+                );
+                None
+            }
+        },
+        Some(p) => {
             cx.err(
-                "E008",
-                Some(&id),
-                span,
-                format!("missing required config `{key}`"),
-                hint,
+                "E011",
+                Some(id),
+                p.span,
+                format!("`params` must be a map, found {}", p.type_name()),
+                "write \"params\": {...}",
             );
+            None
         }
     };
-    let kind = match ty.as_str() {
-        "agent" => {
-            require(
-                cx,
-                "model",
-                "set \"model\", e.g. \"claude-haiku-4-5\" or \"mock\"",
+    Some(NodeKind::Tool(ToolSpec {
+        tool_name: tool_name?,
+        params: params?,
+    }))
+}
+
+fn lower_loop(cx: &mut Cx, at: &At<'_>) -> Option<NodeKind> {
+    let expression = cx.expression(at.id, at.cfg, at.span);
+    let max_iterations = cx
+        .integer(at.id, at.cfg, "max_iterations", 1, 10_000)
+        .unwrap_or(10) as u32;
+    Some(NodeKind::Loop(LoopSpec {
+        expression: expression?,
+        max_iterations,
+    }))
+}
+
+fn lower_gate(cx: &mut Cx, at: &At<'_>) -> Option<NodeKind> {
+    Some(NodeKind::HumanGate(GateSpec {
+        prompt: if at.cfg.get("prompt").is_some() {
+            cx.template(at.id, at.cfg, "prompt")?
+        } else {
+            Template::parse("Approve to continue.").expect("constant template parses")
+        },
+    }))
+}
+
+fn lower_end(cx: &mut Cx, at: &At<'_>) -> Option<NodeKind> {
+    let status = cx.end_status(at.id, at.cfg);
+    let output = match at
+        .cfg
+        .get("output")
+        .map(|o| expr::ValueTemplate::parse(&o.to_json()))
+    {
+        None => None,
+        Some(Ok(t)) => Some(t),
+        Some(Err(e)) => {
+            cx.err(
+                "E010",
+                Some(at.id),
+                at.cfg.get("output").and_then(|v| v.span),
+                format!("invalid template in `output`: {}", e.message),
+                "placeholders are {key} or {key.path}; write {{ and }} for literal braces",
             );
-            require(
-                cx,
-                "user_message",
-                "set \"user_message\", a template such as \"Lead: {lead}\"",
-            );
-            let model = cx.string(&id, cfg, "model");
-            let system_prompt = cx.template(&id, cfg, "system_prompt");
-            let user_message = cx.template(&id, cfg, "user_message");
-            let temperature = cx.number(&id, cfg, "temperature", 0.0, 2.0);
-            let max_tokens = cx
-                .integer(&id, cfg, "max_tokens", 1, 1_000_000)
-                .map(|x| x as u32);
-            let response_schema = cx.schema(Some(&id), cfg, "response_schema");
-            let repair_attempts = cx
-                .integer(&id, cfg, "repair_attempts", 0, 10)
-                .map_or(DEFAULT_REPAIR_ATTEMPTS, |x| x as u32);
-            let fallback_models = cx.strings(&id, cfg, "fallback_models").unwrap_or_default();
-            let classes = cx.strings(&id, cfg, "fallback_error_classes");
-            let fallback_error_classes = classes.map(|names| {
-                let mut out = Vec::new();
-                for c in &names {
-                    match ErrorClass::parse(c) {
-                        Some(class) => out.push(class),
-                        None => cx.err(
-                            "E007",
-                            Some(&id),
-                            cfg.get("fallback_error_classes").and_then(|v| v.span),
-                            format!(
-                                "`{c}` is not an error class{}",
-                                suggest(c, ErrorClass::ALL.iter().map(|c| c.as_str()))
-                            ),
-                            "classes: rate_limit, timeout, server_error, http_error, malformed, network, auth",
-                        ),
-                    }
-                }
-                out
-            });
-            NodeKind::Agent(AgentSpec {
-                model: model?.into(),
-                system_prompt,
-                user_message: user_message?,
-                temperature,
-                max_tokens,
-                response_schema,
-                repair_attempts,
-                fallback_models,
-                fallback_error_classes,
-            })
+            return None;
         }
-        "tool" => {
-            require(cx, "tool_name", "set \"tool_name\", e.g. \"http_request\"");
-            let tool_name = cx.string(&id, cfg, "tool_name");
-            let params = match cfg.get("params") {
-                None => expr::ValueTemplate::parse(&Value::Object(Default::default())).ok(),
-                Some(p) if p.as_map().is_some() => match expr::ValueTemplate::parse(&p.to_json()) {
-                    Ok(t) => Some(t),
-                    Err(e) => {
-                        cx.err(
-                            "E010",
-                            Some(&id),
-                            p.span,
-                            format!("invalid template in `params`: {}", e.message),
-                            "placeholders are {key} or {key.path}; write {{ and }} for literal braces",
-                        );
-                        None
-                    }
-                },
-                Some(p) => {
-                    cx.err(
-                        "E011",
-                        Some(&id),
-                        p.span,
-                        format!("`params` must be a map, found {}", p.type_name()),
-                        "write \"params\": {...}",
-                    );
-                    None
-                }
-            };
-            NodeKind::Tool(ToolSpec {
-                tool_name: tool_name?,
-                params: params?,
-            })
-        }
-        "condition" => NodeKind::Condition(ConditionSpec {
-            expression: cx.expression(&id, cfg, span)?,
-        }),
-        "loop" => {
-            let expression = cx.expression(&id, cfg, span);
-            let max_iterations = cx
-                .integer(&id, cfg, "max_iterations", 1, 10_000)
-                .unwrap_or(10) as u32;
-            NodeKind::Loop(LoopSpec {
-                expression: expression?,
-                max_iterations,
-            })
-        }
-        "human_gate" => NodeKind::HumanGate(GateSpec {
-            prompt: if cfg.get("prompt").is_some() {
-                cx.template(&id, cfg, "prompt")?
-            } else {
-                Template::parse("Approve to continue.").expect("constant template parses")
-            },
-        }),
-        "merge" => NodeKind::Merge,
-        "end" => {
-            let status = cx.end_status(&id, cfg);
-            let output = match cfg
-                .get("output")
-                .map(|o| expr::ValueTemplate::parse(&o.to_json()))
-            {
-                None => None,
-                Some(Ok(t)) => Some(t),
-                Some(Err(e)) => {
-                    cx.err(
-                        "E010",
-                        Some(&id),
-                        cfg.get("output").and_then(|v| v.span),
-                        format!("invalid template in `output`: {}", e.message),
-                        "placeholders are {key} or {key.path}; write {{ and }} for literal braces",
-                    );
-                    return None;
-                }
-            };
-            NodeKind::End(EndSpec { status, output })
-        }
-        _ => return None,
     };
-    Some(Node {
-        id,
-        label,
-        kind,
-        policy,
-        output_key,
-        span,
-        model_span: cfg.get("model").and_then(|v| v.span),
-    })
+    Some(NodeKind::End(EndSpec { status, output }))
 }
 
 fn lower_edge(cx: &mut Cx, item: &tree::Node, index: usize) -> Option<Edge> {
