@@ -389,3 +389,28 @@ fn cross_dialect(key: &str, allowed: &[&str]) -> Option<(&'static str, String)> 
         ),
     ))
 }
+
+/// Where a node's own keys are read: its id, the map holding them (a graph node's
+/// `config`, a machine node's body), and the span diagnostics point at when one is missing.
+pub(crate) struct At<'a> {
+    pub id: &'a str,
+    pub cfg: &'a tree::Node,
+    pub span: Option<Span>,
+    /// What the dialect calls such a key in messages (`config`, `key`).
+    pub noun: &'static str,
+}
+
+impl At<'_> {
+    /// Reports a required key that is missing.
+    pub(crate) fn require(&self, cx: &mut Cx, key: &str, hint: &str) {
+        if self.cfg.get(key).is_none() {
+            cx.err(
+                "E008",
+                Some(self.id),
+                self.span,
+                format!("missing required {} `{key}`", self.noun),
+                hint,
+            );
+        }
+    }
+}

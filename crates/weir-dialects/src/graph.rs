@@ -14,9 +14,8 @@ use weir_core::ir::{
 };
 use weir_core::validate::suggest;
 
-use crate::fields::Cx;
+use crate::fields::{At, Cx};
 use crate::tree::{self, Kind};
-use weir_core::Span;
 
 const NODE_TYPES: &[&str] = &[
     "agent",
@@ -182,7 +181,12 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
             "keys starting with __ are internal; use a plain name",
         );
     }
-    let at = At { id: &id, cfg, span };
+    let at = At {
+        id: &id,
+        cfg,
+        span,
+        noun: "config",
+    };
     let kind = match ty.as_str() {
         "agent" => lower_agent(cx, &at),
         "tool" => lower_tool(cx, &at),
@@ -204,29 +208,6 @@ fn lower_node(cx: &mut Cx, item: &tree::Node) -> Option<Node> {
         model_span: cfg.get("model").and_then(|v| v.span),
         id,
     })
-}
-
-/// Where a node's config is read: its id, its `config` map and the span diagnostics point
-/// at when a key is missing.
-struct At<'a> {
-    id: &'a str,
-    cfg: &'a tree::Node,
-    span: Option<Span>,
-}
-
-impl At<'_> {
-    /// Reports a required config key that is missing.
-    fn require(&self, cx: &mut Cx, key: &str, hint: &str) {
-        if self.cfg.get(key).is_none() {
-            cx.err(
-                "E008",
-                Some(self.id),
-                self.span,
-                format!("missing required config `{key}`"),
-                hint,
-            );
-        }
-    }
 }
 
 /// The node's `id`: a non-empty string.

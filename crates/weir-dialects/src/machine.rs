@@ -15,7 +15,7 @@ use weir_core::ir::{
 };
 use weir_core::validate::suggest;
 
-use crate::fields::Cx;
+use crate::fields::{At, Cx};
 use crate::tree;
 
 const TYPES: &[&str] = &[
@@ -125,6 +125,8 @@ fn workflow(
     }
 }
 
+/// One node: its type, the keys every kind shares, its kind's own keys (one function per
+/// kind below), then its transitions.
 fn lower_node(cx: &mut Cx, id: &str, body: &tree::Node, ids: &[&str]) -> Option<(Node, Vec<Edge>)> {
     let span = body.span;
     if body.as_map().is_none() {
@@ -138,7 +140,49 @@ fn lower_node(cx: &mut Cx, id: &str, body: &tree::Node, ids: &[&str]) -> Option<
         return None;
     }
     let ty = cx.node_type(id, body, span, TYPES)?;
-    let specific: &[&str] = match ty.as_str() {
+    check_keys(cx, id, &ty, body);
+    let label = cx.string(id, body, "label");
+    let policy = cx.policy(id, body);
+    let at = At {
+        id,
+        cfg: body,
+        span,
+        noun: "key",
+    };
+    let kind = match ty.as_str() {
+        "ai_agent" => lower_agent(cx, &at),
+        "ai_judge" => lower_judge(cx, &at),
+        "consensus" => lower_consensus(cx, &at),
+        "script" => lower_script(cx, &at),
+        "condition" => Some(NodeKind::Condition(ConditionSpec {
+            expression: cx.expression(id, body, span)?,
+        })),
+        "human_gate" => Some(NodeKind::HumanGate(GateSpec {
+            prompt: match body.get("prompt") {
+                Some(_) => cx.template_in(id, body, "prompt", true)?,
+                None => weir_core::expr::Template::parse("Approve to continue.")
+                    .expect("constant template parses"),
+            },
+        })),
+        "end" => lower_end(cx, &at),
+        _ => None,
+    }?;
+    let node = Node {
+        id: id.to_string(),
+        label,
+        kind,
+        policy,
+        output_key: None,
+        span,
+        model_span: body.get("model").and_then(|v| v.span),
+    };
+    let edges = transitions(cx, &node, body, ids);
+    Some((node, edges))
+}
+
+/// Reports keys that neither every kind nor this one takes.
+fn check_keys(cx: &mut Cx, id: &str, ty: &str, body: &tree::Node) {
+    let specific: &[&str] = match ty {
         "ai_agent" => &[
             "model",
             "prompt",
@@ -188,194 +232,169 @@ fn lower_node(cx: &mut Cx, id: &str, body: &tree::Node, ids: &[&str]) -> Option<
             );
         }
     }
-    let label = cx.string(id, body, "label");
-    let policy = cx.policy(id, body);
-    let require = |cx: &mut Cx, key: &str, hint: &str| {
-        if body.get(key).is_none() {
+}
+
+/// `maxRetries`: 1 when absent.
+fn max_retries(cx: &mut Cx, at: &At<'_>, hi: u64) -> u32 {
+    cx.integer(at.id, at.cfg, "maxRetries", 0, hi)
+        .map_or(1, |x| x as u32)
+}
+
+fn lower_agent(cx: &mut Cx, at: &At<'_>) -> Option<NodeKind> {
+    let (id, body) = (at.id, at.cfg);
+    at.require(cx, "model", "set `model`, e.g. claude-sonnet-4-5 or mock");
+    at.require(
+        cx,
+        "prompt",
+        "set `prompt`, a template such as \"Summarise {{ input.text }}\"",
+    );
+    let model = cx.string(id, body, "model");
+    let prompt = cx.template_in(id, body, "prompt", true);
+    let system = cx.template_in(id, body, "system", true);
+    let response_schema = cx.schema(Some(id), body, "response_schema");
+    Some(NodeKind::Agent(AgentSpec {
+        model: model?.into(),
+        system_prompt: system,
+        user_message: prompt?,
+        temperature: cx.number(id, body, "temperature", 0.0, 2.0),
+        max_tokens: cx
+            .integer(id, body, "max_tokens", 1, 1_000_000)
+            .map(|x| x as u32),
+        response_schema,
+        repair_attempts: max_retries(cx, at, 5),
+        fallback_models: Vec::new(),
+        fallback_error_classes: None,
+    }))
+}
+
+fn lower_judge(cx: &mut Cx, at: &At<'_>) -> Option<NodeKind> {
+    let (id, body) = (at.id, at.cfg);
+    at.require(cx, "model", "set `model`, e.g. claude-sonnet-4-5 or mock");
+    at.require(cx, "prompt", "set `prompt`");
+    at.require(
+        cx,
+        "validator",
+        "add `validator: {kind: boolean}` (or enum with routes, or confidence with threshold)",
+    );
+    let model = cx.string(id, body, "model");
+    let prompt = cx.template_in(id, body, "prompt", true);
+    let system = cx.template_in(id, body, "system", true);
+    let validator = validator(cx, id, body.get("validator")?, false)?;
+    Some(NodeKind::Judge(JudgeSpec {
+        model: model?.into(),
+        system,
+        prompt: prompt?,
+        max_retries: max_retries(cx, at, 5),
+        temperature: cx.number(id, body, "temperature", 0.0, 2.0),
+        max_tokens: cx
+            .integer(id, body, "max_tokens", 1, 1_000_000)
+            .map(|x| x as u32),
+        validator: match validator {
+            Either::Validator(v) => v,
+            Either::Consensus(_) => return None,
+        },
+    }))
+}
+
+fn lower_consensus(cx: &mut Cx, at: &At<'_>) -> Option<NodeKind> {
+    let (id, body) = (at.id, at.cfg);
+    at.require(cx, "model", "set `model`");
+    at.require(cx, "prompt", "set `prompt`");
+    at.require(
+        cx,
+        "validator",
+        "add `validator: {kind: boolean}` (or confidence, answer, most_consistent)",
+    );
+    let model = cx.string(id, body, "model");
+    let prompt = cx.template_in(id, body, "prompt", true);
+    let system = cx.template_in(id, body, "system", true);
+    let agent_count = cx
+        .integer(id, body, "agentCount", 1, 20)
+        .map_or(3, |x| x as u32);
+    let quorum = cx
+        .integer(id, body, "quorum", 1, 20)
+        .map_or(agent_count / 2 + 1, |x| x as u32);
+    if quorum > agent_count {
+        cx.err(
+            "E007",
+            Some(id),
+            body.get("quorum").and_then(|q| q.span),
+            format!("quorum {quorum} is more than agentCount {agent_count}"),
+            "quorum is how many of the agents must agree: 1..=agentCount",
+        );
+    }
+    let mode = validator(cx, id, body.get("validator")?, true)?;
+    Some(NodeKind::Consensus(ConsensusSpec {
+        model: model?.into(),
+        system,
+        prompt: prompt?,
+        agent_count,
+        quorum,
+        max_retries: max_retries(cx, at, 3),
+        temperature: cx.number(id, body, "temperature", 0.0, 2.0),
+        mode: match mode {
+            Either::Consensus(m) => m,
+            Either::Validator(_) => return None,
+        },
+    }))
+}
+
+fn lower_script(cx: &mut Cx, at: &At<'_>) -> Option<NodeKind> {
+    let (id, body) = (at.id, at.cfg);
+    at.require(
+        cx,
+        "script",
+        "add `script: |` with JavaScript or TypeScript ending in `export default …`",
+    );
+    if let Some(rt) = body.get("runtime")
+        && rt.as_str() != Some("bun")
+    {
+        cx.err(
+            "E007",
+            Some(id),
+            rt.span,
+            "the only script runtime is `bun`".into(),
+            "remove `runtime` or set it to bun",
+        );
+    }
+    let source = cx.string(id, body, "script");
+    let validator = match body.get("validator") {
+        Some(v) => match validator(cx, id, v, false)? {
+            Either::Validator(v) => Some(v),
+            Either::Consensus(_) => return None,
+        },
+        None => None,
+    };
+    Some(NodeKind::Script(ScriptSpec {
+        source: source?,
+        validator,
+    }))
+}
+
+fn lower_end(cx: &mut Cx, at: &At<'_>) -> Option<NodeKind> {
+    let (id, body) = (at.id, at.cfg);
+    let status = cx.end_status(id, body);
+    let output = body.get("output").map(|o| {
+        let mut bad = None;
+        let v = jinja_value(o.to_json(), &mut bad);
+        let t = weir_core::expr::ValueTemplate::parse(&v);
+        if let Some(message) = bad.or_else(|| t.as_ref().err().map(|e| e.message.clone())) {
             cx.err(
-                "E008",
+                "E010",
                 Some(id),
-                span,
-                format!("missing required key `{key}`"),
-                hint,
+                o.span,
+                format!("invalid template in `output`: {message}"),
+                "placeholders are {{ expr }}, e.g. {{ build.stdout }} or {{ input.diff }}",
             );
         }
+        t.ok()
+    });
+    let output = match output {
+        Some(None) => return None,
+        Some(t) => t,
+        None => None,
     };
-    let max_retries = |cx: &mut Cx, hi: u64| {
-        cx.integer(id, body, "maxRetries", 0, hi)
-            .map_or(1, |x| x as u32)
-    };
-    let kind = match ty.as_str() {
-        "ai_agent" => {
-            require(cx, "model", "set `model`, e.g. claude-sonnet-4-5 or mock");
-            require(
-                cx,
-                "prompt",
-                "set `prompt`, a template such as \"Summarise {{ input.text }}\"",
-            );
-            let model = cx.string(id, body, "model");
-            let prompt = cx.template_in(id, body, "prompt", true);
-            let system = cx.template_in(id, body, "system", true);
-            let response_schema = cx.schema(Some(id), body, "response_schema");
-            NodeKind::Agent(AgentSpec {
-                model: model?.into(),
-                system_prompt: system,
-                user_message: prompt?,
-                temperature: cx.number(id, body, "temperature", 0.0, 2.0),
-                max_tokens: cx
-                    .integer(id, body, "max_tokens", 1, 1_000_000)
-                    .map(|x| x as u32),
-                response_schema,
-                repair_attempts: max_retries(cx, 5),
-                fallback_models: Vec::new(),
-                fallback_error_classes: None,
-            })
-        }
-        "ai_judge" => {
-            require(cx, "model", "set `model`, e.g. claude-sonnet-4-5 or mock");
-            require(cx, "prompt", "set `prompt`");
-            require(
-                cx,
-                "validator",
-                "add `validator: {kind: boolean}` (or enum with routes, or confidence with threshold)",
-            );
-            let model = cx.string(id, body, "model");
-            let prompt = cx.template_in(id, body, "prompt", true);
-            let system = cx.template_in(id, body, "system", true);
-            let validator = validator(cx, id, body.get("validator")?, false)?;
-            NodeKind::Judge(JudgeSpec {
-                model: model?.into(),
-                system,
-                prompt: prompt?,
-                max_retries: max_retries(cx, 5),
-                temperature: cx.number(id, body, "temperature", 0.0, 2.0),
-                max_tokens: cx
-                    .integer(id, body, "max_tokens", 1, 1_000_000)
-                    .map(|x| x as u32),
-                validator: match validator {
-                    Either::Validator(v) => v,
-                    Either::Consensus(_) => return None,
-                },
-            })
-        }
-        "consensus" => {
-            require(cx, "model", "set `model`");
-            require(cx, "prompt", "set `prompt`");
-            require(
-                cx,
-                "validator",
-                "add `validator: {kind: boolean}` (or confidence, answer, most_consistent)",
-            );
-            let model = cx.string(id, body, "model");
-            let prompt = cx.template_in(id, body, "prompt", true);
-            let system = cx.template_in(id, body, "system", true);
-            let agent_count = cx
-                .integer(id, body, "agentCount", 1, 20)
-                .map_or(3, |x| x as u32);
-            let quorum = cx
-                .integer(id, body, "quorum", 1, 20)
-                .map_or(agent_count / 2 + 1, |x| x as u32);
-            if quorum > agent_count {
-                cx.err(
-                    "E007",
-                    Some(id),
-                    body.get("quorum").and_then(|q| q.span),
-                    format!("quorum {quorum} is more than agentCount {agent_count}"),
-                    "quorum is how many of the agents must agree: 1..=agentCount",
-                );
-            }
-            let mode = validator(cx, id, body.get("validator")?, true)?;
-            NodeKind::Consensus(ConsensusSpec {
-                model: model?.into(),
-                system,
-                prompt: prompt?,
-                agent_count,
-                quorum,
-                max_retries: max_retries(cx, 3),
-                temperature: cx.number(id, body, "temperature", 0.0, 2.0),
-                mode: match mode {
-                    Either::Consensus(m) => m,
-                    Either::Validator(_) => return None,
-                },
-            })
-        }
-        "script" => {
-            require(
-                cx,
-                "script",
-                "add `script: |` with JavaScript or TypeScript ending in `export default …`",
-            );
-            if let Some(rt) = body.get("runtime")
-                && rt.as_str() != Some("bun")
-            {
-                cx.err(
-                    "E007",
-                    Some(id),
-                    rt.span,
-                    "the only script runtime is `bun`".into(),
-                    "remove `runtime` or set it to bun",
-                );
-            }
-            let source = cx.string(id, body, "script");
-            let validator = match body.get("validator") {
-                Some(v) => match validator(cx, id, v, false)? {
-                    Either::Validator(v) => Some(v),
-                    Either::Consensus(_) => return None,
-                },
-                None => None,
-            };
-            NodeKind::Script(ScriptSpec {
-                source: source?,
-                validator,
-            })
-        }
-        "condition" => NodeKind::Condition(ConditionSpec {
-            expression: cx.expression(id, body, span)?,
-        }),
-        "human_gate" => NodeKind::HumanGate(GateSpec {
-            prompt: match body.get("prompt") {
-                Some(_) => cx.template_in(id, body, "prompt", true)?,
-                None => weir_core::expr::Template::parse("Approve to continue.")
-                    .expect("constant template parses"),
-            },
-        }),
-        "end" => {
-            let status = cx.end_status(id, body);
-            let output = body.get("output").map(|o| {
-                let mut bad = None;
-                let v = jinja_value(o.to_json(), &mut bad);
-                let t = weir_core::expr::ValueTemplate::parse(&v);
-                if let Some(message) = bad.or_else(|| t.as_ref().err().map(|e| e.message.clone())) {
-                    cx.err(
-                        "E010",
-                        Some(id),
-                        o.span,
-                        format!("invalid template in `output`: {message}"),
-                        "placeholders are {{ expr }}, e.g. {{ build.stdout }} or {{ input.diff }}",
-                    );
-                }
-                t.ok()
-            });
-            let output = match output {
-                Some(None) => return None,
-                Some(t) => t,
-                None => None,
-            };
-            NodeKind::End(EndSpec { status, output })
-        }
-        _ => return None,
-    };
-    let node = Node {
-        id: id.to_string(),
-        label,
-        kind,
-        policy,
-        output_key: None,
-        span,
-        model_span: body.get("model").and_then(|v| v.span),
-    };
-    let edges = transitions(cx, &node, body, ids);
-    Some((node, edges))
+    Some(NodeKind::End(EndSpec { status, output }))
 }
 
 enum Either {
