@@ -1,27 +1,73 @@
-//! API errors: `{"error": {"code", "message", "details"}}`, mapped from the typed errors of
-//! DESIGN §8 in one place ([`From<weir_engine::Error>`]).
+//! API errors: `{"error": {"code", "message", "details"}}`, mapped from the engine's and
+//! the store's typed errors in one place ([`From<weir_engine::Error>`]).
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use serde::Serialize;
 use serde_json::{Value, json};
 use weir_core::store::StoreError;
 
+/// What went wrong, for clients to branch on; each code has one HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// 401: no valid token (missing, unknown, malformed or revoked).
+    Unauthorized,
+    /// 403: the token lacks the route's scope.
+    Forbidden,
+    /// 404: no such workflow, version, run, tool or token (or a bad path).
+    NotFound,
+    /// 409: already decided, driven elsewhere, or not in a state that allows the request.
+    Conflict,
+    /// 422: the request's body, query or input does not fit the route.
+    InvalidRequest,
+    /// 422: the workflow document has errors (`details` lists them).
+    InvalidWorkflow,
+    /// 413: the body is over the server's limit.
+    BodyTooLarge,
+    /// 500: the store or the server failed.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The HTTP status of this code.
+    pub fn status(self) -> StatusCode {
+        match self {
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Forbidden => StatusCode::FORBIDDEN,
+            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::Conflict => StatusCode::CONFLICT,
+            Self::InvalidRequest | Self::InvalidWorkflow => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+/// An error answer of the API.
 #[derive(Debug)]
 pub struct ApiError {
-    pub status: StatusCode,
-    pub code: &'static str,
+    /// What went wrong; it sets the HTTP status.
+    pub code: ErrorCode,
+    /// For people: what and how to fix it.
     pub message: String,
+    /// More about it (diagnostics, problems), or null.
     pub details: Value,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    /// An error of `code` saying `message`.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
-            status,
             code,
             message: message.into(),
             details: Value::Null,
         }
+    }
+
+    /// The HTTP status of the answer.
+    pub fn status(&self) -> StatusCode {
+        self.code.status()
     }
 
     pub fn details(mut self, details: Value) -> Self {
@@ -33,41 +79,40 @@ impl ApiError {
         // One answer for a missing, unknown, malformed or revoked token: the body never
         // says whether a token exists.
         Self::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
+            ErrorCode::Unauthorized,
             "a valid API token is required: send `Authorization: Bearer TOKEN` (weir tokens create makes one)",
         )
     }
 
     pub fn forbidden(needed: &str, has: &str) -> Self {
         Self::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
+            ErrorCode::Forbidden,
             format!("this route needs a token with scope `{needed}`; this token has `{has}`"),
         )
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
+        Self::new(ErrorCode::InvalidRequest, message)
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+        Self::new(ErrorCode::NotFound, message)
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+        Self::new(ErrorCode::Internal, message)
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.status.is_server_error() {
-            tracing::error!(code = self.code, "{}", self.message);
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(code = ?self.code, "{}", self.message);
         }
         let body =
             json!({"error": {"code": self.code, "message": self.message, "details": self.details}});
-        (self.status, axum::Json(body)).into_response()
+        (status, axum::Json(body)).into_response()
     }
 }
 
@@ -76,10 +121,9 @@ impl From<weir_engine::Error> for ApiError {
         use weir_engine::Error as E;
         match e {
             E::NotFound(m) => Self::not_found(m),
-            E::Conflict(m) => Self::new(StatusCode::CONFLICT, "conflict", m),
+            E::Conflict(m) => Self::new(ErrorCode::Conflict, m),
             E::LeaseLost { run_id, message } => Self::new(
-                StatusCode::CONFLICT,
-                "conflict",
+                ErrorCode::Conflict,
                 format!("run {run_id} is driven elsewhere: {message}"),
             ),
             E::InvalidInput(problems) => {

@@ -31,7 +31,7 @@ use axum::routing::{get, post};
 use serde::de::DeserializeOwned;
 
 pub use app::{App, Records};
-pub use error::{ApiError, ApiResult};
+pub use error::{ApiError, ApiResult, ErrorCode};
 pub use weir_runtime::{Options, Services};
 
 use auth::{Caller, Scope};
@@ -153,8 +153,7 @@ impl<S: Send + Sync> FromRequest<S> for Body {
             let status = e.status();
             if status == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(
-                    status,
-                    "body_too_large",
+                    ErrorCode::BodyTooLarge,
                     "the request body is over the server's limit (weir serve --max-body)",
                 )
             } else {

@@ -13,9 +13,8 @@ pub struct ErrorBody {
 
 #[derive(Serialize, ToSchema)]
 pub struct ErrorDetail {
-    /// Stable: unauthorized, forbidden, not_found, conflict, invalid_request,
-    /// invalid_workflow, body_too_large, internal.
-    pub code: String,
+    /// Stable, for clients to branch on.
+    pub code: crate::ErrorCode,
     pub message: String,
     /// More about the error (diagnostics, problems) or null.
     #[schema(value_type = Object, nullable)]

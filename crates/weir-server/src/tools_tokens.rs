@@ -258,8 +258,7 @@ pub async fn create_tool(
     check_name(&req.name)?;
     if app.rt.file_tools().contains_key(&req.name) {
         return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "conflict",
+            crate::ErrorCode::Conflict,
             format!(
                 "weir.toml defines custom tool `{}`; it cannot be changed over the API",
                 req.name

@@ -171,8 +171,7 @@ fn invalid_workflow(diags: Vec<Diagnostic>) -> ApiError {
         });
     let v = report(diags);
     ApiError::new(
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "invalid_workflow",
+        crate::ErrorCode::InvalidWorkflow,
         format!("the workflow has {errors} error(s){first}"),
     )
     .details(json!({"errors": v.errors, "warnings": v.warnings}))

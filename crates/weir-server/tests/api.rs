@@ -388,6 +388,50 @@ async fn the_openapi_document_covers_every_route() {
 }
 
 #[tokio::test]
+async fn error_codes_are_an_enum_the_document_lists() {
+    let api = api().await;
+    let doc = openapi(&api).await;
+    let detail = named(
+        &doc,
+        &named(
+            &doc,
+            &doc["components"]["schemas"]["ErrorBody"]["properties"]["error"],
+        )["properties"]["code"],
+    )
+    .clone();
+    let mut codes: Vec<&str> = detail["enum"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no enum: {detail}"))
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    codes.sort_unstable();
+    assert_eq!(
+        codes,
+        [
+            "body_too_large",
+            "conflict",
+            "forbidden",
+            "internal",
+            "invalid_request",
+            "invalid_workflow",
+            "not_found",
+            "unauthorized"
+        ]
+    );
+    // Real answers carry listed codes with their statuses.
+    let missing = api.as_("read", Method::GET, "/api/runs/nope", "").await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert_eq!(missing.body["error"]["code"], "not_found");
+    let anonymous = api.call(Method::GET, "/api/runs", None, "", "").await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(anonymous.body["error"]["code"], "unauthorized");
+    let weak = api.as_("read", Method::POST, "/api/tokens", "{}").await;
+    assert_eq!(weak.status, StatusCode::FORBIDDEN);
+    assert_eq!(weak.body["error"]["code"], "forbidden");
+}
+
+#[tokio::test]
 async fn workflows_are_saved_in_versions_and_validated_with_located_diagnostics() {
     let api = api().await;
     let r = api
