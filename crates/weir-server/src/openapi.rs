@@ -68,7 +68,7 @@ impl Modify for Bearer {
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "weir", description = "The weir HTTP API (DESIGN §10): workflows, runs, approvals, events, tools, tokens."),
+    info(title = "weir", description = "The weir HTTP API: workflows, runs, approvals, events, tools, tokens."),
     paths(
         crate::meta::healthz, crate::meta::metrics, document,
         crate::workflows::list, crate::workflows::create, crate::workflows::get_one,

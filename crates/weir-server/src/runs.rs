@@ -325,7 +325,7 @@ pub async fn list(
 
 #[utoipa::path(get, path = "/api/runs/{id}", tag = "runs",
     params(("id" = String, Path, description = "run id")),
-    responses((status = 200, description = "the run record (DESIGN §10), every step and attempt", body = Object),
+    responses((status = 200, description = "the run record (docs/cli.md), every step and attempt", body = Object),
               (status = 404, body = crate::openapi::ErrorBody)),
     security(("bearer" = ["read"])))]
 pub async fn get_one(
