@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use weir_core::event::{EventKind, RunEvent};
 use weir_core::record::{
-    ErrorCode, RunError, RunRecord, RunStatus, RunSummary, Snapshot, StepRecord, StepStatus,
+    RunError, RunRecord, RunStatus, RunSummary, Snapshot, StepRecord, StepStatus,
 };
 use weir_core::store::{
     CancelOutcome, Claim, Created, GateDecision, Lease, NewRun, Pin, RunFilter, RunStore,
@@ -154,36 +154,20 @@ impl MemRun {
     }
 
     /// Ends the run as cancelled at once (no driver holds it).
-    fn cancel_now(&mut self, by: &str, w: &mut Written) {
-        let at = weir_core::store::Stamp::now();
+    fn cancel_now(&mut self, plan: rules::CancelNow, w: &mut Written) {
         for s in self.steps.values_mut() {
             if matches!(s.status, StepStatus::Running | StepStatus::Waiting) {
                 s.status = StepStatus::Cancelled;
-                s.error = Some(format!("cancelled by {by}"));
-                s.finished_at = Some(at.clone());
+                s.error = Some(plan.step_error.clone());
+                s.finished_at = Some(plan.at.clone());
             }
         }
-        self.snapshot.gates.clear();
-        self.snapshot.pending.clear();
+        plan.snapshot(&mut self.snapshot);
         self.status = RunStatus::Cancelled;
-        let error = RunError {
-            code: ErrorCode::Cancelled,
-            message: format!("cancelled by {by}"),
-            node_id: None,
-        };
-        self.error = Some(error.clone());
-        self.finished_at = Some(at.to_string());
+        self.error = Some(plan.error);
+        self.finished_at = Some(plan.at.to_string());
         self.lease_expires_at = None;
-        self.append(
-            vec![
-                EventKind::CancelRequested { by: by.to_string() },
-                EventKind::RunFinished {
-                    status: RunStatus::Cancelled,
-                    error: Some(error),
-                },
-            ],
-            w,
-        );
+        self.append(plan.events, w);
     }
 }
 
@@ -510,23 +494,26 @@ impl RunStore for Memory {
             .runs
             .get_mut(run_id)
             .ok_or_else(|| StoreError::NotFound(format!("no run with id {run_id}")))?;
-        let mut w = Written::default();
-        let live = run.lease_expires_at.is_some_and(|at| at > now_ms());
-        match run.status {
-            s if s.is_terminal() => Err(rules::cancel_conflict(run_id, s)),
-            RunStatus::Running if live => {
-                if !run.cancel_requested {
-                    run.cancel_requested = true;
-                    run.append(
-                        vec![EventKind::CancelRequested { by: by.to_string() }],
-                        &mut w,
-                    );
-                }
-                w.cancel_requested = true;
+        let mut w = Written {
+            cancel_requested: true,
+            ..Written::default()
+        };
+        let plan = rules::cancel_plan(
+            run_id,
+            run.status,
+            run.lease_expires_at,
+            run.cancel_requested,
+            by,
+            now_ms(),
+        )?;
+        match plan {
+            rules::CancelPlan::Request(events) => {
+                run.cancel_requested = true;
+                run.append(events, &mut w);
                 Ok((CancelOutcome::Requested, w))
             }
-            _ => {
-                run.cancel_now(by, &mut w);
+            rules::CancelPlan::Now(now) => {
+                run.cancel_now(now, &mut w);
                 Ok((CancelOutcome::Cancelled, w))
             }
         }

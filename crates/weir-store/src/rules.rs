@@ -3,8 +3,8 @@
 
 use weir_core::event::EventKind;
 use weir_core::patch::Patch;
-use weir_core::record::RunStatus;
-use weir_core::store::{StoreError, describe_expiry};
+use weir_core::record::{ErrorCode, RunError, RunStatus, Snapshot};
+use weir_core::store::{Stamp, StoreError, describe_expiry};
 
 /// What a claim needs to know about a run.
 pub struct ClaimView<'a> {
@@ -135,12 +135,79 @@ pub fn decision_conflict(run_id: &str, status: RunStatus, epoch: u64, expected: 
     }
 }
 
-/// The refusal of a cancel on a run that already ended.
-pub fn cancel_conflict(run_id: &str, status: RunStatus) -> StoreError {
-    StoreError::Conflict(format!(
-        "run {run_id} already ended ({}); there is nothing to cancel",
-        status.as_str()
-    ))
+/// What a cancel does to a run: decided here from what the store read of it, carried out
+/// by each store in its own statements.
+pub enum CancelPlan {
+    /// A live driver holds the run: set `cancel_requested` and append these events (none
+    /// when it was already requested); the driver ends the run at its next write.
+    Request(Vec<EventKind>),
+    /// Nobody drives it: end it here and now.
+    Now(CancelNow),
+}
+
+/// A run cancelled at once: its row, its steps left in flight, its events.
+pub struct CancelNow {
+    /// The run's error (`cancelled`).
+    pub error: RunError,
+    /// The run's `finished_at`, and the steps' it cancels.
+    pub at: Stamp,
+    /// The error of every step still running or waiting, which is cancelled too.
+    pub step_error: String,
+    /// `cancel_requested`, then `run_finished`.
+    pub events: Vec<EventKind>,
+}
+
+impl CancelNow {
+    /// The snapshot the cancelled run keeps: no gate waits and nothing is pending.
+    pub fn snapshot(&self, snapshot: &mut Snapshot) {
+        snapshot.gates.clear();
+        snapshot.pending.clear();
+    }
+}
+
+/// How to cancel a run found in `status`, its lease expiring at `lease_expires_at`, with a
+/// cancel `already_requested`; a run that already ended is a conflict.
+pub fn cancel_plan(
+    run_id: &str,
+    status: RunStatus,
+    lease_expires_at: Option<i64>,
+    already_requested: bool,
+    by: &str,
+    now: i64,
+) -> Result<CancelPlan, StoreError> {
+    if status.is_terminal() {
+        return Err(StoreError::Conflict(format!(
+            "run {run_id} already ended ({}); there is nothing to cancel",
+            status.as_str()
+        )));
+    }
+    let requested = EventKind::CancelRequested { by: by.to_string() };
+    let live = lease_expires_at.is_some_and(|at| at > now);
+    if status == RunStatus::Running && live {
+        let events = if already_requested {
+            Vec::new()
+        } else {
+            vec![requested]
+        };
+        return Ok(CancelPlan::Request(events));
+    }
+    let error = RunError {
+        code: ErrorCode::Cancelled,
+        message: format!("cancelled by {by}"),
+        node_id: None,
+    };
+    Ok(CancelPlan::Now(CancelNow {
+        at: Stamp::now(),
+        step_error: format!("cancelled by {by}"),
+        events: vec![
+            requested,
+            EventKind::RunFinished {
+                status: RunStatus::Cancelled,
+                error: Some(error.clone()),
+            },
+        ],
+        error,
+    }))
 }
 
 /// The statuses retention may delete: the ended ones, narrowed to `wanted` when given.

@@ -25,9 +25,7 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{PgConnection, Row};
 use weir_core::event::{EventKind, RunEvent};
-use weir_core::record::{
-    ErrorCode, RunError, RunRecord, RunStatus, RunSummary, Snapshot, StepRecord, StepStatus,
-};
+use weir_core::record::{RunRecord, RunStatus, RunSummary, Snapshot, StepRecord, StepStatus};
 use weir_core::store::{
     CancelOutcome, Claim, Created, GateDecision, Lease, NewRun, RunFilter, RunStore, RunUpdate,
     StepCommit, StoreError, StoredRun, WakeFn, Written, now_ms,
@@ -586,56 +584,48 @@ impl RunStore for Postgres {
             .await
             .map_err(backend)?
             .ok_or_else(|| not_found(run_id))?;
-            let status = crate::cols::status(&row, "status");
-            if status.is_terminal() {
-                return Err(rules::cancel_conflict(run_id, status));
-            }
-            let live = row
-                .get::<Option<i64>, _>("lease")
-                .is_some_and(|at| at > now_ms());
-            let requested = EventKind::CancelRequested { by: by.to_string() };
-            let at = weir_core::store::Stamp::now();
-            if status == RunStatus::Running && live {
-                let events = if row.get::<bool, _>("cancel_requested") {
-                    Vec::new()
-                } else {
-                    let seq: i64 = sqlx::query(
-                        "UPDATE runs SET cancel_requested = TRUE, event_seq = event_seq + 1
-                         WHERE id = $1 RETURNING event_seq",
-                    )
-                    .bind(run_id)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(backend)?
-                    .get(0);
-                    insert_events(&mut *tx, run_id, seq, &at, std::slice::from_ref(&requested))
-                        .await?;
-                    vec![requested]
-                };
-                return Ok((
-                    CancelOutcome::Requested,
-                    Written {
-                        events,
-                        cancel_requested: true,
-                    },
-                ));
-            }
-            // Nobody drives it: cancel it here and now.
-            let mut snapshot = crate::cols::snapshot(&row)?;
-            snapshot.gates.clear();
-            snapshot.pending.clear();
-            let error = RunError {
-                code: ErrorCode::Cancelled,
-                message: format!("cancelled by {by}"),
-                node_id: None,
+            let plan = rules::cancel_plan(
+                run_id,
+                crate::cols::status(&row, "status"),
+                row.get("lease"),
+                row.get::<bool, _>("cancel_requested"),
+                by,
+                now_ms(),
+            )?;
+            let now = match plan {
+                rules::CancelPlan::Request(events) => {
+                    if !events.is_empty() {
+                        let seq: i64 = sqlx::query(
+                            "UPDATE runs SET cancel_requested = TRUE, event_seq = event_seq + 1
+                             WHERE id = $1 RETURNING event_seq",
+                        )
+                        .bind(run_id)
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err(backend)?
+                        .get(0);
+                        let at = weir_core::store::Stamp::now();
+                        insert_events(&mut *tx, run_id, seq, &at, &events).await?;
+                    }
+                    return Ok((
+                        CancelOutcome::Requested,
+                        Written {
+                            events,
+                            cancel_requested: true,
+                        },
+                    ));
+                }
+                rules::CancelPlan::Now(now) => now,
             };
+            let mut snapshot = crate::cols::snapshot(&row)?;
+            now.snapshot(&mut snapshot);
             let last: i64 = sqlx::query(
                 "UPDATE runs SET status = 'cancelled', error = $1, finished_at = $2, snapshot = $3,
                                  event_seq = event_seq + 2
                  WHERE id = $4 RETURNING event_seq",
             )
-            .bind(json(&error)?)
-            .bind(at.to_string())
+            .bind(json(&now.error)?)
+            .bind(now.at.to_string())
             .bind(json(&snapshot)?)
             .bind(run_id)
             .fetch_one(&mut *tx)
@@ -652,23 +642,16 @@ impl RunStore for Postgres {
             ] {
                 let mut q = sqlx::query(sql).bind(run_id);
                 if bind {
-                    q = q.bind(format!("cancelled by {by}")).bind(at.to_string());
+                    q = q.bind(now.step_error.as_str()).bind(now.at.to_string());
                 }
                 q.execute(&mut *tx).await.map_err(backend)?;
             }
-            let kinds = vec![
-                requested,
-                EventKind::RunFinished {
-                    status: RunStatus::Cancelled,
-                    error: Some(error),
-                },
-            ];
             snapshot_written(&mut *tx, run_id).await?;
-            insert_events(&mut *tx, run_id, last - 1, &at, &kinds).await?;
+            insert_events(&mut *tx, run_id, last - 1, &now.at, &now.events).await?;
             Ok((
                 CancelOutcome::Cancelled,
                 Written {
-                    events: kinds,
+                    events: now.events,
                     cancel_requested: true,
                 },
             ))

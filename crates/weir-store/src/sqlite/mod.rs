@@ -14,9 +14,7 @@ use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
 use weir_core::event::{EventKind, RunEvent};
-use weir_core::record::{
-    ErrorCode, RunError, RunRecord, RunStatus, RunSummary, Snapshot, StepRecord, StepStatus,
-};
+use weir_core::record::{RunRecord, RunStatus, RunSummary, Snapshot, StepRecord, StepStatus};
 use weir_core::store::{
     CancelOutcome, Claim, Created, GateDecision, Lease, NewRun, RunFilter, RunStore, RunUpdate,
     StepCommit, StoreError, StoredRun, Written, now_ms,
@@ -493,55 +491,49 @@ impl RunStore for Sqlite {
         .await
         .map_err(backend)?
         .ok_or_else(|| not_found(run_id))?;
-        let status = crate::cols::status(&row, "status");
-        let live = row
-            .get::<Option<i64>, _>("lease_expires_at")
-            .is_some_and(|at| at > now_ms());
-        if status.is_terminal() {
-            return Err(rules::cancel_conflict(run_id, status));
-        }
-        let requested = EventKind::CancelRequested { by: by.to_string() };
-        if status == RunStatus::Running && live {
-            let already = row.get::<i64, _>("cancel_requested") != 0;
-            let events = if already {
-                Vec::new()
-            } else {
-                let r = sqlx::query(
-                    "UPDATE runs SET cancel_requested = 1, event_seq = event_seq + 1
-                     WHERE id = ? RETURNING event_seq",
-                )
-                .bind(run_id)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(backend)?;
-                insert_events(&mut tx, run_id, r.get(0), vec![requested]).await?
-            };
-            tx.commit().await.map_err(backend)?;
-            return Ok((
-                CancelOutcome::Requested,
-                Written {
-                    events,
-                    cancel_requested: true,
-                },
-            ));
-        }
-        // Nobody drives it: cancel it here and now.
-        let mut snapshot = crate::cols::snapshot(&row)?;
-        snapshot.gates.clear();
-        snapshot.pending.clear();
-        let at = weir_core::store::Stamp::now();
-        let error = RunError {
-            code: ErrorCode::Cancelled,
-            message: format!("cancelled by {by}"),
-            node_id: None,
+        let plan = rules::cancel_plan(
+            run_id,
+            crate::cols::status(&row, "status"),
+            row.get("lease_expires_at"),
+            row.get::<i64, _>("cancel_requested") != 0,
+            by,
+            now_ms(),
+        )?;
+        let now = match plan {
+            rules::CancelPlan::Request(events) => {
+                let events = if events.is_empty() {
+                    events
+                } else {
+                    let r = sqlx::query(
+                        "UPDATE runs SET cancel_requested = 1, event_seq = event_seq + 1
+                         WHERE id = ? RETURNING event_seq",
+                    )
+                    .bind(run_id)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                    insert_events(&mut tx, run_id, r.get(0), events).await?
+                };
+                tx.commit().await.map_err(backend)?;
+                return Ok((
+                    CancelOutcome::Requested,
+                    Written {
+                        events,
+                        cancel_requested: true,
+                    },
+                ));
+            }
+            rules::CancelPlan::Now(now) => now,
         };
+        let mut snapshot = crate::cols::snapshot(&row)?;
+        now.snapshot(&mut snapshot);
         let r = sqlx::query(
             "UPDATE runs SET status = 'cancelled', error = ?, finished_at = ?, snapshot = ?,
                              lease_expires_at = NULL, event_seq = event_seq + 2
              WHERE id = ? RETURNING event_seq",
         )
-        .bind(json(&error)?)
-        .bind(at.to_string())
+        .bind(json(&now.error)?)
+        .bind(now.at.to_string())
         .bind(json(&snapshot)?)
         .bind(run_id)
         .fetch_one(&mut *tx)
@@ -567,24 +559,12 @@ impl RunStore for Sqlite {
               WHERE row IN (SELECT r FROM chain) AND status IN ('running', 'waiting')"
         ))
         .bind(run_id)
-        .bind(format!("cancelled by {by}"))
-        .bind(at.to_string())
+        .bind(now.step_error.as_str())
+        .bind(now.at.to_string())
         .execute(&mut *tx)
         .await
         .map_err(backend)?;
-        let events = insert_events(
-            &mut tx,
-            run_id,
-            r.get::<i64, _>(0) - 1,
-            vec![
-                requested,
-                EventKind::RunFinished {
-                    status: RunStatus::Cancelled,
-                    error: Some(error),
-                },
-            ],
-        )
-        .await?;
+        let events = insert_events(&mut tx, run_id, r.get::<i64, _>(0) - 1, now.events).await?;
         tx.commit().await.map_err(backend)?;
         Ok((
             CancelOutcome::Cancelled,
