@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 mod attempts;
+mod catalog;
 mod cols;
 mod memory;
 mod postgres;
