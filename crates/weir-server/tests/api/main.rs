@@ -1,0 +1,9 @@
+//! The HTTP API in process (`tower::ServiceExt::oneshot` on the real router over a real
+//! SQLite store): authorisation on every route, and the behaviour a client sees.
+
+mod auth;
+mod openapi;
+mod runs;
+mod support;
+mod tools_tokens;
+mod workflows;
