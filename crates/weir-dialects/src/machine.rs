@@ -9,6 +9,7 @@
 //! `ai_agent` (or any node that cannot branch) with `on:`.
 
 use weir_core::Diagnostic;
+use weir_core::expr::Template;
 use weir_core::ir::{
     AgentSpec, ConditionSpec, ConsensusMode, ConsensusSpec, DEFAULT_HOP_CEILING, Dialect, Edge,
     EndSpec, GateSpec, JudgeSpec, Node, NodeKind, ScriptSpec, StateLayout, Validator, Workflow,
@@ -160,8 +161,7 @@ fn lower_node(cx: &mut Cx, id: &str, body: &tree::Node, ids: &[&str]) -> Option<
         "human_gate" => Some(NodeKind::HumanGate(GateSpec {
             prompt: match body.get("prompt") {
                 Some(_) => cx.template_in(id, body, "prompt", true)?,
-                None => weir_core::expr::Template::parse("Approve to continue.")
-                    .expect("constant template parses"),
+                None => Template::parse("Approve to continue.").expect("constant template parses"),
             },
         })),
         "end" => lower_end(cx, &at),
@@ -240,6 +240,18 @@ fn max_retries(cx: &mut Cx, at: &At<'_>, hi: u64) -> u32 {
         .map_or(1, |x| x as u32)
 }
 
+/// The `model`, `prompt` and `system` of a node that calls a model.
+fn model_prompt_system(
+    cx: &mut Cx,
+    at: &At<'_>,
+) -> (Option<String>, Option<Template>, Option<Template>) {
+    (
+        cx.string(at.id, at.cfg, "model"),
+        cx.template_in(at.id, at.cfg, "prompt", true),
+        cx.template_in(at.id, at.cfg, "system", true),
+    )
+}
+
 fn lower_agent(cx: &mut Cx, at: &At<'_>) -> Option<NodeKind> {
     let (id, body) = (at.id, at.cfg);
     at.require(cx, "model", "set `model`, e.g. claude-sonnet-4-5 or mock");
@@ -248,9 +260,7 @@ fn lower_agent(cx: &mut Cx, at: &At<'_>) -> Option<NodeKind> {
         "prompt",
         "set `prompt`, a template such as \"Summarise {{ input.text }}\"",
     );
-    let model = cx.string(id, body, "model");
-    let prompt = cx.template_in(id, body, "prompt", true);
-    let system = cx.template_in(id, body, "system", true);
+    let (model, prompt, system) = model_prompt_system(cx, at);
     let response_schema = cx.schema(Some(id), body, "response_schema");
     Some(NodeKind::Agent(AgentSpec {
         model: model?.into(),
@@ -276,9 +286,7 @@ fn lower_judge(cx: &mut Cx, at: &At<'_>) -> Option<NodeKind> {
         "validator",
         "add `validator: {kind: boolean}` (or enum with routes, or confidence with threshold)",
     );
-    let model = cx.string(id, body, "model");
-    let prompt = cx.template_in(id, body, "prompt", true);
-    let system = cx.template_in(id, body, "system", true);
+    let (model, prompt, system) = model_prompt_system(cx, at);
     let validator = validator(cx, id, body.get("validator")?, false)?;
     Some(NodeKind::Judge(JudgeSpec {
         model: model?.into(),
@@ -305,9 +313,7 @@ fn lower_consensus(cx: &mut Cx, at: &At<'_>) -> Option<NodeKind> {
         "validator",
         "add `validator: {kind: boolean}` (or confidence, answer, most_consistent)",
     );
-    let model = cx.string(id, body, "model");
-    let prompt = cx.template_in(id, body, "prompt", true);
-    let system = cx.template_in(id, body, "system", true);
+    let (model, prompt, system) = model_prompt_system(cx, at);
     let agent_count = cx
         .integer(id, body, "agentCount", 1, 20)
         .map_or(3, |x| x as u32);
@@ -698,7 +704,7 @@ fn transitions(cx: &mut Cx, node: &Node, body: &tree::Node, ids: &[&str]) -> Vec
 fn jinja_value(v: serde_json::Value, bad: &mut Option<String>) -> serde_json::Value {
     use serde_json::Value;
     match v {
-        Value::String(s) => match weir_core::expr::Template::parse_jinja(&s) {
+        Value::String(s) => match Template::parse_jinja(&s) {
             Ok(t) => Value::String(
                 t.segments
                     .iter()
