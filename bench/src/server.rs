@@ -82,6 +82,7 @@ pub async fn bench_api() {
             workers: 4,
             ..Options::default()
         },
+        1 << 20,
     )
     .await
     .expect("app");

@@ -28,11 +28,10 @@ pub async fn serve(env: &Env, args: ServeArgs) -> Result<u8> {
     let options = Options {
         workers: args.workers,
         runs_per_worker: args.runs_per_worker.max(1),
-        max_body: args.max_body,
         grace: seconds(args.grace),
         ..Options::default()
     };
-    let app = App::new(wiring::serving(env).await?, options)
+    let app = App::new(wiring::serving(env).await?, options, args.max_body)
         .await
         .map_err(crate::Usage)?;
     let first_token = weir_server::first_start(&app)

@@ -81,8 +81,6 @@ pub struct Options {
     pub workers: usize,
     /// Runs each worker loop drives at once.
     pub runs_per_worker: usize,
-    /// The largest request body the HTTP API reads.
-    pub max_body: usize,
     /// How long a graceful shutdown lets in-flight steps finish.
     pub grace: Duration,
     /// How often idle workers look for runnable runs that no wake-up announced (runs
@@ -97,7 +95,6 @@ impl Default for Options {
         Self {
             workers: 4,
             runs_per_worker: 8,
-            max_body: 1 << 20,
             grace: Duration::from_secs(10),
             poll: Duration::from_millis(500),
             owner: weir_engine::process_owner(),

@@ -18,6 +18,8 @@ pub struct App {
     pub closing: watch::Sender<bool>,
     /// The JSON of ended runs' records, which never change again.
     pub records: Records,
+    /// The largest request body read, in bytes.
+    pub max_body: usize,
 }
 
 /// A bounded cache of ended runs' record JSON (by run id), oldest out first.
@@ -71,13 +73,19 @@ impl Records {
 }
 
 impl App {
-    /// The runtime for these services, and the API's own state.
-    pub async fn new(services: Services, options: Options) -> Result<Arc<Self>, String> {
+    /// The runtime for these services, and the API's own state; requests read at most
+    /// `max_body` bytes.
+    pub async fn new(
+        services: Services,
+        options: Options,
+        max_body: usize,
+    ) -> Result<Arc<Self>, String> {
         Ok(Arc::new(Self {
             rt: Runtime::new(services, options).await?,
             tokens: crate::auth::Tokens::default(),
             closing: watch::channel(false).0,
             records: Records::default(),
+            max_body,
         }))
     }
 }

@@ -38,7 +38,7 @@ use auth::{Caller, Scope};
 
 /// The API router over a started [`App`].
 pub fn router(app: Arc<App>) -> Router {
-    let max_body = app.rt.options.max_body;
+    let max_body = app.max_body;
     Router::new()
         .route("/healthz", get(meta::healthz))
         .route("/metrics", get(meta::metrics))

@@ -68,6 +68,7 @@ pub async fn api() -> Api {
             poll: Duration::from_millis(50),
             ..Options::default()
         },
+        1 << 20,
     )
     .await
     .unwrap();
