@@ -12,6 +12,7 @@ mod server;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use weir_core::RunReads;
 
 use serde_json::{Value, json};
 use weir_core::{RunStatus, RunStore, Workflow};

@@ -10,6 +10,7 @@
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use weir_core::{DriveWrites, Lifecycle, RunReads};
 
 use serde_json::json;
 use weir_core::{RunStatus, RunStore};

@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use weir_core::RunReads;
 
 use serde_json::{Value, json};
-use weir_core::RunStore;
 use weir_core::catalog::Catalog;
 use weir_core::record::RunStatus;
 use weir_core::settings::Settings;

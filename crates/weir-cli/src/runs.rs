@@ -1,7 +1,6 @@
 //! `weir runs list|show|prune`: reading recorded runs, and retention by hand.
 
 use anyhow::Result;
-use weir_core::RunStore;
 use weir_core::record::RunStatus;
 use weir_core::store::RunFilter;
 
@@ -108,7 +107,7 @@ pub async fn prune(env: &Env, args: PruneArgs) -> Result<u8> {
     let statuses = weir_runtime::retention::statuses(&args.status).map_err(Usage)?;
     let store = wiring::store(env, wiring::Open::MustExist).await?;
     let before = weir_runtime::retention::cutoff(age);
-    let pruned = RunStore::prune(store.as_ref(), &before, &statuses).await?;
+    let pruned = store.prune(&before, &statuses).await?;
     if as_json {
         println!(
             "{}",

@@ -30,5 +30,5 @@ pub use ir::{Dialect, Edge, Node, NodeKind, Workflow};
 pub use model::{ErrorClass, ModelClient, ModelError, ModelRequest, ModelResponse};
 pub use record::{Attempt, RunRecord, RunStatus, StepRecord, StepStatus};
 pub use script::ScriptRunner;
-pub use store::RunStore;
+pub use store::{Admin, DriveWrites, Lifecycle, RunReads, RunStore};
 pub use tool::{ToolCall, ToolError, ToolRunner};

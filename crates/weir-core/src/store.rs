@@ -248,35 +248,15 @@ pub enum Wake {
 /// Receives [`Wake`] hints.
 pub type WakeFn = std::sync::Arc<dyn Fn(Wake) + Send + Sync>;
 
+/// The writes of a drive, each carrying the driver's [`Lease`] and refused with
+/// [`StoreError::LeaseLost`] once the run's epoch moved on.
 #[async_trait]
-pub trait RunStore: Send + Sync {
+pub trait DriveWrites: Send + Sync {
     /// Whether a step commit may carry a [`Patch`] instead of the whole snapshot (a
     /// database, where writing less is faster); the memory store keeps whole snapshots.
     fn keeps_patches(&self) -> bool {
         false
     }
-
-    /// Starts announcing changes other processes make, to `on`; false when this store has
-    /// no other processes to hear from (SQLite's other processes are found by polling).
-    fn watch(&self, on: WakeFn) -> bool {
-        let _ = on;
-        false
-    }
-
-    /// Inserts the run `queued` (or claimed, with [`NewRun::claim`]) with a `run_created`
-    /// event; a repeated idempotency key returns the first run.
-    async fn create_run(&self, run: NewRun) -> Result<Created, StoreError>;
-
-    /// Claims one run: it must be `queued`, or `running` with an expired lease (its driver
-    /// died). A live lease, a paused or an ended run is a `Conflict` saying why.
-    async fn claim_run(&self, run_id: &str, claim: &Claim) -> Result<(Lease, Written), StoreError>;
-
-    /// Claims up to `limit` runnable runs, oldest first (workers).
-    async fn claim_next(
-        &self,
-        claim: &Claim,
-        limit: u32,
-    ) -> Result<Vec<(Lease, Written)>, StoreError>;
 
     /// Extends a lease by `ttl` from now. `LeaseLost` when it is no longer the run's.
     async fn renew(&self, lease: &mut Lease, ttl: Duration) -> Result<Written, StoreError>;
@@ -322,6 +302,33 @@ pub trait RunStore: Send + Sync {
         snapshot: &Snapshot,
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError>;
+}
+
+/// Changes to a run from outside a drive: creating it, claiming it, deciding its gate,
+/// cancelling it.
+#[async_trait]
+pub trait Lifecycle: Send + Sync {
+    /// Starts announcing changes other processes make, to `on`; false when this store has
+    /// no other processes to hear from (SQLite's other processes are found by polling).
+    fn watch(&self, on: WakeFn) -> bool {
+        let _ = on;
+        false
+    }
+
+    /// Inserts the run `queued` (or claimed, with [`NewRun::claim`]) with a `run_created`
+    /// event; a repeated idempotency key returns the first run.
+    async fn create_run(&self, run: NewRun) -> Result<Created, StoreError>;
+
+    /// Claims one run: it must be `queued`, or `running` with an expired lease (its driver
+    /// died). A live lease, a paused or an ended run is a `Conflict` saying why.
+    async fn claim_run(&self, run_id: &str, claim: &Claim) -> Result<(Lease, Written), StoreError>;
+
+    /// Claims up to `limit` runnable runs, oldest first (workers).
+    async fn claim_next(
+        &self,
+        claim: &Claim,
+        limit: u32,
+    ) -> Result<Vec<(Lease, Written)>, StoreError>;
 
     /// Applies a gate decision, or `Conflict` when the run moved since it was read.
     async fn decide(&self, decision: &GateDecision) -> Result<Written, StoreError>;
@@ -332,11 +339,19 @@ pub trait RunStore: Send + Sync {
         run_id: &str,
         by: &str,
     ) -> Result<(CancelOutcome, Written), StoreError>;
+}
 
+/// Reading runs back: records, steps, events, lists.
+#[async_trait]
+pub trait RunReads: Send + Sync {
     async fn load_run(&self, run_id: &str) -> Result<StoredRun, StoreError>;
+
     async fn get_step(&self, run_id: &str, seq: u32) -> Result<StepRecord, StoreError>;
+
     async fn get_record(&self, run_id: &str) -> Result<RunRecord, StoreError>;
+
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError>;
+
     /// Up to `limit` run ids that start with `prefix` (case-sensitive), in id order: how a
     /// short id (`fb700bbd`) is resolved to its run.
     async fn run_ids_with_prefix(
@@ -344,18 +359,32 @@ pub trait RunStore: Send + Sync {
         prefix: &str,
         limit: u32,
     ) -> Result<Vec<String>, StoreError>;
+
     /// Events with a sequence number above `after`, in order.
     async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError>;
+
     /// What a driver taking a run over needs of its steps: the highest step number so far
     /// (0 with none) and the steps left `running` by a driver that stopped.
     async fn open_steps(&self, run_id: &str) -> Result<(u32, Vec<StepRecord>), StoreError>;
+
+    /// How many runs are in each status (statuses with none are left out).
+    async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError>;
+}
+
+/// Housekeeping over many runs.
+#[async_trait]
+pub trait Admin: Send + Sync {
     /// Retention: deletes the runs that ended (succeeded, failed, aborted, cancelled; of
     /// `statuses` when given) before `before` (RFC 3339), with their steps, attempts and
     /// events, and returns their ids. Queued, running and paused runs are never touched.
     async fn prune(&self, before: &str, statuses: &[RunStatus]) -> Result<Vec<String>, StoreError>;
-    /// How many runs are in each status (statuses with none are left out).
-    async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError>;
 }
+
+/// A whole run store: every SQL backend and the memory store implement the four parts, and
+/// the engine, the runtime and the server hold it as one `Arc<dyn RunStore>`.
+pub trait RunStore: DriveWrites + Lifecycle + RunReads + Admin {}
+
+impl<T: DriveWrites + Lifecycle + RunReads + Admin + ?Sized> RunStore for T {}
 
 /// Milliseconds since the Unix epoch, the clock leases are measured in.
 pub fn now_ms() -> i64 {

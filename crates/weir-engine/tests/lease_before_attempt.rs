@@ -6,13 +6,14 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
+use weir_core::{Lifecycle, RunReads};
 
 use async_trait::async_trait;
 use serde_json::json;
 use weir_core::ir::{Dialect, Workflow};
 use weir_core::model::ErrorClass;
 use weir_core::record::RunStatus;
-use weir_core::store::{Claim, RunFilter, RunStore};
+use weir_core::store::{Claim, RunFilter};
 use weir_core::{ModelClient, ModelError, ModelRequest, ModelResponse};
 use weir_engine::{Engine, ErrorKind, LeaseTiming, Quiet, Services, Source};
 

@@ -7,13 +7,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use weir_core::RunReads;
 
 use async_trait::async_trait;
 use serde_json::json;
 use weir_core::event::EventKind;
 use weir_core::ir::{ConditionSpec, Dialect, Edge, NodeKind, Workflow};
 use weir_core::record::RunStatus;
-use weir_core::store::RunStore;
 use weir_core::{ModelClient, ModelError, ModelRequest, ModelResponse};
 use weir_engine::{Engine, Quiet, Services, Source};
 

@@ -3,6 +3,7 @@
 //! after them runs once, after every branch is in. A failing branch still cancels the rest.
 
 use std::sync::{Arc, Mutex};
+use weir_core::RunReads;
 
 use async_trait::async_trait;
 use serde_json::json;
@@ -10,7 +11,6 @@ use weir_core::event::EventKind;
 use weir_core::ir::{Dialect, Edge, NodeKind, StateLayout, Workflow};
 use weir_core::model::ErrorClass;
 use weir_core::record::{RunStatus, StepStatus};
-use weir_core::store::RunStore;
 use weir_core::{ModelClient, ModelError, ModelRequest, ModelResponse};
 use weir_engine::{Engine, EventSink, Services, Source};
 

@@ -13,8 +13,8 @@ use weir_core::record::{
     RunError, RunRecord, RunStatus, RunSummary, Snapshot, StepRecord, StepStatus,
 };
 use weir_core::store::{
-    CancelOutcome, Claim, Created, GateDecision, Lease, NewRun, Pin, RunFilter, RunStore,
-    RunUpdate, StepCommit, StoreError, StoredRun, Written, now_ms,
+    Admin, CancelOutcome, Claim, Created, DriveWrites, GateDecision, Lease, Lifecycle, NewRun, Pin,
+    RunFilter, RunReads, RunUpdate, StepCommit, StoreError, StoredRun, Written, now_ms,
 };
 
 use crate::rules::{self, ClaimView};
@@ -235,7 +235,103 @@ impl Memory {
 }
 
 #[async_trait]
-impl RunStore for Memory {
+impl DriveWrites for Memory {
+    async fn renew(&self, lease: &mut Lease, ttl: Duration) -> Result<Written, StoreError> {
+        let expires = now_ms() + ttl.as_millis() as i64;
+        let ((), w) = self.with_lease(lease, "heartbeat", |run, _| {
+            run.lease_expires_at = Some(expires);
+        })?;
+        lease.expires_at = expires;
+        Ok(w)
+    }
+
+    async fn start_steps(
+        &self,
+        lease: &Lease,
+        steps: &[&StepRecord],
+        events: Vec<EventKind>,
+    ) -> Result<Written, StoreError> {
+        let ((), w) = self.with_lease(lease, "start_steps", |run, w| {
+            if !run.ephemeral {
+                for s in steps {
+                    run.steps.insert(s.seq, (*s).clone());
+                }
+            }
+            run.append(events, w);
+        })?;
+        Ok(w)
+    }
+
+    async fn commit_step(&self, lease: &Lease, c: StepCommit<'_>) -> Result<Written, StoreError> {
+        let ((), w) = self.with_lease(lease, "commit_step", |run, w| {
+            // Holding the snapshot would make the driver's next write copy the state.
+            if !run.ephemeral {
+                for s in c.started {
+                    run.steps.insert(s.seq, (*s).clone());
+                }
+                run.steps.insert(c.step.seq, c.step.clone());
+                run.snapshot = c.snapshot.clone();
+            }
+            run.append(c.events, w);
+        })?;
+        Ok(w)
+    }
+
+    async fn append_events(
+        &self,
+        lease: &Lease,
+        events: Vec<EventKind>,
+    ) -> Result<Written, StoreError> {
+        let ((), w) = self.with_lease(lease, "append_events", |run, w| run.append(events, w))?;
+        Ok(w)
+    }
+
+    async fn finish_run(
+        &self,
+        lease: &Lease,
+        steps: &[&StepRecord],
+        u: &RunUpdate,
+        events: Vec<EventKind>,
+    ) -> Result<Written, StoreError> {
+        let ((), w) = self.with_lease(lease, "finish_run", |run, w| {
+            if !run.ephemeral {
+                for s in steps {
+                    run.steps.insert(s.seq, (*s).clone());
+                }
+            }
+            run.status = u.status;
+            run.error = u.error.clone();
+            run.finished_at = u.finished_at.clone();
+            if !(run.ephemeral && u.status.is_terminal()) {
+                run.snapshot = u.snapshot.clone();
+            }
+            run.lease_expires_at = None;
+            run.append(events, w);
+        })?;
+        if self.ephemeral && u.status.is_terminal() {
+            self.shard(&lease.run_id).remove(&lease.run_id);
+        }
+        Ok(w)
+    }
+
+    async fn release(
+        &self,
+        lease: &Lease,
+        snapshot: &Snapshot,
+        events: Vec<EventKind>,
+    ) -> Result<Written, StoreError> {
+        let ((), w) = self.with_lease(lease, "release", |run, w| {
+            run.status = RunStatus::Queued;
+            run.snapshot = snapshot.clone();
+            run.lease_expires_at = None;
+            run.append(events, w);
+        })?;
+        Ok(w)
+    }
+}
+
+#[async_trait]
+impl Lifecycle for Memory {
     async fn create_run(&self, new: NewRun) -> Result<Created, StoreError> {
         // The run is made before any lock is taken; the locks are held to check and insert.
         let workflow = new.workflow.clone();
@@ -363,99 +459,6 @@ impl RunStore for Memory {
         Ok(claimed)
     }
 
-    async fn renew(&self, lease: &mut Lease, ttl: Duration) -> Result<Written, StoreError> {
-        let expires = now_ms() + ttl.as_millis() as i64;
-        let ((), w) = self.with_lease(lease, "heartbeat", |run, _| {
-            run.lease_expires_at = Some(expires);
-        })?;
-        lease.expires_at = expires;
-        Ok(w)
-    }
-
-    async fn start_steps(
-        &self,
-        lease: &Lease,
-        steps: &[&StepRecord],
-        events: Vec<EventKind>,
-    ) -> Result<Written, StoreError> {
-        let ((), w) = self.with_lease(lease, "start_steps", |run, w| {
-            if !run.ephemeral {
-                for s in steps {
-                    run.steps.insert(s.seq, (*s).clone());
-                }
-            }
-            run.append(events, w);
-        })?;
-        Ok(w)
-    }
-
-    async fn commit_step(&self, lease: &Lease, c: StepCommit<'_>) -> Result<Written, StoreError> {
-        let ((), w) = self.with_lease(lease, "commit_step", |run, w| {
-            // Holding the snapshot would make the driver's next write copy the state.
-            if !run.ephemeral {
-                for s in c.started {
-                    run.steps.insert(s.seq, (*s).clone());
-                }
-                run.steps.insert(c.step.seq, c.step.clone());
-                run.snapshot = c.snapshot.clone();
-            }
-            run.append(c.events, w);
-        })?;
-        Ok(w)
-    }
-
-    async fn append_events(
-        &self,
-        lease: &Lease,
-        events: Vec<EventKind>,
-    ) -> Result<Written, StoreError> {
-        let ((), w) = self.with_lease(lease, "append_events", |run, w| run.append(events, w))?;
-        Ok(w)
-    }
-
-    async fn finish_run(
-        &self,
-        lease: &Lease,
-        steps: &[&StepRecord],
-        u: &RunUpdate,
-        events: Vec<EventKind>,
-    ) -> Result<Written, StoreError> {
-        let ((), w) = self.with_lease(lease, "finish_run", |run, w| {
-            if !run.ephemeral {
-                for s in steps {
-                    run.steps.insert(s.seq, (*s).clone());
-                }
-            }
-            run.status = u.status;
-            run.error = u.error.clone();
-            run.finished_at = u.finished_at.clone();
-            if !(run.ephemeral && u.status.is_terminal()) {
-                run.snapshot = u.snapshot.clone();
-            }
-            run.lease_expires_at = None;
-            run.append(events, w);
-        })?;
-        if self.ephemeral && u.status.is_terminal() {
-            self.shard(&lease.run_id).remove(&lease.run_id);
-        }
-        Ok(w)
-    }
-
-    async fn release(
-        &self,
-        lease: &Lease,
-        snapshot: &Snapshot,
-        events: Vec<EventKind>,
-    ) -> Result<Written, StoreError> {
-        let ((), w) = self.with_lease(lease, "release", |run, w| {
-            run.status = RunStatus::Queued;
-            run.snapshot = snapshot.clone();
-            run.lease_expires_at = None;
-            run.append(events, w);
-        })?;
-        Ok(w)
-    }
-
     async fn decide(&self, d: &GateDecision) -> Result<Written, StoreError> {
         let mut shard = self.shard(&d.run_id);
         let run = shard
@@ -518,7 +521,10 @@ impl RunStore for Memory {
             }
         }
     }
+}
 
+#[async_trait]
+impl RunReads for Memory {
     async fn load_run(&self, run_id: &str) -> Result<StoredRun, StoreError> {
         self.run(run_id, |r| StoredRun {
             run_id: run_id.to_string(),
@@ -563,20 +569,6 @@ impl RunStore for Memory {
         })
     }
 
-    async fn run_ids_with_prefix(
-        &self,
-        prefix: &str,
-        limit: u32,
-    ) -> Result<Vec<String>, StoreError> {
-        let mut ids: Vec<String> = Vec::new();
-        self.each_shard(|s| {
-            ids.extend(s.runs.keys().filter(|id| id.starts_with(prefix)).cloned());
-        });
-        ids.sort();
-        ids.truncate(limit as usize);
-        Ok(ids)
-    }
-
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
         let mut all: Vec<RunSummary> = Vec::new();
         self.each_shard(|s| {
@@ -598,6 +590,52 @@ impl RunStore for Memory {
         Ok(all)
     }
 
+    async fn run_ids_with_prefix(
+        &self,
+        prefix: &str,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut ids: Vec<String> = Vec::new();
+        self.each_shard(|s| {
+            ids.extend(s.runs.keys().filter(|id| id.starts_with(prefix)).cloned());
+        });
+        ids.sort();
+        ids.truncate(limit as usize);
+        Ok(ids)
+    }
+
+    async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError> {
+        self.run(run_id, |r| {
+            r.events.iter().filter(|e| e.seq > after).cloned().collect()
+        })
+    }
+
+    async fn open_steps(&self, run_id: &str) -> Result<(u32, Vec<StepRecord>), StoreError> {
+        self.run(run_id, |r| {
+            (
+                r.steps.keys().next_back().copied().unwrap_or(0),
+                r.steps
+                    .values()
+                    .filter(|s| s.status == StepStatus::Running)
+                    .cloned()
+                    .collect(),
+            )
+        })
+    }
+
+    async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        let mut counts: BTreeMap<&'static str, (RunStatus, u64)> = BTreeMap::new();
+        self.each_shard(|s| {
+            for r in s.runs.values() {
+                counts.entry(r.status.as_str()).or_insert((r.status, 0)).1 += 1;
+            }
+        });
+        Ok(counts.into_values().collect())
+    }
+}
+
+#[async_trait]
+impl Admin for Memory {
     async fn prune(&self, before: &str, statuses: &[RunStatus]) -> Result<Vec<String>, StoreError> {
         let ended = rules::ended_statuses(statuses);
         let mut ids: Vec<String> = Vec::new();
@@ -624,35 +662,6 @@ impl RunStore for Memory {
                 .retain(|_, v| !pruned.contains(v));
         }
         Ok(ids)
-    }
-
-    async fn open_steps(&self, run_id: &str) -> Result<(u32, Vec<StepRecord>), StoreError> {
-        self.run(run_id, |r| {
-            (
-                r.steps.keys().next_back().copied().unwrap_or(0),
-                r.steps
-                    .values()
-                    .filter(|s| s.status == StepStatus::Running)
-                    .cloned()
-                    .collect(),
-            )
-        })
-    }
-
-    async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
-        let mut counts: BTreeMap<&'static str, (RunStatus, u64)> = BTreeMap::new();
-        self.each_shard(|s| {
-            for r in s.runs.values() {
-                counts.entry(r.status.as_str()).or_insert((r.status, 0)).1 += 1;
-            }
-        });
-        Ok(counts.into_values().collect())
-    }
-
-    async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError> {
-        self.run(run_id, |r| {
-            r.events.iter().filter(|e| e.seq > after).cloned().collect()
-        })
     }
 }
 

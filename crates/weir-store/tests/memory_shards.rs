@@ -4,9 +4,9 @@
 mod support;
 
 use support::{claim, list, new_run};
-use weir_core::RunStore;
 use weir_core::record::RunStatus;
 use weir_core::store::RunUpdate;
+use weir_core::{Admin, DriveWrites, Lifecycle, RunReads};
 
 fn ids(n: usize) -> Vec<String> {
     // Ids that differ in their last bytes, as run ids (UUIDs) do, so they land in many shards.

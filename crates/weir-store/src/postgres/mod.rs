@@ -27,8 +27,8 @@ use sqlx::{PgConnection, Row};
 use weir_core::event::{EventKind, RunEvent};
 use weir_core::record::{RunRecord, RunStatus, RunSummary, Snapshot, StepRecord, StepStatus};
 use weir_core::store::{
-    CancelOutcome, Claim, Created, GateDecision, Lease, NewRun, RunFilter, RunStore, RunUpdate,
-    StepCommit, StoreError, StoredRun, WakeFn, Written, now_ms,
+    Admin, CancelOutcome, Claim, Created, DriveWrites, GateDecision, Lease, Lifecycle, NewRun,
+    RunFilter, RunReads, RunUpdate, StepCommit, StoreError, StoredRun, WakeFn, Written, now_ms,
 };
 
 use crate::rules::{self};
@@ -220,138 +220,9 @@ impl Postgres {
 }
 
 #[async_trait]
-impl RunStore for Postgres {
+impl DriveWrites for Postgres {
     fn keeps_patches(&self) -> bool {
         true
-    }
-
-    fn watch(&self, on: WakeFn) -> bool {
-        notify::listen(self.pool.clone(), on);
-        true
-    }
-
-    async fn create_run(&self, run: NewRun) -> Result<Created, StoreError> {
-        let now = now_ms();
-        let at = weir_core::store::Stamp::now();
-        let mut kinds = vec![EventKind::RunCreated {
-            workflow: run.workflow.clone(),
-        }];
-        let lease = run.claim.as_ref().map(|c| Lease {
-            run_id: run.run_id.clone(),
-            owner: c.owner.clone(),
-            epoch: 1,
-            expires_at: now + c.ttl.as_millis() as i64,
-        });
-        if let Some(l) = &lease {
-            kinds.push(EventKind::RunStarted {
-                owner: l.owner.clone(),
-                epoch: 1,
-            });
-        }
-        let (input, snapshot, bodies) = (
-            json(&run.input)?,
-            json(&run.snapshot)?,
-            bodies(&at, &kinds)?,
-        );
-        // The run names its workflow's source by key (migration 3): the text's row is
-        // inserted, or found by its hash. A retention that deletes the text between the two
-        // (no other run named it) makes the foreign key, or the key found, fail; the
-        // statement, which changed nothing then, is run again and inserts the text anew.
-        let mut tries = 0;
-        let row = loop {
-            tries += 1;
-            let got = sqlx::query(
-                "WITH ins AS (
-                    INSERT INTO sources (hash, text) VALUES (sha256(convert_to($6, 'UTF8')), $6)
-                    ON CONFLICT (hash) DO NOTHING RETURNING key
-                ), s AS (
-                    SELECT key FROM ins
-                    UNION ALL
-                    SELECT key FROM sources WHERE hash = sha256(convert_to($6, 'UTF8'))
-                    LIMIT 1
-                ), r AS (
-                    INSERT INTO runs (id, workflow, dialect, status, source_path, source_key,
-                                      input, snapshot, started_at, idempotency_key, workflow_id,
-                                      workflow_version, epoch, owner, event_seq)
-                    VALUES ($1, $2, $3, $4, $5, (SELECT key FROM s), $7, $8, $9, $10, $11, $12,
-                            $13, $14, $15)
-                    ON CONFLICT DO NOTHING RETURNING id
-                ), q AS (
-                    INSERT INTO queue (run_id, visible_at, leased, epoch)
-                    SELECT id, $16, $17, $13 FROM r
-                ), e AS (
-                    INSERT INTO run_events (run_id, seq, body)
-                    SELECT r.id, x.k, x.body FROM r, unnest($18::text[]) WITH ORDINALITY AS x(body, k)
-                )
-                SELECT id FROM r",
-            )
-            .bind(run.run_id.as_str())
-            .bind(run.workflow.as_str())
-            .bind(run.dialect.as_str())
-            .bind(if lease.is_some() { "running" } else { "queued" })
-            .bind(run.source_path.as_str())
-            .bind(&*run.source_text)
-            .bind(input.as_str())
-            .bind(snapshot.as_str())
-            .bind(run.created_at.as_str())
-            .bind(run.idempotency_key.as_deref())
-            .bind(run.pin.as_ref().map(|p| p.workflow_id.as_str()))
-            .bind(run.pin.as_ref().map(|p| i64::from(p.version)))
-            .bind(i64::from(lease.is_some()))
-            .bind(lease.as_ref().map(|l| l.owner.as_str()))
-            .bind(kinds.len() as i64)
-            .bind(lease.as_ref().map_or(now, |l| l.expires_at))
-            .bind(lease.is_some())
-            .bind(&bodies)
-            .fetch_optional(&self.pool)
-            .await;
-            match got {
-                Err(e) if tries < 5 && lost_source(&e) => continue,
-                got => break got.map_err(backend)?,
-            }
-        };
-        if row.is_none() {
-            if let Some(key) = &run.idempotency_key
-                && let Some(r) = sqlx::query("SELECT id FROM runs WHERE idempotency_key = $1")
-                    .bind(key.as_str())
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(backend)?
-            {
-                return Ok(Created {
-                    run_id: r.get(0),
-                    created: false,
-                    lease: None,
-                    events: Vec::new(),
-                });
-            }
-            return Err(StoreError::Conflict(format!(
-                "run {} already exists",
-                run.run_id
-            )));
-        }
-        if lease.is_none() {
-            self.notes.work();
-        }
-        self.notes.run(&run.run_id);
-        Ok(Created {
-            run_id: run.run_id.clone(),
-            created: true,
-            lease,
-            events: kinds,
-        })
-    }
-
-    async fn claim_run(&self, run_id: &str, claim: &Claim) -> Result<(Lease, Written), StoreError> {
-        self.claim_named(run_id, claim).await
-    }
-
-    async fn claim_next(
-        &self,
-        claim: &Claim,
-        limit: u32,
-    ) -> Result<Vec<(Lease, Written)>, StoreError> {
-        self.claim_batch(claim, limit).await
     }
 
     async fn renew(&self, lease: &mut Lease, ttl: Duration) -> Result<Written, StoreError> {
@@ -486,6 +357,138 @@ impl RunStore for Postgres {
             end: 2,
         })
         .await
+    }
+}
+
+#[async_trait]
+impl Lifecycle for Postgres {
+    fn watch(&self, on: WakeFn) -> bool {
+        notify::listen(self.pool.clone(), on);
+        true
+    }
+
+    async fn create_run(&self, run: NewRun) -> Result<Created, StoreError> {
+        let now = now_ms();
+        let at = weir_core::store::Stamp::now();
+        let mut kinds = vec![EventKind::RunCreated {
+            workflow: run.workflow.clone(),
+        }];
+        let lease = run.claim.as_ref().map(|c| Lease {
+            run_id: run.run_id.clone(),
+            owner: c.owner.clone(),
+            epoch: 1,
+            expires_at: now + c.ttl.as_millis() as i64,
+        });
+        if let Some(l) = &lease {
+            kinds.push(EventKind::RunStarted {
+                owner: l.owner.clone(),
+                epoch: 1,
+            });
+        }
+        let (input, snapshot, bodies) = (
+            json(&run.input)?,
+            json(&run.snapshot)?,
+            bodies(&at, &kinds)?,
+        );
+        // The run names its workflow's source by key (migration 3): the text's row is
+        // inserted, or found by its hash. A retention that deletes the text between the two
+        // (no other run named it) makes the foreign key, or the key found, fail; the
+        // statement, which changed nothing then, is run again and inserts the text anew.
+        let mut tries = 0;
+        let row = loop {
+            tries += 1;
+            let got = sqlx::query(
+                "WITH ins AS (
+                    INSERT INTO sources (hash, text) VALUES (sha256(convert_to($6, 'UTF8')), $6)
+                    ON CONFLICT (hash) DO NOTHING RETURNING key
+                ), s AS (
+                    SELECT key FROM ins
+                    UNION ALL
+                    SELECT key FROM sources WHERE hash = sha256(convert_to($6, 'UTF8'))
+                    LIMIT 1
+                ), r AS (
+                    INSERT INTO runs (id, workflow, dialect, status, source_path, source_key,
+                                      input, snapshot, started_at, idempotency_key, workflow_id,
+                                      workflow_version, epoch, owner, event_seq)
+                    VALUES ($1, $2, $3, $4, $5, (SELECT key FROM s), $7, $8, $9, $10, $11, $12,
+                            $13, $14, $15)
+                    ON CONFLICT DO NOTHING RETURNING id
+                ), q AS (
+                    INSERT INTO queue (run_id, visible_at, leased, epoch)
+                    SELECT id, $16, $17, $13 FROM r
+                ), e AS (
+                    INSERT INTO run_events (run_id, seq, body)
+                    SELECT r.id, x.k, x.body FROM r, unnest($18::text[]) WITH ORDINALITY AS x(body, k)
+                )
+                SELECT id FROM r",
+            )
+            .bind(run.run_id.as_str())
+            .bind(run.workflow.as_str())
+            .bind(run.dialect.as_str())
+            .bind(if lease.is_some() { "running" } else { "queued" })
+            .bind(run.source_path.as_str())
+            .bind(&*run.source_text)
+            .bind(input.as_str())
+            .bind(snapshot.as_str())
+            .bind(run.created_at.as_str())
+            .bind(run.idempotency_key.as_deref())
+            .bind(run.pin.as_ref().map(|p| p.workflow_id.as_str()))
+            .bind(run.pin.as_ref().map(|p| i64::from(p.version)))
+            .bind(i64::from(lease.is_some()))
+            .bind(lease.as_ref().map(|l| l.owner.as_str()))
+            .bind(kinds.len() as i64)
+            .bind(lease.as_ref().map_or(now, |l| l.expires_at))
+            .bind(lease.is_some())
+            .bind(&bodies)
+            .fetch_optional(&self.pool)
+            .await;
+            match got {
+                Err(e) if tries < 5 && lost_source(&e) => continue,
+                got => break got.map_err(backend)?,
+            }
+        };
+        if row.is_none() {
+            if let Some(key) = &run.idempotency_key
+                && let Some(r) = sqlx::query("SELECT id FROM runs WHERE idempotency_key = $1")
+                    .bind(key.as_str())
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(backend)?
+            {
+                return Ok(Created {
+                    run_id: r.get(0),
+                    created: false,
+                    lease: None,
+                    events: Vec::new(),
+                });
+            }
+            return Err(StoreError::Conflict(format!(
+                "run {} already exists",
+                run.run_id
+            )));
+        }
+        if lease.is_none() {
+            self.notes.work();
+        }
+        self.notes.run(&run.run_id);
+        Ok(Created {
+            run_id: run.run_id.clone(),
+            created: true,
+            lease,
+            events: kinds,
+        })
+    }
+
+    async fn claim_run(&self, run_id: &str, claim: &Claim) -> Result<(Lease, Written), StoreError> {
+        self.claim_named(run_id, claim).await
+    }
+
+    async fn claim_next(
+        &self,
+        claim: &Claim,
+        limit: u32,
+    ) -> Result<Vec<(Lease, Written)>, StoreError> {
+        self.claim_batch(claim, limit).await
     }
 
     async fn decide(&self, d: &GateDecision) -> Result<Written, StoreError> {
@@ -660,7 +663,10 @@ impl RunStore for Postgres {
         self.notes.run(run_id);
         Ok(out)
     }
+}
 
+#[async_trait]
+impl RunReads for Postgres {
     async fn load_run(&self, run_id: &str) -> Result<StoredRun, StoreError> {
         let row = sqlx::query(concat!(
             "SELECT r.workflow, r.status, r.source_path, s.text AS source_text, r.snapshot, ",
@@ -715,21 +721,6 @@ impl RunStore for Postgres {
         crate::cols::record(run_id, &row, events, steps)
     }
 
-    async fn run_ids_with_prefix(
-        &self,
-        prefix: &str,
-        limit: u32,
-    ) -> Result<Vec<String>, StoreError> {
-        let rows =
-            sqlx::query("SELECT id FROM runs WHERE starts_with(id, $1) ORDER BY id LIMIT $2")
-                .bind(prefix)
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await
-                .map_err(backend)?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
-    }
-
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
         let (like, after_at, after_id) = crate::cols::list_params(filter);
         let rows = sqlx::query(
@@ -756,6 +747,21 @@ impl RunStore for Postgres {
         .await
         .map_err(backend)?;
         Ok(rows.iter().map(crate::cols::summary).collect())
+    }
+
+    async fn run_ids_with_prefix(
+        &self,
+        prefix: &str,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError> {
+        let rows =
+            sqlx::query("SELECT id FROM runs WHERE starts_with(id, $1) ORDER BY id LIMIT $2")
+                .bind(prefix)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(backend)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError> {
@@ -789,6 +795,21 @@ impl RunStore for Postgres {
         Ok((last, running))
     }
 
+    async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        Ok(
+            sqlx::query("SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(backend)?
+                .iter()
+                .map(|r| (crate::cols::status(r, "status"), r.get::<i64, _>(1) as u64))
+                .collect(),
+        )
+    }
+}
+
+#[async_trait]
+impl Admin for Postgres {
     async fn prune(&self, before: &str, statuses: &[RunStatus]) -> Result<Vec<String>, StoreError> {
         let ended = rules::ended_statuses(statuses);
         let mut tx = self.pool.begin().await.map_err(backend)?;
@@ -846,18 +867,6 @@ impl RunStore for Postgres {
         }
         tx.commit().await.map_err(backend)?;
         Ok(ids)
-    }
-
-    async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
-        Ok(
-            sqlx::query("SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status")
-                .fetch_all(&self.pool)
-                .await
-                .map_err(backend)?
-                .iter()
-                .map(|r| (crate::cols::status(r, "status"), r.get::<i64, _>(1) as u64))
-                .collect(),
-        )
     }
 }
 

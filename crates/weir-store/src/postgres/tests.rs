@@ -2,10 +2,11 @@
 //! workflow sources kept once (migration 3), against creations and retention racing.
 
 use std::sync::Arc;
+use weir_core::{Admin, Lifecycle, RunReads};
 
 use sqlx::{Connection, PgConnection};
 use weir_core::record::Snapshot;
-use weir_core::store::{NewRun, RunStore};
+use weir_core::store::NewRun;
 
 use super::{Postgres, schema};
 use crate::testdb::TestDb;

@@ -16,8 +16,8 @@ use sqlx::{Row, SqlitePool};
 use weir_core::event::{EventKind, RunEvent};
 use weir_core::record::{RunRecord, RunStatus, RunSummary, Snapshot, StepRecord, StepStatus};
 use weir_core::store::{
-    CancelOutcome, Claim, Created, GateDecision, Lease, NewRun, RunFilter, RunStore, RunUpdate,
-    StepCommit, StoreError, StoredRun, Written, now_ms,
+    Admin, CancelOutcome, Claim, Created, DriveWrites, GateDecision, Lease, Lifecycle, NewRun,
+    RunFilter, RunReads, RunUpdate, StepCommit, StoreError, StoredRun, Written, now_ms,
 };
 
 use crate::rules;
@@ -270,39 +270,9 @@ fn not_found(run_id: &str) -> StoreError {
 }
 
 #[async_trait]
-impl RunStore for Sqlite {
+impl DriveWrites for Sqlite {
     fn keeps_patches(&self) -> bool {
         true
-    }
-
-    async fn create_run(&self, run: NewRun) -> Result<Created, StoreError> {
-        let (input, snapshot) = (json(&run.input)?, json(&run.snapshot)?);
-        let (created, seen) = self
-            .writer
-            .grouped(true, move |c| drive::create_run(c, &run, &input, &snapshot))
-            .await?;
-        if let Some(seen) = seen {
-            self.keys.learnt(&created.run_id, seen, false);
-        }
-        Ok(created)
-    }
-
-    async fn claim_run(&self, run_id: &str, claim: &Claim) -> Result<(Lease, Written), StoreError> {
-        let (run_id, claim) = (run_id.to_string(), claim.clone());
-        self.writer
-            .run(move |c| drive::claim_run(c, &run_id, &claim))
-            .await
-    }
-
-    async fn claim_next(
-        &self,
-        claim: &Claim,
-        limit: u32,
-    ) -> Result<Vec<(Lease, Written)>, StoreError> {
-        let claim = claim.clone();
-        self.writer
-            .run(move |c| drive::claim_next(c, &claim, limit))
-            .await
     }
 
     async fn renew(&self, lease: &mut Lease, ttl: Duration) -> Result<Written, StoreError> {
@@ -418,6 +388,39 @@ impl RunStore for Sqlite {
             end: Some(End::Release),
         })
         .await
+    }
+}
+
+#[async_trait]
+impl Lifecycle for Sqlite {
+    async fn create_run(&self, run: NewRun) -> Result<Created, StoreError> {
+        let (input, snapshot) = (json(&run.input)?, json(&run.snapshot)?);
+        let (created, seen) = self
+            .writer
+            .grouped(true, move |c| drive::create_run(c, &run, &input, &snapshot))
+            .await?;
+        if let Some(seen) = seen {
+            self.keys.learnt(&created.run_id, seen, false);
+        }
+        Ok(created)
+    }
+
+    async fn claim_run(&self, run_id: &str, claim: &Claim) -> Result<(Lease, Written), StoreError> {
+        let (run_id, claim) = (run_id.to_string(), claim.clone());
+        self.writer
+            .run(move |c| drive::claim_run(c, &run_id, &claim))
+            .await
+    }
+
+    async fn claim_next(
+        &self,
+        claim: &Claim,
+        limit: u32,
+    ) -> Result<Vec<(Lease, Written)>, StoreError> {
+        let claim = claim.clone();
+        self.writer
+            .run(move |c| drive::claim_next(c, &claim, limit))
+            .await
     }
 
     async fn decide(&self, d: &GateDecision) -> Result<Written, StoreError> {
@@ -574,7 +577,10 @@ impl RunStore for Sqlite {
             },
         ))
     }
+}
 
+#[async_trait]
+impl RunReads for Sqlite {
     async fn load_run(&self, run_id: &str) -> Result<StoredRun, StoreError> {
         let row = sqlx::query(concat!(
             "SELECT workflow, status, source_path, sources.text AS source_text, snapshot, ",
@@ -680,6 +686,102 @@ impl RunStore for Sqlite {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
+    async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError> {
+        let after = after as i64;
+        // One statement, so one moment: the row of `run_events` holding event `after` (a row
+        // holds one write's events, numbered from its `seq`) and every row after it, through
+        // its index by run; and the batches the run's step rows hold (migration 17), walking
+        // back from the run's newest step row (migration 18) only as far as the first batch
+        // that starts at or below `after`. The chain is in commit order, so every batch
+        // before that one holds older events: a follower's read costs what was written
+        // since it last read, not the run's length.
+        let rows: Vec<(i64, String)> = sqlx::query_as(
+            "WITH RECURSIVE run(key, head) AS (SELECT key, last_row FROM runs WHERE id = ?1),
+             chain(r) AS (
+                 SELECT head FROM run WHERE head IS NOT NULL
+                 UNION ALL
+                 SELECT steps.prev FROM steps, chain
+                 WHERE steps.row = chain.r AND steps.prev IS NOT NULL
+                   AND (steps.event_seq IS NULL OR steps.event_seq > ?2))
+             SELECT seq, bodies FROM run_events, run
+             WHERE run_events.run_key = run.key
+               AND seq >= COALESCE((SELECT MAX(e.seq) FROM run_events e, run
+                                    WHERE e.run_key = run.key AND e.seq <= ?2), 0)
+             UNION ALL
+             SELECT event_seq, events FROM steps, chain
+             WHERE steps.row = chain.r AND events IS NOT NULL",
+        )
+        .bind(run_id)
+        .bind(after)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        // The batch holding `after` is the last one, of either table, that starts at or
+        // below it; the events up to `after` are skipped.
+        let from = rows
+            .iter()
+            .map(|(seq, _)| *seq)
+            .filter(|seq| *seq <= after)
+            .max()
+            .unwrap_or(0);
+        let mut batches: Vec<&(i64, String)> =
+            rows.iter().filter(|(seq, _)| *seq >= from).collect();
+        batches.sort_unstable_by_key(|(seq, _)| *seq);
+        let mut events = Vec::new();
+        for (seq, bodies) in batches {
+            for v in crate::batch_values(*seq, bodies, after)? {
+                events.push(crate::typed_event(v)?);
+            }
+        }
+        Ok(events)
+    }
+
+    async fn open_steps(&self, run_id: &str) -> Result<(u32, Vec<StepRecord>), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(backend)?;
+        let rows = sqlx::query(concat!(
+            "WITH RECURSIVE ",
+            chain_of!(),
+            ", ",
+            newest_steps!(),
+            " SELECT seq, status FROM steps, newest WHERE steps.row = newest.r
+              ORDER BY steps.id DESC"
+        ))
+        .bind(run_id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?;
+        let mut last = rows.first().map_or(0, |r| r.get::<i64, _>(0) as u32);
+        // In flight: the lines of the run's row (migration 15), and any `running` row a
+        // step was written whole as.
+        let mut running = Self::running(&mut tx, run_id, None).await?;
+        for r in rows.iter().rev() {
+            if r.get::<&str, _>(1) == StepStatus::Running.as_str() {
+                running
+                    .extend(Self::steps(&mut tx, run_id, Some(r.get::<i64, _>(0) as u32)).await?);
+            }
+        }
+        tx.commit().await.map_err(backend)?;
+        running.sort_by_key(|s| s.seq);
+        running.dedup_by_key(|s| s.seq);
+        last = last.max(running.last().map_or(0, |s| s.seq));
+        Ok((last, running))
+    }
+
+    async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        Ok(
+            sqlx::query("SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(backend)?
+                .iter()
+                .map(|r| (crate::cols::status(r, "status"), r.get::<i64, _>(1) as u64))
+                .collect(),
+        )
+    }
+}
+
+#[async_trait]
+impl Admin for Sqlite {
     async fn prune(&self, before: &str, statuses: &[RunStatus]) -> Result<Vec<String>, StoreError> {
         let ended = rules::ended_statuses(statuses);
         let list = serde_json::to_string(&ended).map_err(backend)?;
@@ -740,99 +842,6 @@ impl RunStore for Sqlite {
         }
         tx.commit().await.map_err(backend)?;
         Ok(ids)
-    }
-
-    async fn open_steps(&self, run_id: &str) -> Result<(u32, Vec<StepRecord>), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(backend)?;
-        let rows = sqlx::query(concat!(
-            "WITH RECURSIVE ",
-            chain_of!(),
-            ", ",
-            newest_steps!(),
-            " SELECT seq, status FROM steps, newest WHERE steps.row = newest.r
-              ORDER BY steps.id DESC"
-        ))
-        .bind(run_id)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(backend)?;
-        let mut last = rows.first().map_or(0, |r| r.get::<i64, _>(0) as u32);
-        // In flight: the lines of the run's row (migration 15), and any `running` row a
-        // step was written whole as.
-        let mut running = Self::running(&mut tx, run_id, None).await?;
-        for r in rows.iter().rev() {
-            if r.get::<&str, _>(1) == StepStatus::Running.as_str() {
-                running
-                    .extend(Self::steps(&mut tx, run_id, Some(r.get::<i64, _>(0) as u32)).await?);
-            }
-        }
-        tx.commit().await.map_err(backend)?;
-        running.sort_by_key(|s| s.seq);
-        running.dedup_by_key(|s| s.seq);
-        last = last.max(running.last().map_or(0, |s| s.seq));
-        Ok((last, running))
-    }
-
-    async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
-        Ok(
-            sqlx::query("SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status")
-                .fetch_all(&self.pool)
-                .await
-                .map_err(backend)?
-                .iter()
-                .map(|r| (crate::cols::status(r, "status"), r.get::<i64, _>(1) as u64))
-                .collect(),
-        )
-    }
-
-    async fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<RunEvent>, StoreError> {
-        let after = after as i64;
-        // One statement, so one moment: the row of `run_events` holding event `after` (a row
-        // holds one write's events, numbered from its `seq`) and every row after it, through
-        // its index by run; and the batches the run's step rows hold (migration 17), walking
-        // back from the run's newest step row (migration 18) only as far as the first batch
-        // that starts at or below `after`. The chain is in commit order, so every batch
-        // before that one holds older events: a follower's read costs what was written
-        // since it last read, not the run's length.
-        let rows: Vec<(i64, String)> = sqlx::query_as(
-            "WITH RECURSIVE run(key, head) AS (SELECT key, last_row FROM runs WHERE id = ?1),
-             chain(r) AS (
-                 SELECT head FROM run WHERE head IS NOT NULL
-                 UNION ALL
-                 SELECT steps.prev FROM steps, chain
-                 WHERE steps.row = chain.r AND steps.prev IS NOT NULL
-                   AND (steps.event_seq IS NULL OR steps.event_seq > ?2))
-             SELECT seq, bodies FROM run_events, run
-             WHERE run_events.run_key = run.key
-               AND seq >= COALESCE((SELECT MAX(e.seq) FROM run_events e, run
-                                    WHERE e.run_key = run.key AND e.seq <= ?2), 0)
-             UNION ALL
-             SELECT event_seq, events FROM steps, chain
-             WHERE steps.row = chain.r AND events IS NOT NULL",
-        )
-        .bind(run_id)
-        .bind(after)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(backend)?;
-        // The batch holding `after` is the last one, of either table, that starts at or
-        // below it; the events up to `after` are skipped.
-        let from = rows
-            .iter()
-            .map(|(seq, _)| *seq)
-            .filter(|seq| *seq <= after)
-            .max()
-            .unwrap_or(0);
-        let mut batches: Vec<&(i64, String)> =
-            rows.iter().filter(|(seq, _)| *seq >= from).collect();
-        batches.sort_unstable_by_key(|(seq, _)| *seq);
-        let mut events = Vec::new();
-        for (seq, bodies) in batches {
-            for v in crate::batch_values(*seq, bodies, after)? {
-                events.push(crate::typed_event(v)?);
-            }
-        }
-        Ok(events)
     }
 }
 
