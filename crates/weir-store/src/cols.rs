@@ -1,10 +1,10 @@
-//! Reading runs, steps and summaries from rows the same way in both SQL stores: each store
-//! says how its rows give a column as an integer, text, real or flag ([`Cols`]); the mapping
-//! to records is written once here.
+//! Reading runs, steps, summaries and catalog entries from rows the same way in both SQL
+//! stores: each store says how its rows give a column as an integer, text, real, flag or
+//! bytes ([`Cols`]); the mapping to records is written once here.
 
 use sqlx::Row;
 use sqlx::postgres::PgRow;
-use sqlx::sqlite::SqliteRow;
+use weir_core::catalog::{TokenRow, WorkflowVersion};
 use weir_core::patch::SnapshotPatch;
 use weir_core::record::{
     Attempt, RunRecord, RunStatus, RunSummary, Snapshot, StepRecord, StepStatus, Tokens,
@@ -21,36 +21,62 @@ pub(crate) trait Cols {
     fn opt_text(&self, col: &str) -> Option<String>;
     fn real(&self, col: &str) -> f64;
     fn flag(&self, col: &str) -> bool;
+    fn bytes(&self, col: &str) -> Vec<u8> {
+        let _ = col;
+        Vec::new()
+    }
 }
 
-/// `Cols` for a sqlx row type; `$flag` reads a boolean column (SQLite stores 0 or 1).
-macro_rules! cols {
-    ($row:ty, $flag:expr) => {
-        impl Cols for $row {
-            fn int(&self, col: &str) -> i64 {
-                self.get(col)
-            }
-            fn opt_int(&self, col: &str) -> Option<i64> {
-                self.get(col)
-            }
-            fn text(&self, col: &str) -> String {
-                self.get(col)
-            }
-            fn opt_text(&self, col: &str) -> Option<String> {
-                self.get(col)
-            }
-            fn real(&self, col: &str) -> f64 {
-                self.get(col)
-            }
-            fn flag(&self, col: &str) -> bool {
-                $flag(self, col)
-            }
-        }
-    };
+/// Postgres rows (sqlx).
+impl Cols for PgRow {
+    fn int(&self, col: &str) -> i64 {
+        self.get(col)
+    }
+    fn opt_int(&self, col: &str) -> Option<i64> {
+        self.get(col)
+    }
+    fn text(&self, col: &str) -> String {
+        self.get(col)
+    }
+    fn opt_text(&self, col: &str) -> Option<String> {
+        self.get(col)
+    }
+    fn real(&self, col: &str) -> f64 {
+        self.get(col)
+    }
+    fn flag(&self, col: &str) -> bool {
+        self.get(col)
+    }
+    fn bytes(&self, col: &str) -> Vec<u8> {
+        self.get(col)
+    }
 }
 
-cols!(SqliteRow, |r: &SqliteRow, c: &str| r.get::<i64, _>(c) != 0);
-cols!(PgRow, |r: &PgRow, c: &str| r.get::<bool, _>(c));
+/// SQLite rows (rusqlite): a boolean column holds 0 or 1. A column that is missing or of
+/// another type reads as empty, as the schema never makes one.
+impl Cols for rusqlite::Row<'_> {
+    fn int(&self, col: &str) -> i64 {
+        self.get(col).unwrap_or_default()
+    }
+    fn opt_int(&self, col: &str) -> Option<i64> {
+        self.get(col).unwrap_or_default()
+    }
+    fn text(&self, col: &str) -> String {
+        self.get(col).unwrap_or_default()
+    }
+    fn opt_text(&self, col: &str) -> Option<String> {
+        self.get(col).unwrap_or_default()
+    }
+    fn real(&self, col: &str) -> f64 {
+        self.get(col).unwrap_or_default()
+    }
+    fn flag(&self, col: &str) -> bool {
+        self.get::<_, i64>(col).unwrap_or_default() != 0
+    }
+    fn bytes(&self, col: &str) -> Vec<u8> {
+        self.get(col).unwrap_or_default()
+    }
+}
 
 pub(crate) fn status(r: &impl Cols, col: &str) -> RunStatus {
     RunStatus::parse(&r.text(col)).unwrap_or(RunStatus::Failed)
@@ -70,34 +96,37 @@ pub(crate) fn steps<R: Cols>(
     rows: &[R],
     attempts: impl Fn(&R, i64, Option<&str>) -> Result<Vec<Attempt>, StoreError>,
 ) -> Result<Vec<StepRecord>, StoreError> {
-    let mut out = Vec::with_capacity(rows.len());
-    for r in rows {
-        let seq = r.int("seq");
-        let output: weir_core::record::Output =
-            parse::<serde_json::Value>(&r.text("output"))?.into();
-        let attempts = attempts(r, seq, crate::attempts::output_text(&output))?;
-        out.push(StepRecord {
-            seq: seq as u32,
-            node_id: r.text("node_id").into(),
-            node_type: r.text("node_type").into(),
-            visit: r.int("visit") as u32,
-            status: StepStatus::parse(&r.text("status")).unwrap_or(StepStatus::Failed),
-            route: r.opt_text("route"),
-            input: parse(&r.text("input"))?,
-            output: std::sync::Arc::new(output),
-            error: r.opt_text("error"),
-            cost_usd: r.real("cost_usd"),
-            tokens: Tokens {
-                input: r.int("tokens_in") as u64,
-                output: r.int("tokens_out") as u64,
-            },
-            attempts,
-            started_at: r.text("started_at").into(),
-            finished_at: r.opt_text("finished_at").map(Into::into),
-            duration_ms: r.opt_int("duration_ms").map(|d| d as u64),
-        });
-    }
-    Ok(out)
+    rows.iter().map(|r| step(r, &attempts)).collect()
+}
+
+/// One step record from a row of `steps` (see [`steps`]).
+pub(crate) fn step<R: Cols>(
+    r: &R,
+    attempts: impl Fn(&R, i64, Option<&str>) -> Result<Vec<Attempt>, StoreError>,
+) -> Result<StepRecord, StoreError> {
+    let seq = r.int("seq");
+    let output: weir_core::record::Output = parse::<serde_json::Value>(&r.text("output"))?.into();
+    let attempts = attempts(r, seq, crate::attempts::output_text(&output))?;
+    Ok(StepRecord {
+        seq: seq as u32,
+        node_id: r.text("node_id").into(),
+        node_type: r.text("node_type").into(),
+        visit: r.int("visit") as u32,
+        status: StepStatus::parse(&r.text("status")).unwrap_or(StepStatus::Failed),
+        route: r.opt_text("route"),
+        input: parse(&r.text("input"))?,
+        output: std::sync::Arc::new(output),
+        error: r.opt_text("error"),
+        cost_usd: r.real("cost_usd"),
+        tokens: Tokens {
+            input: r.int("tokens_in") as u64,
+            output: r.int("tokens_out") as u64,
+        },
+        attempts,
+        started_at: r.text("started_at").into(),
+        finished_at: r.opt_text("finished_at").map(Into::into),
+        duration_ms: r.opt_int("duration_ms").map(|d| d as u64),
+    })
 }
 
 /// A run's snapshot as of its last commit, from `snapshot` (the whole snapshot written
@@ -185,5 +214,30 @@ pub(crate) fn summary(r: &impl Cols) -> RunSummary {
         cost_usd: r.real("cost_usd"),
         finished_at: r.opt_text("finished_at"),
         pin: pin(r),
+    }
+}
+
+/// A saved workflow version, from a row of `workflow_versions`.
+pub(crate) fn version(r: &impl Cols) -> WorkflowVersion {
+    WorkflowVersion {
+        workflow_id: r.text("workflow_id"),
+        version: r.int("version") as u32,
+        name: r.text("name"),
+        dialect: r.text("dialect"),
+        format: r.text("format"),
+        source: r.text("source"),
+        created_at: r.text("created_at"),
+    }
+}
+
+/// An API token, from a row of `tokens`.
+pub(crate) fn token(r: &impl Cols) -> TokenRow {
+    TokenRow {
+        id: r.text("id"),
+        name: r.text("name"),
+        scope: r.text("scope"),
+        hash: r.bytes("hash"),
+        created_at: r.text("created_at"),
+        revoked_at: r.opt_text("revoked_at"),
     }
 }

@@ -339,7 +339,6 @@ macro_rules! step_columns {
          tokens_in, tokens_out, started_at, finished_at, duration_ms, attempts, prev"
     };
 }
-pub(super) use step_columns;
 
 /// Whether the chain of step rows from `?1` (the run's newest) holds a row of step `?2`.
 /// Also for `rows::insert_steps`.
@@ -350,7 +349,7 @@ pub(super) const HAS_ROW: &str = "WITH RECURSIVE chain(r) AS (
     SELECT EXISTS (SELECT 1 FROM steps, chain WHERE steps.row = chain.r AND steps.id = ?2)";
 
 /// A step row, linked to the run's newest (`?17`).
-const STEP_INSERT: &str = concat!(
+pub(super) const STEP_INSERT: &str = concat!(
     "INSERT INTO steps (",
     step_columns!(),
     ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
@@ -366,7 +365,7 @@ const STEP_HOLDING_EVENTS: &str = concat!(
 );
 
 /// A step row's values, in `step_columns!` order.
-fn step_params<'a>(id: &'a i64, s: &'a StepRow) -> [&'a dyn rusqlite::ToSql; 16] {
+pub(super) fn step_params<'a>(id: &'a i64, s: &'a StepRow) -> [&'a dyn rusqlite::ToSql; 16] {
     [
         id,
         &s.node_id,
@@ -674,7 +673,7 @@ fn claim_one(
 }
 
 /// Appends `kinds` as one row of events numbered from `first` (reserved by the caller).
-fn insert_events(
+pub(super) fn insert_events(
     tx: &Conn<'_>,
     run_key: i64,
     first: i64,

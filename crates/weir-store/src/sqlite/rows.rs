@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 
-use sqlx::SqliteConnection;
 use weir_core::event::EventKind;
 use weir_core::patch::Patch;
 use weir_core::record::{Snapshot, StepRecord};
@@ -13,107 +12,7 @@ use weir_core::store::{Lease, RunUpdate, StoreError, Written};
 
 use super::drive::{self, EndRow, FencedWrite, StepRow};
 use super::{Sqlite, running};
-use crate::{backend, json};
-
-/// The integer key a run's child rows carry (migration 10).
-async fn run_key(conn: &mut SqliteConnection, run_id: &str) -> Result<i64, StoreError> {
-    sqlx::query_scalar("SELECT key FROM runs WHERE id = ?")
-        .bind(run_id)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(backend)?
-        .ok_or_else(|| StoreError::NotFound(format!("no run with id {run_id}")))
-}
-
-/// Writes steps whole, each a new row at the head of the run's chain of step rows
-/// (migration 18); a step written again is a new row, and readers take the newest. For the
-/// writes outside a drive (a decision, a cancel): a statement per row is no matter there.
-pub(super) async fn insert_steps(
-    conn: &mut SqliteConnection,
-    run_id: &str,
-    steps: &[&StepRecord],
-) -> Result<(), StoreError> {
-    if steps.is_empty() {
-        return Ok(());
-    }
-    let key = run_key(conn, run_id).await?;
-    for s in steps {
-        let id = drive::step_id(key, i64::from(s.seq))?;
-        // A step without a row yet is one more for the run's `step_count`.
-        let head: Option<i64> = sqlx::query_scalar("SELECT last_row FROM runs WHERE key = ?")
-            .bind(key)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(backend)?;
-        let has: bool = sqlx::query_scalar(drive::HAS_ROW)
-            .bind(head)
-            .bind(id)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(backend)?;
-        sqlx::query(concat!(
-            "INSERT INTO steps (",
-            drive::step_columns!(),
-            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        ))
-        .bind(id)
-        .bind(&*s.node_id)
-        .bind(&*s.node_type)
-        .bind(i64::from(s.visit))
-        .bind(s.status.as_str())
-        .bind(s.route.as_deref())
-        .bind(json(&s.input)?)
-        .bind(json(&s.output)?)
-        .bind(s.error.as_deref())
-        .bind(s.cost_usd)
-        .bind(s.tokens.input as i64)
-        .bind(s.tokens.output as i64)
-        .bind(s.started_at.to_string())
-        .bind(s.finished_at.as_ref().map(ToString::to_string))
-        .bind(s.duration_ms.map(|d| d as i64))
-        .bind(crate::attempts::to_json(
-            &s.attempts,
-            crate::attempts::output_text(&s.output),
-        )?)
-        .bind(head)
-        .execute(&mut *conn)
-        .await
-        .map_err(backend)?;
-        sqlx::query(
-            "UPDATE runs SET last_row = last_insert_rowid(), step_count = step_count + ?
-             WHERE key = ?",
-        )
-        .bind(i64::from(!has))
-        .bind(key)
-        .execute(&mut *conn)
-        .await
-        .map_err(backend)?;
-    }
-    Ok(())
-}
-
-/// Appends events from sequence number `first` on (reserved by the caller's `UPDATE`).
-pub(super) async fn insert_events(
-    conn: &mut SqliteConnection,
-    run_id: &str,
-    first: i64,
-    kinds: Vec<EventKind>,
-) -> Result<Vec<EventKind>, StoreError> {
-    if kinds.is_empty() {
-        return Ok(Vec::new());
-    }
-    let at = weir_core::store::Stamp::now();
-    let key = run_key(conn, run_id).await?;
-    // One row for the write's events (migration 12).
-    sqlx::query("INSERT INTO run_events (run_key, seq, bodies) VALUES (?, ?, ?)")
-        .bind(key)
-        .bind(first)
-        .bind(crate::event_batch(&at, &kinds)?)
-        .execute(&mut *conn)
-        .await
-        .map_err(backend)?;
-    Ok(kinds)
-}
+use crate::json;
 
 /// How a fenced write ends the drive, if it does.
 pub(super) enum End<'a> {

@@ -1,24 +1,28 @@
-use super::*;
+use std::path::Path;
+use std::time::Duration;
+
+use weir_core::event::{EventKind, RunEvent};
+use weir_core::record::{RunStatus, RunSummary, Snapshot, StepRecord, StepStatus};
+use weir_core::store::{
+    Admin, CancelOutcome, Claim, DriveWrites, Lifecycle, NewRun, RunFilter, RunReads, RunUpdate,
+    StepCommit, StoreError,
+};
+
+use super::reads;
+use super::store::Sqlite;
+use crate::schema::MIGRATIONS;
 
 /// A database at `path` as a weir of schema `version` left it (its migrations up to it).
-async fn database_at_schema(path: &Path, version: i64) -> SqlitePool {
-    let opts = SqliteConnectOptions::new()
-        .filename(path)
-        .create_if_missing(true);
-    let pool = SqlitePoolOptions::new().connect_with(opts).await.unwrap();
-    sqlx::query("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
-        .execute(&pool)
-        .await
+fn database_at_schema(path: &Path, version: i64) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute_batch("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
         .unwrap();
     for (v, sql) in MIGRATIONS.iter().filter(|(v, _)| *v <= version) {
-        sqlx::raw_sql(*sql).execute(&pool).await.unwrap();
-        sqlx::query("INSERT INTO schema_version (version) VALUES (?)")
-            .bind(*v)
-            .execute(&pool)
-            .await
+        conn.execute_batch(sql).unwrap();
+        conn.execute("INSERT INTO schema_version (version) VALUES (?1)", [v])
             .unwrap();
     }
-    pool
+    conn
 }
 
 /// A store opened (and so migrated) on a database that a weir of schema `version` left with
@@ -26,21 +30,20 @@ async fn database_at_schema(path: &Path, version: i64) -> SqlitePool {
 async fn opened_after(version: i64, rows: &'static str) -> (tempfile::TempDir, Sqlite) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("old.db");
-    {
-        let pool = database_at_schema(&path, version).await;
-        sqlx::raw_sql(rows).execute(&pool).await.unwrap();
-    }
+    database_at_schema(&path, version)
+        .execute_batch(rows)
+        .unwrap();
     let store = Sqlite::open(Some(&path)).await.unwrap();
     (dir, store)
 }
 
 /// The one number `sql` selects.
 async fn count(store: &Sqlite, sql: &'static str) -> i64 {
-    sqlx::query(sql)
-        .fetch_one(&store.pool)
+    store
+        .readers
+        .read(move |c| Ok(c.query_row(sql, [], |r| r.get(0)).unwrap()))
         .await
         .unwrap()
-        .get(0)
 }
 
 /// A database written by a weir before leases (schema 3) opens, migrates, and its runs
@@ -184,8 +187,8 @@ async fn a_schema_18_databases_sources_are_kept_once() {
     }
 }
 
-/// A drive's write that finds SQLite's write lock held by another connection (a pool
-/// transaction, as a decision or an API creation takes) is not run in place, where it would
+/// A write that finds SQLite's write lock held by another connection (another process on
+/// the same file: a `weir worker` beside `weir serve`) is not run in place, where it would
 /// either fail at once or hold up the runtime's thread: it goes to the writer thread, which
 /// waits for the lock, and succeeds once the other transaction commits.
 #[tokio::test(flavor = "current_thread")]
@@ -193,13 +196,14 @@ async fn a_write_behind_another_connections_write_lock_waits_on_the_writer_threa
     let dir = tempfile::tempdir().unwrap();
     let store = Sqlite::open(Some(&dir.path().join("w.db"))).await.unwrap();
     let run = new_run("{}", serde_json::json!({}));
-    let tx = store.write_tx().await.unwrap();
-    let release = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        tx.commit().await.unwrap();
-    };
-    let (created, ()) = tokio::join!(store.create_run(run.clone()), release);
-    created.unwrap();
+    let other = rusqlite::Connection::open(dir.path().join("w.db")).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let holder = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        other.execute_batch("COMMIT").unwrap();
+    });
+    store.create_run(run.clone()).await.unwrap();
+    holder.join().unwrap();
     assert_eq!(store.load_run("r1").await.unwrap().source_text, "{}");
 }
 
@@ -276,8 +280,9 @@ async fn a_stale_drive_whose_runs_key_was_reused_is_refused() {
         fresh.epoch, stale.epoch,
         "the new run has the stale lease's epoch"
     );
-    let keys: Vec<i64> = sqlx::query_scalar("SELECT key FROM runs")
-        .fetch_all(&store.pool)
+    let keys: Vec<i64> = store
+        .readers
+        .read(|c| reads::all(c, "SELECT key FROM runs", [], |r| Ok(r.get(0).unwrap())))
         .await
         .unwrap();
     assert_eq!(keys, vec![1], "the new run took the pruned run's key");
@@ -776,17 +781,12 @@ async fn new_databases_get_2_kib_pages_and_old_ones_keep_theirs() {
 
     let path = dir.path().join("old.db");
     {
-        let opts = SqliteConnectOptions::new()
-            .filename(&path)
-            .create_if_missing(true)
-            .page_size(4096)
-            .journal_mode(SqliteJournalMode::Wal);
-        let pool = SqlitePoolOptions::new().connect_with(opts).await.unwrap();
-        sqlx::query("CREATE TABLE earlier (x INTEGER)")
-            .execute(&pool)
-            .await
-            .unwrap();
-        pool.close().await;
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "PRAGMA page_size = 4096; PRAGMA journal_mode = WAL;
+             CREATE TABLE earlier (x INTEGER);",
+        )
+        .unwrap();
     }
     let old = Sqlite::open(Some(&path)).await.unwrap();
     assert_eq!(page_size(&old).await, 4096);

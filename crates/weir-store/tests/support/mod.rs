@@ -80,17 +80,15 @@ impl Fixture {
     pub async fn patches_kept(&self, run_id: &str) -> Option<i64> {
         match (&self.reopen, &self._db) {
             (Some(p), _) => {
-                let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", p.display()))
-                    .await
+                let conn = rusqlite::Connection::open(p).unwrap();
+                let n = conn
+                    .query_row(
+                        "SELECT COUNT(*) FROM run_patches
+                         WHERE run_key = (SELECT key FROM runs WHERE id = ?1)",
+                        [run_id],
+                        |r| r.get(0),
+                    )
                     .unwrap();
-                let n = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM run_patches
-                     WHERE run_key = (SELECT key FROM runs WHERE id = ?1)",
-                )
-                .bind(run_id)
-                .fetch_one(&pool)
-                .await
-                .unwrap();
                 Some(n)
             }
             (None, Some(db)) => {
