@@ -26,9 +26,106 @@ pub enum StoreError {
     /// The lease this write carried is no longer the run's: another driver claimed it.
     #[error("lease lost on run {run_id}: {message}")]
     LeaseLost { run_id: String, message: String },
-    /// The database failed.
+    /// The database failed: how ([`Fault`]), and the database library's own error.
     #[error("store error: {0}")]
-    Backend(String),
+    Backend(BackendError),
+}
+
+impl StoreError {
+    /// A database failure of kind `fault`, described by `message`.
+    pub fn backend(fault: Fault, message: impl Into<String>) -> Self {
+        StoreError::Backend(BackendError::new(fault, message))
+    }
+
+    /// The kind of database failure, for a `Backend` error.
+    pub fn fault(&self) -> Option<Fault> {
+        match self {
+            StoreError::Backend(e) => Some(e.fault),
+            _ => None,
+        }
+    }
+}
+
+/// What kind of database failure a [`StoreError::Backend`] is, which says whether trying
+/// again can help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The database cannot be reached or opened: a refused or dropped connection, a file
+    /// that cannot be created. It may pass.
+    Unavailable,
+    /// Another writer held the database longer than the store waits (SQLite's busy
+    /// timeout, a Postgres serialization failure or deadlock). It may pass.
+    Busy,
+    /// The value is larger than the database takes (SQLite's "string or blob too big",
+    /// Postgres's limits on a row or a value). Trying again never helps.
+    TooBig,
+    /// What the database holds does not read back as weir wrote it: corrupt JSON, a
+    /// malformed file.
+    Corrupt,
+    /// Anything else: a statement the database refused, the store's own threads stopping.
+    Other,
+}
+
+impl Fault {
+    /// The error code a run that ends on this fault records (`store_too_big`, …).
+    pub fn code(self) -> &'static str {
+        match self {
+            Fault::Unavailable => "store_unavailable",
+            Fault::Busy => "store_busy",
+            Fault::TooBig => "store_too_big",
+            Fault::Corrupt => "store_corrupt",
+            Fault::Other => "store_error",
+        }
+    }
+
+    /// Whether the same write may succeed if tried again later.
+    pub fn transient(self) -> bool {
+        matches!(self, Fault::Unavailable | Fault::Busy)
+    }
+}
+
+/// A database failure: its [`Fault`], a message that says what the store was doing, and the
+/// database library's error it came from, kept as its source.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct BackendError {
+    pub fault: Fault,
+    pub message: String,
+    #[source]
+    source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl BackendError {
+    pub fn new(fault: Fault, message: impl Into<String>) -> Self {
+        Self {
+            fault,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A failure caused by `source`; the message is the source's own.
+    pub fn caused_by(fault: Fault, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self {
+            fault,
+            message: source.to_string(),
+            source: Some(std::sync::Arc::new(source)),
+        }
+    }
+
+    /// The same failure, its message prefixed with what the store was doing.
+    #[must_use]
+    pub fn context(mut self, doing: &str) -> Self {
+        self.message = format!("{doing}: {}", self.message);
+        self
+    }
+}
+
+/// Two failures are the same when their kind and message are (the source is the detail).
+impl PartialEq for BackendError {
+    fn eq(&self, other: &Self) -> bool {
+        self.fault == other.fault && self.message == other.message
+    }
 }
 
 /// The right to drive one run. `epoch` grows on every claim (and every decision), so a

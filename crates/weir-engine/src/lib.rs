@@ -30,7 +30,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use weir_core::event::EventKind;
 use weir_core::record::{RunError, RunStatus, Snapshot};
-use weir_core::store::{Claim, NewRun, StoreError};
+use weir_core::store::{BackendError, Claim, Fault, NewRun, StoreError};
 use weir_core::{ModelClient, RunStore, ScriptRunner, ToolRunner, Workflow};
 
 pub use decide::{Decided, Decision};
@@ -74,8 +74,9 @@ pub enum Error {
     /// This driver's lease was taken by another: it stopped without writing anything more.
     #[error("lease lost on run {run_id}: {message}; this process stopped driving it")]
     LeaseLost { run_id: String, message: String },
-    #[error("{0}")]
-    Store(String),
+    /// The database failed; the store's error, kept whole (its [`Fault`] and source).
+    #[error(transparent)]
+    Store(#[from] BackendError),
 }
 
 /// The kind of an [`Error`], for mapping to exit codes and HTTP statuses.
@@ -106,7 +107,7 @@ impl From<StoreError> for Error {
             StoreError::NotFound(m) => Error::NotFound(m),
             StoreError::Conflict(m) => Error::Conflict(m),
             StoreError::LeaseLost { run_id, message } => Error::LeaseLost { run_id, message },
-            StoreError::Backend(m) => Error::Store(m),
+            StoreError::Backend(e) => Error::Store(e),
         }
     }
 }
@@ -481,8 +482,12 @@ impl Engine {
         // Only the lease is kept: what else the creation returned is dropped here, not
         // held while the run goes.
         let (CreatedRun { lease, .. }, snapshot) = created.await?;
-        let lease =
-            lease.ok_or_else(|| Error::Store("the store did not claim the new run".into()))?;
+        let lease = lease.ok_or_else(|| {
+            Error::Store(BackendError::new(
+                Fault::Other,
+                "the store did not claim the new run",
+            ))
+        })?;
         // The drive's future boxed: awaited in place, it would take room in this one's too.
         let mut run = scheduler::Run::new(self, wf, lease, snapshot);
         Box::pin(run.drive()).await

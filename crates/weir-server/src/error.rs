@@ -27,6 +27,9 @@ pub enum ErrorCode {
     BodyTooLarge,
     /// 500: the store or the server failed.
     Internal,
+    /// 503: the database is busy or cannot be reached for now; the same request may succeed
+    /// when tried again.
+    Unavailable,
 }
 
 impl ErrorCode {
@@ -40,6 +43,7 @@ impl ErrorCode {
             Self::InvalidRequest | Self::InvalidWorkflow => StatusCode::UNPROCESSABLE_ENTITY,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 }
@@ -129,7 +133,11 @@ impl From<weir_engine::Error> for ApiError {
             E::InvalidInput(problems) => {
                 Self::invalid(problems.join("; ")).details(json!({"problems": problems}))
             }
-            E::Store(m) => Self::internal(m),
+            E::Store(e) if e.fault.transient() => Self::new(
+                ErrorCode::Unavailable,
+                format!("the store is unavailable: {e}; try again"),
+            ),
+            E::Store(e) => Self::internal(e.to_string()),
         }
     }
 }

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use weir_core::model::{ErrorClass, ModelCall};
 use weir_core::record::{Attempt, Call, Output, Request, StepStatus, cost};
-use weir_core::store::StoreError;
+use weir_core::store::{Fault, StoreError};
 
 use crate::backend;
 
@@ -212,8 +212,9 @@ impl Read {
     fn into_attempt(self, text: Option<&str>) -> Result<Attempt, StoreError> {
         let same = || {
             text.map(str::to_string).ok_or_else(|| {
-                StoreError::Backend(
-                    "corrupt stored attempt: it repeats the output's text, which has none".into(),
+                StoreError::backend(
+                    Fault::Corrupt,
+                    "corrupt stored attempt: it repeats the output's text, which has none",
                 )
             })
         };
@@ -222,9 +223,10 @@ impl Read {
             Some(Value::String(t)) => Some(t.into()),
             Some(Value::Bool(true)) => Some(same()?.into()),
             Some(other) => {
-                return Err(StoreError::Backend(format!(
-                    "corrupt stored attempt: a response of {other}"
-                )));
+                return Err(StoreError::backend(
+                    Fault::Corrupt,
+                    format!("corrupt stored attempt: a response of {other}"),
+                ));
             }
         };
         let mut calls = Vec::with_capacity(self.calls.len());

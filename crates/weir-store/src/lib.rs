@@ -14,6 +14,7 @@
 mod attempts;
 mod catalog;
 mod cols;
+mod fault;
 mod memory;
 mod postgres;
 mod rules;
@@ -30,11 +31,9 @@ use std::path::PathBuf;
 use serde_json::Value;
 use weir_core::event::{EventKind, RunEvent};
 use weir_core::record::{RunError, RunRecord, RunStatus, Snapshot, StepRecord};
-use weir_core::store::StoreError;
+use weir_core::store::{Fault, StoreError};
 
-pub(crate) fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
-}
+pub(crate) use fault::backend;
 
 /// A value's JSON as the stores write it. Written by sonic-rs, which scans a string for the
 /// characters to escape sixteen bytes at a time where serde_json takes them one by one
@@ -45,7 +44,8 @@ pub(crate) fn json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
 }
 
 pub(crate) fn parse<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, StoreError> {
-    serde_json::from_str(s).map_err(|e| StoreError::Backend(format!("corrupt stored JSON: {e}")))
+    serde_json::from_str(s)
+        .map_err(|e| StoreError::backend(Fault::Corrupt, format!("corrupt stored JSON: {e}")))
 }
 
 /// The stored body of an event: everything but its sequence number, which is the row's key.
@@ -59,7 +59,7 @@ pub(crate) struct Body<'a> {
 /// An event as readers see it, `{"seq", "at", "type", …}`, from its row.
 pub(crate) fn event_value(seq: i64, body: &str) -> Result<Value, StoreError> {
     let Value::Object(rest) = parse::<Value>(body)? else {
-        return Err(StoreError::Backend("corrupt stored event".into()));
+        return Err(StoreError::backend(Fault::Corrupt, "corrupt stored event"));
     };
     Ok(numbered_value(seq, rest))
 }
@@ -105,7 +105,8 @@ pub(crate) fn event_of(seq: i64, body: &str) -> Result<RunEvent, StoreError> {
 
 /// An event as readers see it (`event_value`), typed.
 pub(crate) fn typed_event(v: Value) -> Result<RunEvent, StoreError> {
-    serde_json::from_value(v).map_err(|e| StoreError::Backend(format!("corrupt stored event: {e}")))
+    serde_json::from_value(v)
+        .map_err(|e| StoreError::backend(Fault::Corrupt, format!("corrupt stored event: {e}")))
 }
 
 /// Everything a run record is built from, whichever store read it.

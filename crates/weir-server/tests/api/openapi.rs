@@ -115,7 +115,8 @@ async fn error_codes_are_an_enum_the_document_lists() {
             "invalid_request",
             "invalid_workflow",
             "not_found",
-            "unauthorized"
+            "unauthorized",
+            "unavailable"
         ]
     );
     // Real answers carry listed codes with their statuses.

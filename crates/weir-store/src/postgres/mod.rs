@@ -27,8 +27,9 @@ use sqlx::{PgConnection, Row};
 use weir_core::event::{EventKind, RunEvent};
 use weir_core::record::{RunRecord, RunStatus, RunSummary, Snapshot, StepRecord, StepStatus};
 use weir_core::store::{
-    Admin, CancelOutcome, Claim, Created, DriveWrites, GateDecision, Lease, Lifecycle, NewRun,
-    RunFilter, RunReads, RunUpdate, StepCommit, StoreError, StoredRun, WakeFn, Written, now_ms,
+    Admin, CancelOutcome, Claim, Created, DriveWrites, Fault, GateDecision, Lease, Lifecycle,
+    NewRun, RunFilter, RunReads, RunUpdate, StepCommit, StoreError, StoredRun, WakeFn, Written,
+    now_ms,
 };
 
 use crate::rules::{self};
@@ -69,7 +70,7 @@ pub struct Postgres {
 /// The connection options of a `postgres://` URL.
 fn options(url: &str) -> Result<PgConnectOptions, StoreError> {
     PgConnectOptions::from_str(url)
-        .map_err(|e| StoreError::Backend(format!("bad Postgres URL: {e}")))
+        .map_err(|e| StoreError::backend(Fault::Other, format!("bad Postgres URL: {e}")))
 }
 
 fn not_found(run_id: &str) -> StoreError {
@@ -109,7 +110,12 @@ impl Postgres {
                     .options([("plan_cache_mode", "force_generic_plan")]),
             )
             .await
-            .map_err(|e| StoreError::Backend(format!("cannot connect to Postgres: {e}")))?;
+            .map_err(|e| {
+                StoreError::backend(
+                    Fault::Unavailable,
+                    format!("cannot connect to Postgres: {e}"),
+                )
+            })?;
         let fast = PgPoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(10))
@@ -118,7 +124,12 @@ impl Postgres {
                 ("plan_cache_mode", "force_generic_plan"),
             ]))
             .await
-            .map_err(|e| StoreError::Backend(format!("cannot connect to Postgres: {e}")))?;
+            .map_err(|e| {
+                StoreError::backend(
+                    Fault::Unavailable,
+                    format!("cannot connect to Postgres: {e}"),
+                )
+            })?;
         let store = Self {
             notes: notify::Notifier::start(fast.clone()),
             pool,

@@ -14,7 +14,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio::sync::mpsc;
-use weir_core::store::{StoreError, Wake, WakeFn};
+use weir_core::store::{Fault, StoreError, Wake, WakeFn};
 
 /// A channel for runnable work, and one for changed runs (the payload: run ids, comma
 /// separated).
@@ -175,9 +175,10 @@ impl Faults {
         if *armed == Some((op, at)) {
             *armed = None;
             self.fired.fetch_add(1, Ordering::Relaxed);
-            return Err(StoreError::Backend(format!(
-                "injected fault: {op} stopped after statement {at}"
-            )));
+            return Err(StoreError::backend(
+                Fault::Unavailable,
+                format!("injected fault: {op} stopped after statement {at}"),
+            ));
         }
         Ok(())
     }

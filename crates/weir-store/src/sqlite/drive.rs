@@ -4,7 +4,7 @@
 
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use weir_core::record::RunStatus;
-use weir_core::store::StoreError;
+use weir_core::store::{Fault, StoreError};
 
 use super::stmts::Conn;
 use super::writer::{Conns, backend};
@@ -392,7 +392,9 @@ pub(super) fn step_id(run_key: i64, seq: i64) -> Result<i64, StoreError> {
     run_key
         .checked_mul(1 << 32)
         .and_then(|k| k.checked_add(seq))
-        .ok_or_else(|| StoreError::Backend(format!("run key {run_key} is beyond 2^31")))
+        .ok_or_else(|| {
+            StoreError::backend(Fault::Other, format!("run key {run_key} is beyond 2^31"))
+        })
 }
 
 /// A run's row as a fenced write leaves it.

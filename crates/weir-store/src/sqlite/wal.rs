@@ -40,7 +40,7 @@ use std::sync::{Arc, mpsc};
 
 use rusqlite::Connection;
 use rusqlite::hooks::{CheckpointMode, Wal};
-use weir_core::store::StoreError;
+use weir_core::store::{Fault, StoreError};
 
 /// The log's size, in pages, at which the background thread checkpoints it: SQLite's
 /// default auto-checkpoint threshold.
@@ -260,10 +260,13 @@ pub fn preallocate(conn: &Connection, path: &Path) -> Result<(), StoreError> {
     // The transaction wrote nothing: its end only lets the lock go.
     super::writer::control(conn, "ROLLBACK")?;
     extended.map_err(|e| {
-        StoreError::Backend(format!(
-            "cannot extend the write-ahead log {}: {e}",
-            log_path(path).display()
-        ))
+        StoreError::backend(
+            Fault::Unavailable,
+            format!(
+                "cannot extend the write-ahead log {}: {e}",
+                log_path(path).display()
+            ),
+        )
     })
 }
 
@@ -302,18 +305,21 @@ impl WalFile {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let name = log_path(path);
         File::open(&name).map(Self).map_err(|e| {
-            StoreError::Backend(format!(
-                "cannot open the write-ahead log {}: {e}",
-                name.display()
-            ))
+            StoreError::backend(
+                Fault::Unavailable,
+                format!("cannot open the write-ahead log {}: {e}", name.display()),
+            )
         })
     }
 
     /// Syncs everything written to the log so far (and the log's size) to disk.
     pub fn sync(&self) -> Result<(), StoreError> {
-        self.0
-            .sync_data()
-            .map_err(|e| StoreError::Backend(format!("syncing the write-ahead log failed: {e}")))
+        self.0.sync_data().map_err(|e| {
+            StoreError::backend(
+                Fault::Unavailable,
+                format!("syncing the write-ahead log failed: {e}"),
+            )
+        })
     }
 }
 

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
-use weir_core::store::StoreError;
+use weir_core::store::{Fault, StoreError};
 
 use super::stmts::Conn;
 use super::wal::{self, Checkpointer, WalFile, Watched};
@@ -90,7 +90,7 @@ where
         let _ = tx.send(match (failed, result) {
             (Some(e), _) => Err(e.clone()),
             (None, Some(result)) => result,
-            (None, None) => Err(StoreError::Backend("not run".into())),
+            (None, None) => Err(StoreError::backend(Fault::Other, "not run")),
         });
     }
 }
@@ -166,9 +166,7 @@ fn lock(conns: &Mutex<Conns>) -> MutexGuard<'_, Conns> {
     })
 }
 
-pub(super) fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
-}
+pub(super) use crate::backend;
 
 pub(super) fn connect(path: &Path, synchronous: &str) -> Result<Connection, StoreError> {
     let c = Connection::open_with_flags(
@@ -284,8 +282,10 @@ impl Writer {
                         Some(syncer) => {
                             if let Err(mpsc::SendError(answers)) = syncer.send(answers) {
                                 thread_syncing.fetch_sub(1, Ordering::AcqRel);
-                                let stopped =
-                                    StoreError::Backend("the SQLite sync thread stopped".into());
+                                let stopped = StoreError::backend(
+                                    Fault::Other,
+                                    "the SQLite sync thread stopped",
+                                );
                                 give_all(answers, Some(&stopped));
                             }
                         }
@@ -346,7 +346,7 @@ impl Writer {
         self.queued.fetch_add(1, Ordering::AcqRel);
         self.jobs.send(job).map_err(|_| {
             self.queued.fetch_sub(1, Ordering::AcqRel);
-            StoreError::Backend("the SQLite writer thread stopped".into())
+            StoreError::backend(Fault::Other, "the SQLite writer thread stopped")
         })
     }
 
@@ -376,7 +376,7 @@ impl Writer {
             })
         })))?;
         rx.await
-            .map_err(|_| StoreError::Backend("the SQLite writer thread stopped".into()))?
+            .map_err(|_| StoreError::backend(Fault::Other, "the SQLite writer thread stopped"))?
     }
 
     /// Runs `f` in a group commit of synced writes (`synced`) or of writes that only make
@@ -401,7 +401,7 @@ impl Writer {
             self.send(Job::Grouped { synced, job })?;
         }
         rx.await
-            .map_err(|_| StoreError::Backend("the SQLite writer thread stopped".into()))?
+            .map_err(|_| StoreError::backend(Fault::Other, "the SQLite writer thread stopped"))?
     }
 }
 
@@ -483,8 +483,9 @@ fn commit_each(conn: &mut Connection, mut group: Vec<GroupedJob>) -> Vec<Answer>
         // An I/O error or a full disk can make SQLite roll the whole transaction back: the
         // rest of the group then does not run (it would commit on its own, unreported).
         if conn.is_autocommit() {
-            own.push(Some(StoreError::Backend(
-                "the group's transaction was rolled back".into(),
+            own.push(Some(StoreError::backend(
+                Fault::Other,
+                "the group's transaction was rolled back",
             )));
             continue;
         }
