@@ -1,3 +1,8 @@
+#![allow(
+    clippy::too_many_lines,
+    reason = "a benchmark reads top to bottom as one measurement"
+)]
+
 //! weir-bench: the five workloads of `shared/bench/LANGGRAPH.md` on weir's real engine (real
 //! loader, scheduler, node executors; the real SQLite store for the durable workload), with a
 //! model client that returns a fixed reply after an optional delay, as the peer's fake does.

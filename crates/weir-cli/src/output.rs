@@ -67,6 +67,10 @@ impl Progress {
         }
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one arm per event kind, each the line or two the terminal prints for it: a table read by the event's name"
+    )]
     fn event(&self, run_id: &str, e: &EventKind) {
         match e {
             EventKind::RunCreated { .. } => self.line(&format!("run {run_id}")),

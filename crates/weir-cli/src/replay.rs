@@ -63,6 +63,10 @@ struct Report<'a> {
     differences: &'a [Difference],
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the replay command in order: load the recorded run, pick the workflow, drive it with the recorded answers, compare, print; each stage reads the last"
+)]
 pub async fn run(env: &Env, args: crate::cli::ReplayArgs) -> Result<u8> {
     let (run_id, workflow, as_json) = (args.run_id.as_str(), args.workflow.as_deref(), args.json);
     let store = wiring::store(env, wiring::Open::MustExist).await?;
@@ -197,6 +201,10 @@ pub async fn through_gates(
 }
 
 /// Every difference, in the recorded run's step order, then the replay's extra steps.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one comparison per field of a step a replay can change (route, output, status, error, calls), in the order a reader checks them"
+)]
 pub fn compare(recorded: &RunRecord, replayed: &RunRecord) -> Vec<Difference> {
     let mut out = Vec::new();
     let find = |r: &'_ RunRecord, node: &str, visit: u32| -> Option<StepRecord> {

@@ -304,6 +304,10 @@ fn load(file: &Path) -> Result<(PathBuf, TestFile)> {
     Ok((wf, parsed))
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one test case in order: fixtures to mock rules, tools and gate decisions, the drive, the decisions at each gate, the expectations"
+)]
 async fn run_case(env: &Env, wf_path: &Path, case: &Case) -> Result<Outcome> {
     let started = Instant::now();
     let path = wf_path.display().to_string();
@@ -400,6 +404,10 @@ fn show(v: &Value) -> String {
 }
 
 /// Every expectation that does not hold, each naming what it is about and both values.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one block per kind of expectation a test file can state, each naming what it checks and both values"
+)]
 fn check(e: &Expect, r: &RunRecord, out: &mut Vec<String>) {
     if let Some(want) = &e.status
         && want != r.status.as_str()
@@ -523,6 +531,10 @@ fn counts(r: &RunRecord) -> (u64, u64) {
 /// answer each model call as it was answered, in order (`times: 1` each); its tools give
 /// each tool node the results it got; its gates decide as the reviewers did; it expects
 /// the recorded status, routes, output and number of calls.
+#[expect(
+    clippy::too_many_lines,
+    reason = "a recorded test file built section by section in the file's own order (mock rules, tools, gates, expectations)"
+)]
 async fn write_recorded(env: &Env, run_id: &str, paths: &[String]) -> Result<u8> {
     let store = wiring::store(env, wiring::Open::MustExist).await?;
     let run_id = wiring::resolve_run(env, store.as_ref(), run_id).await?;

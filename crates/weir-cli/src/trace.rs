@@ -355,6 +355,10 @@ fn has_special(s: &StepRecord) -> bool {
 }
 
 /// What a step's output says beyond its attempts: a pipeline pass, consensus votes, a gate.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one block per kind of step output a trace shows specially (a pipeline pass, consensus votes, a gate's decision)"
+)]
 fn special(out: &mut String, s: &StepRecord, decisions: &[&Value], fold: Fold) {
     let o = &*s.output;
     if let Some(outputs) = o.get("outputs").and_then(Value::as_array) {

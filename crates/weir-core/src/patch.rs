@@ -407,6 +407,10 @@ impl Tracker {
     /// The next commit's write: a patch from the stored snapshot to `now`, or `None` when
     /// this commit writes the whole snapshot (every [`compact_every`] commits, or when a
     /// patch would leave nothing out; then call [`whole`](Self::whole)).
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one pass over the snapshot's fields in their order, each compared with the stored one; the fields are the list a reader checks against Snapshot"
+    )]
     pub fn next<'a>(&mut self, now: &'a Snapshot) -> Option<Patch<'a>> {
         self.since_whole += 1;
         if self.since_whole >= compact_every(now) || self.left_out(now, WHOLE_BELOW) < WHOLE_BELOW {

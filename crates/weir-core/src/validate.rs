@@ -10,6 +10,10 @@ use crate::model::ModelClient;
 use crate::tool::ToolRunner;
 
 /// Structural checks; the loader has already reported per-field problems.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the structural checks in the order of the diagnostics they report (entry, edges, reachability, loops, ends); each check is a short block that shares the node index built at the top"
+)]
 pub fn structure(wf: &Workflow) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     let mut seen: HashMap<&str, usize> = HashMap::new();
@@ -261,6 +265,10 @@ fn strings<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a str>) {
 }
 
 /// Checks that every tool exists and every model can be routed.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one short block per kind of capability a node needs (tools, models, scripts), all over the same walk of the nodes"
+)]
 pub fn capabilities(
     wf: &Workflow,
     tools: &dyn ToolRunner,

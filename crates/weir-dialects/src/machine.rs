@@ -408,6 +408,10 @@ enum Either {
     Consensus(ConsensusMode),
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one arm per validator kind of the machine dialect (schema, regex, script, judge), each a few lines of fields with their diagnostics"
+)]
 fn validator(cx: &mut Cx, id: &str, v: &tree::Node, consensus: bool) -> Option<Either> {
     if v.as_map().is_none() {
         cx.err(
@@ -545,6 +549,10 @@ fn validator(cx: &mut Cx, id: &str, v: &tree::Node, consensus: bool) -> Option<E
 }
 
 /// `on:` and `next:` as edges, checked against the node's routes.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one block per transition form (on: map, on: list, next:), each checked against the node's routes with its own diagnostics"
+)]
 fn transitions(cx: &mut Cx, node: &Node, body: &tree::Node, ids: &[&str]) -> Vec<Edge> {
     let id = node.id.as_str();
     let mut edges = Vec::new();

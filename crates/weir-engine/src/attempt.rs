@@ -30,6 +30,10 @@ fn deadline(started: Instant, timeout: Duration) -> tokio::time::Instant {
         .unwrap_or_else(|| started + Duration::from_secs(86_400 * 365 * 30))
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "an attempt's whole life in order: deadline, call, classification, retry or fallback, recording; each step reads the last one's locals"
+)]
 pub async fn run(ctx: &NodeCtx) -> Attempts {
     let policy = ctx.node().policy;
     // Room for the one attempt most steps make, taken with the future rather than grown at

@@ -1,3 +1,8 @@
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test reads top to bottom as one story"
+)]
+
 //! Property test of the scheduler on random acyclic graphs of agents, conditions and merges,
 //! with fake model and tool implementations (the engine's own traits) and the in-memory
 //! store. For each graph and input the run must succeed without hanging, run exactly the

@@ -153,6 +153,10 @@ fn failed(message: Option<&str>) -> Status {
 }
 
 /// Every span of an ended run, the run's first.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the spans of a run in trace order (run, steps, attempts, tool calls) with their OpenTelemetry attributes, a list read against the semantic conventions"
+)]
 pub fn spans(r: &RunRecord, content: bool) -> Vec<SpanData> {
     let trace = uuid::Uuid::parse_str(&r.run_id).map_or(TraceId::from_bytes([1; 16]), |u| {
         TraceId::from_bytes(*u.as_bytes())

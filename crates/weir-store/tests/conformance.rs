@@ -1,3 +1,8 @@
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test reads top to bottom as one story"
+)]
+
 //! The store conformance suite (DESIGN §8): every store must pass it unchanged. Each case
 //! runs against the in-memory store, SQLite on a file (as it opens by default, and with
 //! `sync=full`), and Postgres in a fresh database (skipped, loudly, without a server unless

@@ -1,3 +1,8 @@
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test reads top to bottom as one story"
+)]
+
 //! End-to-end tests: the real `weir` binary on real workflow files, with fakes only at the
 //! network edge (a loopback HTTP server standing in for providers, webhooks and APIs).
 

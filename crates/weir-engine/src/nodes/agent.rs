@@ -14,6 +14,10 @@ use weir_core::record::{ModelAsk, Output, Reply, Request};
 use super::{Failure, NodeCtx, Outcome, Route, Spent, model_failure};
 use crate::structured::{self, SchemaCheck, StructuredError};
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "an agent node in order: prompt, model call with fallback, response schema validation and repair, output; each stage uses the previous one's values"
+)]
 pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure> {
     let system = spec
         .system_prompt

@@ -31,6 +31,10 @@ fn envelope(mode: &ConsensusMode) -> Envelope {
     }
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "a consensus node in order: fan out the voters, gather, tally by the mode, the judge's tie-break, the outcome; the modes share the tallies built at the top"
+)]
 pub async fn execute(ctx: &NodeCtx, spec: &ConsensusSpec) -> Result<Outcome, Failure> {
     let env = envelope(&spec.mode);
     let prompt = render(ctx, &spec.prompt, "prompt")?;

@@ -44,9 +44,8 @@ pub use state::view;
 /// A node's result is boxed where it is made: it passes through several futures and the
 /// select on its way to `finish`, and a box moves as one pointer, not a few hundred bytes.
 /// A task yields its node's position in the workflow, not a copy of its id.
-type Tasks = FuturesUnordered<
-    Pin<Box<dyn Future<Output = (usize, std::thread::Result<Box<Attempts>>)> + Send>>,
->;
+type Task = Pin<Box<dyn Future<Output = (usize, std::thread::Result<Box<Attempts>>)> + Send>>;
+type Tasks = FuturesUnordered<Task>;
 
 pub struct InFlight {
     /// Boxed from its launch to its write: it moves from the launch into the list in
@@ -276,6 +275,10 @@ impl<'e> Run<'e> {
     /// caller's future holds the run: taken by value, the run (584 bytes) was stored twice
     /// in this future, as its argument and as the body's local, for as long as it went
     /// (BENCHMARKS.md).
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the drive loop: launch, wait for the first finished node or a lease event, finish it, repeat; its select is the engine's heartbeat and reads best whole"
+    )]
     pub async fn drive(&mut self) -> Result<RunOutcome, Error> {
         let holding =
             self.engine
@@ -514,118 +517,144 @@ impl<'e> Run<'e> {
             }
             let executed = self.snapshot.hops as usize + self.in_flight.len();
             if executed >= self.wf.hop_ceiling as usize {
-                let mut counts: Vec<(&NodeId, &u32)> = self.snapshot.visits.iter().collect();
-                counts.sort_by(|a, b| b.1.cmp(a.1));
-                let top: Vec<String> = counts
-                    .iter()
-                    .take(3)
-                    .map(|(n, c)| format!("{n} ×{c}"))
-                    .collect();
-                self.fail(RunError {
-                    code: ErrorCode::HopCeilingExceeded,
-                    message: format!(
-                        "the run reached its hop ceiling of {} {} executions (most executed: {}); raise {} or give the loop an exit",
-                        self.wf.hop_ceiling,
-                        if self.wf.dialect == weir_core::Dialect::Pipeline { "step" } else { "node" },
-                        top.join(", "),
-                        if self.wf.dialect == weir_core::Dialect::Graph { "hop_ceiling" } else { "hopCeiling" },
-                    ),
-                    node_id: Some(node_id.to_string()),
-                });
+                self.fail(self.hop_ceiling_error(node_id));
                 return;
             }
-            let visit = self.snapshot.visits.get(node_id).copied().unwrap_or(0) + 1;
-            let seq = self.snapshot.next_seq;
-            self.snapshot.next_seq += 1;
-            let public = self.snapshot.state.clone();
-            // Graph state is its own view; only the variables layout adds the id shortcuts.
-            let state = match self.wf.layout {
-                StateLayout::Flat => public.clone(),
-                StateLayout::Variables => Arc::new(view(self.wf.layout, &public)),
-            };
-            let step = Box::new(StepRecord {
-                seq,
-                node_id: self.wf.node_id(index).clone(),
-                node_type: node.type_name().into(),
-                visit,
-                status: StepStatus::Running,
-                route: None,
-                input: if matches!(
-                    node.kind,
-                    NodeKind::Agent(_) | NodeKind::Judge(_) | NodeKind::Consensus(_)
-                ) {
-                    Value::Null
-                } else {
-                    Value::Object(public.as_ref().clone())
-                },
-                output: weir_core::record::no_output(),
-                error: None,
-                cost_usd: 0.0,
-                tokens: Tokens::default(),
-                attempts: Vec::new(),
-                started_at: Stamp::now(),
-                finished_at: None,
-                duration_ms: None,
-            });
-            self.events.push(EventKind::StepStarted {
-                step: seq,
-                node_id: self.wf.node_id(index).clone(),
-                node_type: step.node_type.clone(),
-                visit,
-            });
-            self.started.push(seq);
-            let loop_count = self.snapshot.loops.get(node_id).copied().unwrap_or(0) + 1;
-            let launched = Instant::now();
-            let ctx = NodeCtx {
-                run_id: self.run_id.clone(),
-                wf: self.wf.clone(),
-                index,
-                scope: weir_core::expr::Scope::new(state.clone()),
-                state,
-                public,
-                layout: self.wf.layout,
-                pass: self.snapshot.pass.max(1),
-                history: if self.snapshot.history.is_empty() {
-                    no_history()
-                } else {
-                    Arc::new(self.snapshot.history.clone())
-                },
-                visit,
-                loop_count,
-                seq,
-                progress: self.progress.clone(),
-                lease: self.held.clone(),
-                services: self.engine.services.clone(),
-                replay: self.engine.replay,
-                launched,
-            };
-            self.in_flight.insert(
-                index,
-                InFlight {
-                    step,
-                    started: launched,
-                },
-            );
-            let wf = self.wf.clone();
-            // A reused outcome is a future of its own: the node's future does not carry
-            // room for one.
-            if let Some(outcome) = self.take_reused(&wf.nodes[index], seq) {
-                let done = Attempts {
-                    result: Ok(Box::new(outcome)),
-                    attempts: Vec::new(),
-                    spent: Default::default(),
-                };
-                tasks.push(Box::pin(std::future::ready((index, Ok(Box::new(done))))));
-                continue;
+            if let Some(task) = self.launch(index) {
+                tasks.push(task);
             }
-            tasks.push(Box::pin(async move {
-                let result =
-                    std::panic::AssertUnwindSafe(async { Box::new(attempt::run(&ctx).await) })
-                        .catch_unwind()
-                        .await;
-                (index, result)
-            }));
         }
+    }
+
+    /// Why a run that reached its hop ceiling fails: the ceiling, the most executed nodes,
+    /// and the setting to raise.
+    fn hop_ceiling_error(&self, node_id: &str) -> RunError {
+        let mut counts: Vec<(&NodeId, &u32)> = self.snapshot.visits.iter().collect();
+        counts.sort_by(|a, b| b.1.cmp(a.1));
+        let top: Vec<String> = counts
+            .iter()
+            .take(3)
+            .map(|(n, c)| format!("{n} ×{c}"))
+            .collect();
+        RunError {
+            code: ErrorCode::HopCeilingExceeded,
+            message: format!(
+                "the run reached its hop ceiling of {} {} executions (most executed: {}); raise {} or give the loop an exit",
+                self.wf.hop_ceiling,
+                if self.wf.dialect == weir_core::Dialect::Pipeline {
+                    "step"
+                } else {
+                    "node"
+                },
+                top.join(", "),
+                if self.wf.dialect == weir_core::Dialect::Graph {
+                    "hop_ceiling"
+                } else {
+                    "hopCeiling"
+                },
+            ),
+            node_id: Some(node_id.to_string()),
+        }
+    }
+
+    /// Starts node `index`: its step (`running`), its `step_started` event, its context,
+    /// and the future that runs its attempts (or replays a reused outcome).
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a node's launch builds its step, event and context in one go: the context takes a dozen fields of the run at this moment"
+    )]
+    fn launch(&mut self, index: usize) -> Option<Task> {
+        let node = &self.wf.nodes[index];
+        let node_id = node.id.as_str();
+        let visit = self.snapshot.visits.get(node_id).copied().unwrap_or(0) + 1;
+        let seq = self.snapshot.next_seq;
+        self.snapshot.next_seq += 1;
+        let public = self.snapshot.state.clone();
+        // Graph state is its own view; only the variables layout adds the id shortcuts.
+        let state = match self.wf.layout {
+            StateLayout::Flat => public.clone(),
+            StateLayout::Variables => Arc::new(view(self.wf.layout, &public)),
+        };
+        let step = Box::new(StepRecord {
+            seq,
+            node_id: self.wf.node_id(index).clone(),
+            node_type: node.type_name().into(),
+            visit,
+            status: StepStatus::Running,
+            route: None,
+            input: if matches!(
+                node.kind,
+                NodeKind::Agent(_) | NodeKind::Judge(_) | NodeKind::Consensus(_)
+            ) {
+                Value::Null
+            } else {
+                Value::Object(public.as_ref().clone())
+            },
+            output: weir_core::record::no_output(),
+            error: None,
+            cost_usd: 0.0,
+            tokens: Tokens::default(),
+            attempts: Vec::new(),
+            started_at: Stamp::now(),
+            finished_at: None,
+            duration_ms: None,
+        });
+        self.events.push(EventKind::StepStarted {
+            step: seq,
+            node_id: self.wf.node_id(index).clone(),
+            node_type: step.node_type.clone(),
+            visit,
+        });
+        self.started.push(seq);
+        let loop_count = self.snapshot.loops.get(node_id).copied().unwrap_or(0) + 1;
+        let launched = Instant::now();
+        let ctx = NodeCtx {
+            run_id: self.run_id.clone(),
+            wf: self.wf.clone(),
+            index,
+            scope: weir_core::expr::Scope::new(state.clone()),
+            state,
+            public,
+            layout: self.wf.layout,
+            pass: self.snapshot.pass.max(1),
+            history: if self.snapshot.history.is_empty() {
+                no_history()
+            } else {
+                Arc::new(self.snapshot.history.clone())
+            },
+            visit,
+            loop_count,
+            seq,
+            progress: self.progress.clone(),
+            lease: self.held.clone(),
+            services: self.engine.services.clone(),
+            replay: self.engine.replay,
+            launched,
+        };
+        self.in_flight.insert(
+            index,
+            InFlight {
+                step,
+                started: launched,
+            },
+        );
+        let wf = self.wf.clone();
+        // A reused outcome is a future of its own: the node's future does not carry
+        // room for one.
+        if let Some(outcome) = self.take_reused(&wf.nodes[index], seq) {
+            let done = Attempts {
+                result: Ok(Box::new(outcome)),
+                attempts: Vec::new(),
+                spent: Default::default(),
+            };
+            return Some(Box::pin(std::future::ready((index, Ok(Box::new(done))))));
+        }
+        Some(Box::pin(async move {
+            let result = std::panic::AssertUnwindSafe(async { Box::new(attempt::run(&ctx).await) })
+                .catch_unwind()
+                .await;
+            (index, result)
+        }))
     }
 
     /// A re-run: the next recorded outcome of this node, if the run reuses one.
@@ -654,6 +683,10 @@ impl<'e> Run<'e> {
     /// Records a finished node and routes from it, in one committed step.
     /// The result stays in its box: read in place, not moved out of it (it is a few hundred
     /// bytes).
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a finished node recorded and routed in one committed step: record, route, state, loop counters, events; split, the commit's parts would be built in several places"
+    )]
     fn finish(&mut self, index: usize, mut result: Box<Attempts>) {
         let wf = self.wf.clone();
         let node = &wf.nodes[index];

@@ -371,6 +371,10 @@ impl DriveWrites for Postgres {
     }
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "create_run (an idempotent insert, optionally claimed, with its source and events) and request_cancel (rules::cancel_plan turned into its statements) are each one transaction whose statements read in order"
+)]
 #[async_trait]
 impl Lifecycle for Postgres {
     fn watch(&self, on: WakeFn) -> bool {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio::sync::mpsc;
-use weir_core::store::{Fault, StoreError, Wake, WakeFn};
+use weir_core::store::{StoreError, Wake, WakeFn};
 
 /// A channel for runnable work, and one for changed runs (the payload: run ids, comma
 /// separated).
@@ -176,7 +176,7 @@ impl Faults {
             *armed = None;
             self.fired.fetch_add(1, Ordering::Relaxed);
             return Err(StoreError::backend(
-                Fault::Unavailable,
+                weir_core::store::Fault::Unavailable,
                 format!("injected fault: {op} stopped after statement {at}"),
             ));
         }

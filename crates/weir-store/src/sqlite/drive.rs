@@ -109,7 +109,33 @@ pub fn fenced(conn: &Conn<'_>, w: &FencedWrite) -> Result<Result<Fenced, StoreEr
 /// rows. `None`: the fence refused the write (nothing was changed).
 fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
     let n = w.event_count;
-    let (snapshot, cost) = (w.snapshot.as_deref(), w.cost_usd);
+    let Some(Fence {
+        key,
+        event_seq: last,
+        cancel,
+        last_row,
+    }) = fence(tx, w)?
+    else {
+        return Ok(None);
+    };
+    let first = last - n + 1;
+    count_rewritten(tx, w, key, last_row)?;
+    let head = write_rows(tx, w, key, first, last_row)?;
+    end(tx, w, key)?;
+    Ok(Some(Fenced {
+        seen: Seen {
+            key,
+            event_seq: last,
+            cancel: cancel != 0,
+            last_row: head,
+        },
+        cancel_requested: cancel != 0,
+    }))
+}
+
+/// The fence's three statements for a write's shape: by id, by the run's key, and by the
+/// key with the row as the drive last left it.
+fn fence_statements(snapshot: bool, cost: bool) -> [&'static str; 3] {
     // One statement per shape, so none evaluates what it does not change.
     // Each by id, or by the run's key when the drive knows it (the id checked too: a key
     // can be reused once its run is pruned, an id cannot).
@@ -150,12 +176,12 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
     }
     // The steps in flight change with the write's steps (`running.rs`): ?8 the step numbers
     // that leave the run's `running` column, ?9 the lines that join it; NULL without steps.
-    let [by_id, by_key, unchanged] = if snapshot.is_some() {
+    if snapshot {
         fence!(
             "event_seq = event_seq + ?1, snapshot = ?2, cost_usd = ?3",
             ""
         )
-    } else if cost.is_some() {
+    } else if cost {
         fence!(
             "event_seq = event_seq + ?1, cost_usd = ?3",
             " AND ?2 IS NULL"
@@ -165,7 +191,15 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
             "event_seq = event_seq + ?1",
             " AND ?2 IS NULL AND ?3 IS NULL"
         )
-    };
+    }
+}
+
+/// The fence: the run's row updated only while the write's lease holds it, with the event
+/// numbers reserved, the snapshot (or cost) and the steps in flight; the row as it left it.
+fn fence(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fence>, StoreError> {
+    let n = w.event_count;
+    let (snapshot, cost) = (w.snapshot.as_deref(), w.cost_usd);
+    let [by_id, by_key, unchanged] = fence_statements(snapshot.is_some(), cost.is_some());
     let (done, add) = match &w.running {
         Some((d, a)) => (Some(d.as_str()), Some(a.as_str())),
         None => (None, None),
@@ -226,18 +260,18 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
             n,
         )?,
     };
-    let Some(Fence {
-        key,
-        event_seq: last,
-        cancel,
-        last_row,
-    }) = fence
-    else {
-        return Ok(None);
-    };
-    let first = last - n + 1;
-    // Steps the write ends that were not in flight: written whole, or written again. Those
-    // without a row in the run's chain yet are new to `step_count` too.
+    Ok(fence)
+}
+
+/// Steps the write ends that were not in flight (written whole, or written again): those
+/// without a row in the run's chain yet are new to `step_count` too.
+fn count_rewritten(
+    tx: &Conn<'_>,
+    w: &FencedWrite,
+    key: i64,
+    last_row: Option<i64>,
+) -> Result<(), StoreError> {
+    let appended = w.steps.len() as i64;
     let not_found = super::running::take_not_found();
     if not_found > 0 {
         let mut new = 0;
@@ -256,6 +290,18 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
                 .map_err(backend)?;
         }
     }
+    Ok(())
+}
+
+/// The write's step rows, its patch and its events; the run's newest step row after them.
+fn write_rows(
+    tx: &Conn<'_>,
+    w: &FencedWrite,
+    key: i64,
+    first: i64,
+    last_row: Option<i64>,
+) -> Result<Option<i64>, StoreError> {
+    let n = w.event_count;
     // A step is written to `steps` when it ends (its start is a line of the run's `running`
     // column, migration 15), appended in time order (migration 14) to the run's chain of
     // step rows (migration 18). The write's events go in its first step's row (migration
@@ -298,6 +344,11 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
             .execute(params![key, first, w.events])
             .map_err(backend)?;
     }
+    Ok(head)
+}
+
+/// How the write ends the drive, if it does: the run's status, and its lease let go.
+fn end(tx: &Conn<'_>, w: &FencedWrite, key: i64) -> Result<(), StoreError> {
     match &w.end {
         Some(EndRow::Finish {
             status,
@@ -320,15 +371,7 @@ fn apply(tx: &Conn<'_>, w: &FencedWrite) -> Result<Option<Fenced>, StoreError> {
         }
         None => {}
     }
-    Ok(Some(Fenced {
-        seen: Seen {
-            key,
-            event_seq: last,
-            cancel: cancel != 0,
-            last_row: head,
-        },
-        cancel_requested: cancel != 0,
-    }))
+    Ok(())
 }
 
 /// The columns of a step row a write sets, with the row it links to (`prev`, migration
@@ -694,6 +737,10 @@ pub(super) fn insert_events(
 /// lease), with its `run_created` and `run_started` events: no `UPDATE` of the new row and
 /// no read-back. Also returns the row as the write left it, for the drive's first fence
 /// (`rows::Keys`).
+#[expect(
+    clippy::too_many_lines,
+    reason = "a run's creation in one savepoint: the idempotency check, the row (claimed or queued), its source and input, its first events"
+)]
 pub fn create_run(
     tx: &Conn<'_>,
     run: &weir_core::store::NewRun,

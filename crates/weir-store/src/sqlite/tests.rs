@@ -1,3 +1,8 @@
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test reads top to bottom as one story"
+)]
+
 use std::path::Path;
 use std::time::Duration;
 

@@ -187,6 +187,10 @@ pub(super) fn connect(path: &Path, synchronous: &str) -> Result<Connection, Stor
 impl Writer {
     /// Opens the connections (the database exists: sqlx created and migrated it) and starts
     /// the thread; it ends when the store is dropped.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the writer's connections, its syncer and its thread's loop are set up together: the loop captures what the setup opened"
+    )]
     pub fn open(path: &Path, full_sync: bool) -> Result<Self, StoreError> {
         // `full_sync`: the synced connection commits with NORMAL and the store syncs the log
         // after it (`wal.rs`); FULL itself only when the log file cannot be opened.
