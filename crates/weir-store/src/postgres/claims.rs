@@ -4,8 +4,8 @@
 use sqlx::{PgConnection, Row};
 use weir_core::store::{Claim, Lease, StoreError, Written, now_ms};
 
+use super::store::{Postgres, in_tx, not_found};
 use super::write::insert_events;
-use super::{Postgres, in_tx, not_found};
 use crate::rules::{self, ClaimRow};
 use crate::{Body, backend, json};
 

@@ -8,7 +8,8 @@ use sqlx::{Connection, PgConnection};
 use weir_core::record::Snapshot;
 use weir_core::store::NewRun;
 
-use super::{Postgres, schema};
+use super::schema;
+use super::store::Postgres;
 use crate::testdb::TestDb;
 
 fn new_run(id: &str, text: &str) -> NewRun {

@@ -7,7 +7,7 @@ use weir_core::patch::Patch;
 use weir_core::record::{RunError, RunStatus, Snapshot, StepRecord};
 use weir_core::store::{Lease, StoreError, Written, now_ms};
 
-use super::{Postgres, in_tx};
+use super::store::{Postgres, in_tx};
 use crate::rules;
 use crate::{Body, backend, json};
 
