@@ -258,3 +258,125 @@ pub fn snapshot_write<'a>(
         None => (None, whole && covers_patches),
     }
 }
+
+/// How a write of a drive ends the drive, if it does.
+pub enum End<'a> {
+    /// A terminal status or `paused`; the lease is released.
+    Finish(&'a weir_core::store::RunUpdate),
+    /// Back to `queued`; the lease is released.
+    Release,
+}
+
+/// One write of a drive, as each `DriveWrites` method of the SQL stores makes it: what the
+/// write carries, whether it is synced, and how it ends the drive. Each backend turns it
+/// into its fenced statements.
+pub struct DriveWrite<'a> {
+    pub lease: &'a weir_core::store::Lease,
+    /// The method, for the event a refusal leaves.
+    pub write: &'static str,
+    /// Progress only (a step's start, a failed attempt): committed without a sync.
+    pub visible: bool,
+    pub snapshot: Option<&'a Snapshot>,
+    /// Written instead of the whole `snapshot` ([`snapshot_write`]).
+    pub patch: Option<&'a Patch<'a>>,
+    /// The whole snapshot covers patches written before it (`StepCommit::covers_patches`).
+    pub clear: bool,
+    pub steps: Vec<&'a weir_core::record::StepRecord>,
+    pub events: Vec<EventKind>,
+    pub end: Option<End<'a>>,
+}
+
+impl<'a> DriveWrite<'a> {
+    fn progress(
+        lease: &'a weir_core::store::Lease,
+        write: &'static str,
+        steps: Vec<&'a weir_core::record::StepRecord>,
+        events: Vec<EventKind>,
+    ) -> Self {
+        Self {
+            lease,
+            write,
+            visible: true,
+            snapshot: None,
+            patch: None,
+            clear: false,
+            steps,
+            events,
+            end: None,
+        }
+    }
+
+    /// Steps that started (`running`), with their events: progress only.
+    pub fn start_steps(
+        lease: &'a weir_core::store::Lease,
+        steps: &[&'a weir_core::record::StepRecord],
+        events: Vec<EventKind>,
+    ) -> Self {
+        Self::progress(lease, "start_steps", steps.to_vec(), events)
+    }
+
+    /// Events alone (an attempt that failed and will be retried): progress only.
+    pub fn append_events(lease: &'a weir_core::store::Lease, events: Vec<EventKind>) -> Self {
+        Self::progress(lease, "append_events", Vec::new(), events)
+    }
+
+    /// A finished step with the steps that started beside it, the snapshot (or its patch)
+    /// and the events: synced.
+    pub fn commit_step(
+        lease: &'a weir_core::store::Lease,
+        c: weir_core::store::StepCommit<'a>,
+    ) -> Self {
+        let mut steps = c.started.to_vec();
+        steps.push(c.step);
+        Self {
+            lease,
+            write: "commit_step",
+            visible: false,
+            snapshot: Some(c.snapshot),
+            patch: c.patch,
+            clear: c.covers_patches,
+            steps,
+            events: c.events,
+            end: None,
+        }
+    }
+
+    /// The end of a drive: its last steps, the final (or paused) status and snapshot.
+    pub fn finish_run(
+        lease: &'a weir_core::store::Lease,
+        steps: &[&'a weir_core::record::StepRecord],
+        u: &'a weir_core::store::RunUpdate,
+        events: Vec<EventKind>,
+    ) -> Self {
+        Self {
+            lease,
+            write: "finish_run",
+            visible: false,
+            snapshot: Some(&u.snapshot),
+            patch: None,
+            clear: true,
+            steps: steps.to_vec(),
+            events,
+            end: Some(End::Finish(u)),
+        }
+    }
+
+    /// The run let go, `queued` again, with its snapshot.
+    pub fn release(
+        lease: &'a weir_core::store::Lease,
+        snapshot: &'a Snapshot,
+        events: Vec<EventKind>,
+    ) -> Self {
+        Self {
+            lease,
+            write: "release",
+            visible: false,
+            snapshot: Some(snapshot),
+            patch: None,
+            clear: true,
+            steps: Vec::new(),
+            events,
+            end: Some(End::Release),
+        }
+    }
+}

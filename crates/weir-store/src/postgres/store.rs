@@ -7,14 +7,14 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{PgConnection, Row};
 use weir_core::event::EventKind;
-use weir_core::record::{RunStatus, Snapshot, StepRecord};
+use weir_core::record::{Snapshot, StepRecord};
 use weir_core::store::{
     DriveWrites, Fault, Lease, RunUpdate, StepCommit, StoreError, Written, now_ms,
 };
 
 use crate::backend;
 
-use super::write::Fence;
+use crate::rules::DriveWrite;
 
 use super::notify::{self, Faults};
 use super::schema;
@@ -229,41 +229,12 @@ impl DriveWrites for Postgres {
         steps: &[&StepRecord],
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        self.fenced(Fence {
-            lease,
-            write: "start_steps",
-            visible: true,
-            snapshot: None,
-            patch: None,
-            clear: false,
-            steps: steps.to_vec(),
-            events,
-            status: None,
-            error: None,
-            finished_at: None,
-            end: 0,
-        })
-        .await
+        self.fenced(DriveWrite::start_steps(lease, steps, events))
+            .await
     }
 
     async fn commit_step(&self, lease: &Lease, c: StepCommit<'_>) -> Result<Written, StoreError> {
-        let mut steps: Vec<&StepRecord> = c.started.to_vec();
-        steps.push(c.step);
-        self.fenced(Fence {
-            lease,
-            write: "commit_step",
-            visible: false,
-            snapshot: Some(c.snapshot),
-            patch: c.patch,
-            clear: c.covers_patches,
-            steps,
-            events: c.events,
-            status: None,
-            error: None,
-            finished_at: None,
-            end: 0,
-        })
-        .await
+        self.fenced(DriveWrite::commit_step(lease, c)).await
     }
 
     async fn append_events(
@@ -271,21 +242,7 @@ impl DriveWrites for Postgres {
         lease: &Lease,
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        self.fenced(Fence {
-            lease,
-            write: "append_events",
-            visible: true,
-            snapshot: None,
-            patch: None,
-            clear: false,
-            steps: Vec::new(),
-            events,
-            status: None,
-            error: None,
-            finished_at: None,
-            end: 0,
-        })
-        .await
+        self.fenced(DriveWrite::append_events(lease, events)).await
     }
 
     async fn finish_run(
@@ -295,21 +252,8 @@ impl DriveWrites for Postgres {
         u: &RunUpdate,
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        self.fenced(Fence {
-            lease,
-            write: "finish_run",
-            visible: false,
-            snapshot: Some(&u.snapshot),
-            patch: None,
-            clear: true,
-            steps: steps.to_vec(),
-            events,
-            status: Some(u.status),
-            error: u.error.as_ref(),
-            finished_at: u.finished_at.as_deref(),
-            end: 1,
-        })
-        .await
+        self.fenced(DriveWrite::finish_run(lease, steps, u, events))
+            .await
     }
 
     async fn release(
@@ -318,21 +262,8 @@ impl DriveWrites for Postgres {
         snapshot: &Snapshot,
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        self.fenced(Fence {
-            lease,
-            write: "release",
-            visible: false,
-            snapshot: Some(snapshot),
-            patch: None,
-            clear: true,
-            steps: Vec::new(),
-            events,
-            status: Some(RunStatus::Queued),
-            error: None,
-            finished_at: None,
-            end: 2,
-        })
-        .await
+        self.fenced(DriveWrite::release(lease, snapshot, events))
+            .await
     }
 }
 

@@ -3,12 +3,11 @@
 
 use sqlx::{PgConnection, Row};
 use weir_core::event::EventKind;
-use weir_core::patch::Patch;
-use weir_core::record::{RunError, RunStatus, Snapshot, StepRecord};
+use weir_core::record::{RunStatus, StepRecord};
 use weir_core::store::{Lease, StoreError, Written, now_ms};
 
 use super::store::{Postgres, in_tx};
-use crate::rules;
+use crate::rules::{self, DriveWrite, End};
 use crate::{Body, backend, json};
 
 /// Event bodies for `kinds`, all stamped `at`.
@@ -147,24 +146,6 @@ fn step_upserts(p: usize, guard: &str) -> String {
     )
 }
 
-/// One write of a drive. `end`: 0 none, 1 finish (or park), 2 release.
-pub(super) struct Fence<'a> {
-    pub(super) lease: &'a Lease,
-    pub(super) write: &'static str,
-    pub(super) visible: bool,
-    pub(super) snapshot: Option<&'a Snapshot>,
-    /// Written instead of the whole `snapshot` (`rules::snapshot_write`).
-    pub(super) patch: Option<&'a Patch<'a>>,
-    /// The whole snapshot covers patches written before it (`StepCommit::covers_patches`).
-    pub(super) clear: bool,
-    pub(super) steps: Vec<&'a StepRecord>,
-    pub(super) events: Vec<EventKind>,
-    pub(super) status: Option<RunStatus>,
-    pub(super) error: Option<&'a RunError>,
-    pub(super) finished_at: Option<&'a str>,
-    pub(super) end: i32,
-}
-
 /// The fenced write: the fence `UPDATE` (which also reserves the event numbers and ends the
 /// drive when asked), then everything else only where the fence matched. One statement per
 /// shape of write (with or without steps, events, an end), each prepared once per
@@ -253,7 +234,7 @@ pub(super) fn upsert_sql() -> &'static str {
 }
 
 impl Postgres {
-    pub(super) async fn fenced(&self, w: Fence<'_>) -> Result<Written, StoreError> {
+    pub(super) async fn fenced(&self, w: DriveWrite<'_>) -> Result<Written, StoreError> {
         self.faults.hit("commit", 0)?;
         let at = weir_core::store::Stamp::now();
         let n = w.events.len() as i64;
@@ -265,17 +246,28 @@ impl Postgres {
             (None, true) => 1,
             (None, false) => 0,
         };
-        let sql = fenced_sql(!w.steps.is_empty(), n > 0, snap, w.end);
+        // 0: the drive goes on, 1: it ends (or parks), 2: the run is released.
+        let (end, finish) = match &w.end {
+            None => (0, None),
+            Some(End::Finish(u)) => (1, Some(*u)),
+            Some(End::Release) => (2, None),
+        };
+        let sql = fenced_sql(!w.steps.is_empty(), n > 0, snap, end);
         let q = sqlx::query(sql)
             .bind(w.lease.run_id.as_str())
             .bind(w.lease.epoch as i64)
             .bind(n)
             .bind(whole.map(json).transpose()?)
             .bind(w.snapshot.map(|s| s.cost_usd))
-            .bind(w.status.map(RunStatus::as_str))
-            .bind(w.error.map(json).transpose()?)
-            .bind(w.finished_at)
-            .bind(w.end);
+            .bind(finish.map(|u| u.status.as_str()))
+            .bind(
+                finish
+                    .and_then(|u| u.error.as_ref())
+                    .map(json)
+                    .transpose()?,
+            )
+            .bind(finish.and_then(|u| u.finished_at.as_deref()))
+            .bind(end);
         let q = StepArrays::of(&w.steps)?
             .bind(q)
             .bind(bodies(&at, &w.events)?)
@@ -287,7 +279,7 @@ impl Postgres {
             return Err(self.refuse(w.lease, w.write).await);
         };
         self.notes.run(&w.lease.run_id);
-        if w.end == 2 {
+        if end == 2 {
             self.notes.work();
         }
         Ok(Written {

@@ -5,37 +5,13 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 
-use weir_core::event::EventKind;
-use weir_core::patch::Patch;
-use weir_core::record::{Snapshot, StepRecord};
-use weir_core::store::{Lease, RunUpdate, StoreError, Written};
+use weir_core::record::StepRecord;
+use weir_core::store::{StoreError, Written};
 
 use super::drive::{self, EndRow, FencedWrite, StepRow};
 use super::{Sqlite, running};
 use crate::json;
-
-/// How a fenced write ends the drive, if it does.
-pub(super) enum End<'a> {
-    /// A terminal status or `paused`; the lease is released.
-    Finish(&'a RunUpdate),
-    /// Back to `queued`; the lease is released.
-    Release,
-}
-
-/// One write of a drive.
-pub(super) struct Fenced<'a> {
-    pub(super) lease: &'a Lease,
-    pub(super) write: &'static str,
-    pub(super) visible: bool,
-    pub(super) snapshot: Option<&'a Snapshot>,
-    /// Written instead of the whole `snapshot` (`rules::snapshot_write`).
-    pub(super) patch: Option<&'a Patch<'a>>,
-    /// The whole snapshot covers patches written before it (`StepCommit::covers_patches`).
-    pub(super) clear: bool,
-    pub(super) steps: Vec<&'a StepRecord>,
-    pub(super) events: Vec<EventKind>,
-    pub(super) end: Option<End<'a>>,
-}
+use crate::rules::{DriveWrite, End};
 
 pub(super) fn step_row(s: &StepRecord) -> Result<StepRow, StoreError> {
     Ok(StepRow {
@@ -80,7 +56,7 @@ fn running_change(steps: &[&StepRecord]) -> Result<Option<(String, String)>, Sto
 
 impl Sqlite {
     /// Serializes one write of a drive and runs it on the writer thread.
-    pub(super) async fn fenced(&self, w: Fenced<'_>) -> Result<Written, StoreError> {
+    pub(super) async fn fenced(&self, w: DriveWrite<'_>) -> Result<Written, StoreError> {
         let at = weir_core::store::Stamp::now();
         let (patch, clear) = crate::rules::snapshot_write(
             w.snapshot.is_some(),

@@ -14,10 +14,11 @@ use weir_core::store::{
 };
 
 use super::readers::Readers;
-use super::rows::{self, End, Fenced};
+use super::rows;
 use super::writer::{Writer, backend};
 use super::{drive, lifecycle, wal};
 use crate::json;
+use crate::rules::DriveWrite;
 use crate::schema::MIGRATIONS;
 
 /// The page size of a database this store creates (one it opens keeps its own). A step
@@ -184,35 +185,12 @@ impl DriveWrites for Sqlite {
         steps: &[&StepRecord],
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        self.fenced(Fenced {
-            lease,
-            write: "start_steps",
-            visible: true,
-            snapshot: None,
-            patch: None,
-            clear: false,
-            steps: steps.to_vec(),
-            events,
-            end: None,
-        })
-        .await
+        self.fenced(DriveWrite::start_steps(lease, steps, events))
+            .await
     }
 
     async fn commit_step(&self, lease: &Lease, c: StepCommit<'_>) -> Result<Written, StoreError> {
-        let mut steps: Vec<&StepRecord> = c.started.to_vec();
-        steps.push(c.step);
-        self.fenced(Fenced {
-            lease,
-            write: "commit_step",
-            visible: false,
-            snapshot: Some(c.snapshot),
-            patch: c.patch,
-            clear: c.covers_patches,
-            steps,
-            events: c.events,
-            end: None,
-        })
-        .await
+        self.fenced(DriveWrite::commit_step(lease, c)).await
     }
 
     async fn append_events(
@@ -220,18 +198,7 @@ impl DriveWrites for Sqlite {
         lease: &Lease,
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        self.fenced(Fenced {
-            lease,
-            write: "append_events",
-            visible: true,
-            snapshot: None,
-            patch: None,
-            clear: false,
-            steps: Vec::new(),
-            events,
-            end: None,
-        })
-        .await
+        self.fenced(DriveWrite::append_events(lease, events)).await
     }
 
     async fn finish_run(
@@ -241,18 +208,8 @@ impl DriveWrites for Sqlite {
         u: &RunUpdate,
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        self.fenced(Fenced {
-            lease,
-            write: "finish_run",
-            visible: false,
-            snapshot: Some(&u.snapshot),
-            patch: None,
-            clear: true,
-            steps: steps.to_vec(),
-            events,
-            end: Some(End::Finish(u)),
-        })
-        .await
+        self.fenced(DriveWrite::finish_run(lease, steps, u, events))
+            .await
     }
 
     async fn release(
@@ -261,18 +218,8 @@ impl DriveWrites for Sqlite {
         snapshot: &Snapshot,
         events: Vec<EventKind>,
     ) -> Result<Written, StoreError> {
-        self.fenced(Fenced {
-            lease,
-            write: "release",
-            visible: false,
-            snapshot: Some(snapshot),
-            patch: None,
-            clear: true,
-            steps: Vec::new(),
-            events,
-            end: Some(End::Release),
-        })
-        .await
+        self.fenced(DriveWrite::release(lease, snapshot, events))
+            .await
     }
 }
 
