@@ -4,6 +4,8 @@
 //! path from text to a runnable workflow: the CLI, the server and workers (reloading a
 //! stored run) all go through it.
 
+#![warn(missing_docs)]
+
 mod fields;
 pub mod graph;
 pub mod machine;
@@ -18,15 +20,20 @@ use weir_core::{Diagnostic, ModelClient, ToolRunner, Workflow};
 /// What a workflow is checked against besides its own structure: the tools and models it
 /// may use and the secrets the workspace declares.
 pub struct Capabilities<'a> {
+    /// The tools a workflow may name.
     pub tools: &'a dyn ToolRunner,
+    /// The models a workflow may route to.
     pub models: &'a dyn ModelClient,
+    /// The secrets the workspace declares (by name only).
     pub secrets: &'a dyn Secrets,
 }
 
 /// A workflow that loaded and passed every check, with its warnings.
 #[derive(Debug, Clone)]
 pub struct Validated {
+    /// The compiled workflow.
     pub workflow: Arc<Workflow>,
+    /// Problems that do not stop it from running.
     pub warnings: Vec<Diagnostic>,
 }
 
@@ -73,7 +80,9 @@ pub fn compile(
 /// warnings, with the file name filled in.
 #[derive(Debug)]
 pub struct Loaded {
+    /// The workflow, when no error prevented building it.
     pub workflow: Option<Workflow>,
+    /// Every problem found while loading, errors and warnings.
     pub diagnostics: Vec<Diagnostic>,
     /// Whether the tree carried source positions (false: a clean JSON document read by the
     /// fast parse; its nodes have no spans).
@@ -81,6 +90,7 @@ pub struct Loaded {
 }
 
 impl Loaded {
+    /// Whether any diagnostic is an error.
     pub fn has_errors(&self) -> bool {
         self.diagnostics.iter().any(Diagnostic::is_error)
     }

@@ -49,6 +49,8 @@ const CONDITIONS: &[&str] = &[
     "expression",
 ];
 
+/// Lowers a parsed pipeline document. Returns the workflow (when no error prevents building
+/// it) and the diagnostics found while lowering.
 pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>) {
     let mut cx = Cx { diags: Vec::new() };
     cx.top_level(

@@ -10,25 +10,36 @@ use serde_json::{Map, Number, Value};
 use serde_saphyr::Spanned;
 use weir_core::Span;
 
+/// A value of a workflow document (YAML or JSON) with where it is written.
 #[derive(Debug, Clone)]
 pub struct Node {
+    /// Where the value is written; `None` for a document read without positions.
     pub span: Option<Span>,
     /// For a map's value, where its key is written (unknown-key diagnostics point there).
     pub key_span: Option<Span>,
+    /// The value.
     pub kind: Kind,
 }
 
+/// A document value, as YAML and JSON share them.
 #[derive(Debug, Clone)]
 pub enum Kind {
+    /// `null` (or YAML `~`, or nothing).
     Null,
+    /// `true` or `false`.
     Bool(bool),
+    /// A number.
     Num(Number),
+    /// A string.
     Str(String),
+    /// A list.
     Seq(Vec<Node>),
+    /// A mapping, its keys in document order.
     Map(Vec<(String, Node)>),
 }
 
 impl Node {
+    /// The value under `key` of a mapping; `None` for a missing key or another kind.
     pub fn get(&self, key: &str) -> Option<&Node> {
         match &self.kind {
             Kind::Map(m) => m.iter().find(|(k, _)| k == key).map(|(_, v)| v),
@@ -36,6 +47,7 @@ impl Node {
         }
     }
 
+    /// The entries of a mapping, in document order.
     pub fn as_map(&self) -> Option<&[(String, Node)]> {
         match &self.kind {
             Kind::Map(m) => Some(m),
@@ -43,6 +55,7 @@ impl Node {
         }
     }
 
+    /// The text of a string.
     pub fn as_str(&self) -> Option<&str> {
         match &self.kind {
             Kind::Str(s) => Some(s),
@@ -50,6 +63,7 @@ impl Node {
         }
     }
 
+    /// What kind of value this is, for diagnostics (`a string`, `a list`, …).
     pub fn type_name(&self) -> &'static str {
         match &self.kind {
             Kind::Null => "null",
@@ -61,6 +75,7 @@ impl Node {
         }
     }
 
+    /// The value as JSON.
     pub fn to_json(&self) -> Value {
         match &self.kind {
             Kind::Null => Value::Null,
@@ -186,7 +201,9 @@ impl<'de> Visitor<'de> for KindVisitor {
 /// A parse failure with its position.
 #[derive(Debug)]
 pub struct ParseError {
+    /// What is wrong, in the parser's words.
     pub message: String,
+    /// Where the value is written; `None` for a document read without positions.
     pub span: Option<Span>,
 }
 

@@ -14,7 +14,9 @@ use crate::{Engine, Error, now, routing};
 
 /// A reviewer's decision at a human gate.
 pub struct Decision {
+    /// Approve (`true`) or reject.
     pub approved: bool,
+    /// Who decided, as recorded on the gate's step.
     pub by: String,
     /// Approve: an object merged into state. Ignored on reject.
     pub input: Option<Value>,
@@ -25,7 +27,9 @@ pub struct Decision {
 /// What a decision did.
 #[derive(Debug, Clone)]
 pub struct Decided {
+    /// The run decided.
     pub run_id: String,
+    /// The gate node decided.
     pub gate: String,
     /// `queued` (approved: a driver continues it), `paused` (another gate still waits) or
     /// `failed` (rejected).

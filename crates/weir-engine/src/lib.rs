@@ -14,6 +14,8 @@
 //! and cancels siblings when a node fails. The engine never names a concrete provider, tool
 //! or store: it gets them as trait objects in [`Services`].
 
+#![warn(missing_docs)]
+
 mod attempt;
 mod decide;
 mod heartbeat;
@@ -40,16 +42,22 @@ pub use weir_core::store::{CancelOutcome, Lease};
 /// The concrete implementations the binary wires in.
 #[derive(Clone)]
 pub struct Services {
+    /// Model calls (the provider router, or a replay's recording).
     pub models: Arc<dyn ModelClient>,
+    /// Tool calls.
     pub tools: Arc<dyn ToolRunner>,
+    /// `script` nodes and script validators.
     pub scripts: Arc<dyn ScriptRunner>,
+    /// Where runs are kept.
     pub store: Arc<dyn RunStore>,
+    /// Secret values, for templates and for scrubbing them from records.
     pub secrets: Arc<dyn weir_core::secrets::Secrets>,
 }
 
 /// Receives every event as soon as the store has committed it (the CLI prints them; the
 /// server wakes its SSE readers). The store's log stays the truth.
 pub trait EventSink: Send + Sync {
+    /// Called with each batch of events once it is written.
     fn publish(&self, run_id: &str, events: &[EventKind]);
 }
 
@@ -63,6 +71,7 @@ impl EventSink for Quiet {
 /// server to HTTP statuses, each in one place.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// No such run, gate or workflow.
     #[error("{0}")]
     NotFound(String),
     /// Not in a state that allows it: already decided, driven elsewhere, not paused.
@@ -73,7 +82,12 @@ pub enum Error {
     InvalidInput(Vec<String>),
     /// This driver's lease was taken by another: it stopped without writing anything more.
     #[error("lease lost on run {run_id}: {message}; this process stopped driving it")]
-    LeaseLost { run_id: String, message: String },
+    LeaseLost {
+        /// The run.
+        run_id: String,
+        /// Who holds it now.
+        message: String,
+    },
     /// The database failed; the store's error, kept whole (its [`Fault`] and source).
     #[error(transparent)]
     Store(#[from] BackendError),
@@ -82,14 +96,20 @@ pub enum Error {
 /// The kind of an [`Error`], for mapping to exit codes and HTTP statuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
+    /// No such thing.
     NotFound,
+    /// Not in a state that allows it.
     Conflict,
+    /// Bad input.
     InvalidInput,
+    /// Another driver took the run.
     LeaseLost,
+    /// The database failed.
     Store,
 }
 
 impl Error {
+    /// What kind of error this is.
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::NotFound(_) => ErrorKind::NotFound,
@@ -116,19 +136,23 @@ impl From<StoreError> for Error {
 /// `RunStore::get_record` reads it when someone wants to see it, so running never pays for it.
 #[derive(Debug, Clone)]
 pub struct RunOutcome {
+    /// The run.
     pub run_id: String,
     /// A terminal status, `paused`, or `queued` when the drive was interrupted and the run
     /// released for someone to resume.
     pub status: RunStatus,
+    /// Why the run failed, when it did.
     pub error: Option<RunError>,
     /// The last output, as the run's snapshot holds it: a model's reply becomes JSON only
     /// when read (`Deref` to a `Value`, or `into_value`).
     pub output: weir_core::record::Output,
+    /// What the run has cost so far, in US dollars.
     pub cost_usd: f64,
 }
 
 /// Where a run's workflow came from, stored with the run so it can be reloaded exactly.
 pub struct Source {
+    /// The file the workflow was read from (or the saved workflow's name).
     pub path: String,
     /// The source text, shared by the runs started from it (`String::into` makes one).
     pub text: Arc<str>,
@@ -140,7 +164,9 @@ pub struct Source {
 /// and the run may be taken over.
 #[derive(Debug, Clone, Copy)]
 pub struct LeaseTiming {
+    /// How long a lease lasts without renewal.
     pub ttl: Duration,
+    /// How often a driver renews its lease.
     pub heartbeat: Duration,
     /// Takeovers in a row (no step finishing between them) after which a run fails with
     /// `takeover_limit` instead of being taken over again.
@@ -173,22 +199,28 @@ pub struct CreateOptions {
     pub claim: bool,
 }
 
-/// A created run, and its lease when it was claimed in the same statement.
 /// A re-run's recorded steps (DESIGN §10 `rerun`): in order, the steps of `from_run` whose
 /// outputs the new run reuses instead of running their nodes again.
 #[derive(Debug, Clone)]
 pub struct Reuse {
+    /// The run whose steps are reused.
     pub from_run: String,
+    /// Its steps, in order.
     pub steps: Vec<weir_core::StepRecord>,
 }
 
+/// A created run, and its lease when it was claimed in the same statement.
 #[derive(Debug, Clone)]
 pub struct CreatedRun {
+    /// The run.
     pub run_id: String,
+    /// `false` when an earlier request with the same idempotency key created it.
     pub created: bool,
+    /// The lease, when the run was claimed as it was created.
     pub lease: Option<Lease>,
 }
 
+/// Creates, drives, decides and cancels runs over the [`Services`] it is given.
 pub struct Engine {
     services: Arc<Services>,
     sink: Arc<dyn EventSink>,
@@ -196,6 +228,7 @@ pub struct Engine {
     pub max_concurrency: usize,
     /// Who this driver is, in leases and messages.
     pub owner: String,
+    /// How long leases last and how often they are renewed.
     pub lease: LeaseTiming,
     /// When notified, drives stop: in-flight steps are recorded cancelled and the run is
     /// released (`queued`) for a later `weir resume`.
@@ -215,6 +248,7 @@ pub struct Engine {
     pub replay: bool,
 }
 
+/// The time now, as the records write it (RFC 3339, milliseconds, UTC).
 pub fn now() -> String {
     weir_core::store::now_rfc3339()
 }
@@ -234,6 +268,7 @@ pub fn process_owner() -> String {
 }
 
 impl Engine {
+    /// An engine over `services`, announcing written events to `sink`.
     pub fn new(services: Services, sink: Arc<dyn EventSink>) -> Self {
         let redactor = weir_core::secrets::Redactor::new(services.secrets.values());
         Self {
@@ -255,6 +290,7 @@ impl Engine {
         self.drain.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// The store it keeps runs in.
     pub fn store(&self) -> &Arc<dyn RunStore> {
         &self.services.store
     }

@@ -23,7 +23,9 @@ use crate::Services;
 
 /// What a node sees when it runs.
 pub struct NodeCtx {
+    /// The run the node belongs to.
     pub run_id: Arc<str>,
+    /// The run's workflow.
     pub wf: Arc<weir_core::Workflow>,
     /// Index of this node in `wf.nodes`.
     pub index: usize,
@@ -34,9 +36,11 @@ pub struct NodeCtx {
     pub scope: weir_core::expr::Scope,
     /// Public state itself (what scripts get as `globalThis.weir`).
     pub public: Arc<Map<String, Value>>,
+    /// How state is laid out for this workflow's dialect.
     pub layout: StateLayout,
     /// Pipeline: the current pass and every step's executions so far.
     pub pass: u32,
+    /// Pipeline: every step's passes so far, by step id.
     pub history: Arc<std::collections::BTreeMap<String, Vec<weir_core::record::StepPass>>>,
     /// 1-based: how many times this node has run in this run, this time included.
     pub visit: u32,
@@ -66,12 +70,16 @@ pub enum Route {
     /// Fire edges whose selector matches (case-insensitively), plus edges without one.
     Key(String),
     /// Park the run at a human gate.
-    Park { prompt: String },
+    Park {
+        /// What the gate asks its reviewer.
+        prompt: String,
+    },
     /// End the run with a status.
     End(EndStatus),
 }
 
 impl Route {
+    /// The route as a step records it (`approved`, `waiting`, `end:failed`); `None` for all edges.
     pub fn label(&self) -> Option<String> {
         match self {
             Route::All => None,
@@ -122,16 +130,20 @@ pub fn recorded(
 /// What model calls in one attempt used: every call (priced), tokens, governance events.
 #[derive(Debug, Clone, Default)]
 pub struct Spent {
+    /// What the calls cost, in US dollars.
     pub cost_usd: f64,
+    /// Tokens in and out, summed.
     pub tokens: Tokens,
     /// One record per model reached (see [`ModelCall`]), kept typed until read as JSON.
     pub calls: Vec<weir_core::record::Call>,
+    /// Governance events the calls raised (a fallback taken, a model unpriced).
     pub events: Vec<Value>,
     /// Models that answered but have no price.
     pub unpriced: Vec<weir_core::model::ModelName>,
 }
 
 impl Spent {
+    /// Adds what another attempt part spent.
     pub fn merge(&mut self, other: Spent) {
         self.cost_usd += other.cost_usd;
         self.tokens.input += other.tokens.input;
@@ -145,6 +157,7 @@ impl Spent {
         }
     }
 
+    /// Adds model calls with the events they raised.
     pub fn add(&mut self, calls: Vec<ModelCall>, events: &[Value]) {
         for c in calls {
             self.cost_usd += c.cost_usd.unwrap_or(0.0);
@@ -166,13 +179,18 @@ pub struct Outcome {
     pub output: weir_core::record::Output,
     /// What to write to state under the output key (agent and tool nodes).
     pub write: Option<Value>,
+    /// Where the run goes next.
     pub route: Route,
+    /// The request the node made (a model's prompt, a tool's arguments), for the record.
     pub request: Option<Request>,
+    /// A model's reply text, for the record.
     pub response: Option<weir_core::model::ReplyText>,
+    /// What the attempt's model calls used.
     pub spent: Spent,
 }
 
 impl Outcome {
+    /// An outcome with `output` going `route`, nothing spent.
     pub fn new(output: Value, route: Route) -> Self {
         Self {
             output: output.into(),
@@ -188,10 +206,13 @@ impl Outcome {
 /// A failed attempt.
 #[derive(Debug, Clone)]
 pub struct Failure {
+    /// What went wrong, for the record and the run's error.
     pub message: String,
     /// `rate_limit`, `timeout`, …, `tool`, `expression`, `template`.
     pub class: String,
+    /// Whether the node's retries may try again.
     pub retryable: bool,
+    /// How long the service asked to wait before trying again.
     pub retry_after: Option<std::time::Duration>,
     /// Boxed: failures travel through `Result`s and should stay small.
     pub request: Option<Box<Request>>,
@@ -212,6 +233,7 @@ impl Failure {
         f
     }
 
+    /// A failure no retry can mend (bad arguments, a missing tool).
     pub fn fatal(class: &str, message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
@@ -250,6 +272,7 @@ pub async fn execute(ctx: &NodeCtx) -> Result<Box<Outcome>, Failure> {
 }
 
 impl NodeCtx {
+    /// The node being run.
     pub fn node(&self) -> &Node {
         &self.wf.nodes[self.index]
     }

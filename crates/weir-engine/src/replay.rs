@@ -22,8 +22,11 @@ use weir_core::tool::{ToolCall, ToolError, ToolRunner};
 /// Where a call is made: the node, its visit (1-based) and the attempt (1-based).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CallSite {
+    /// The node making the call.
     pub node_id: String,
+    /// Which visit of the node (1-based).
     pub visit: u32,
+    /// Which attempt of that visit (1-based).
     pub attempt: u32,
 }
 
@@ -53,6 +56,7 @@ pub struct Recording {
 }
 
 impl Recording {
+    /// The recording of `record`'s steps.
     pub fn new(record: &RunRecord) -> Arc<Self> {
         let steps = record
             .steps

@@ -58,19 +58,27 @@ impl ReplyCheck for SchemaCheck {
     }
 }
 
+/// A reply that passed its response schema.
 pub struct Structured {
     /// The answer that passed the check.
     pub response: ModelResponse,
+    /// The reply as JSON.
     pub parsed: Value,
     /// Re-prompts it took.
     pub repairs: u32,
 }
 
+/// Why a structured reply could not be had.
 pub enum StructuredError {
     /// The model could not be reached (after fallbacks).
     Model(ModelError),
     /// Still invalid after the last repair.
-    Invalid { errors: Vec<String>, repairs: u32 },
+    Invalid {
+        /// What the last reply got wrong against the schema.
+        errors: Vec<String>,
+        /// Re-prompts tried.
+        repairs: u32,
+    },
 }
 
 /// Runs the loop. `spent` receives every call (with validation errors on rejected replies)

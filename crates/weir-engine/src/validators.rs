@@ -28,6 +28,7 @@ pub enum Envelope {
 }
 
 impl Envelope {
+    /// The reply shape a validator asks its judge model for.
     pub fn for_validator(v: &Validator) -> Self {
         match v {
             Validator::Boolean => Envelope::Boolean,

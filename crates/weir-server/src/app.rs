@@ -35,6 +35,7 @@ pub struct Records {
 impl Records {
     const MAX_BYTES: usize = 64 << 20;
 
+    /// The cached JSON record of an ended run.
     pub fn get(&self, run_id: &str) -> Option<axum::body::Bytes> {
         self.inner
             .lock()
@@ -44,6 +45,7 @@ impl Records {
             .cloned()
     }
 
+    /// Keeps the JSON record of an ended run (it no longer changes).
     pub fn put(&self, run_id: &str, json: axum::body::Bytes) {
         let mut guard = self.inner.lock().expect("record cache");
         let (map, order, bytes) = &mut *guard;

@@ -24,13 +24,18 @@ use crate::error::{ApiError, ApiResult};
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
+    /// Read workflows, runs and tools.
     Read,
+    /// Read, and start and cancel runs.
     Run,
+    /// Read, and decide gates.
     Approve,
+    /// Everything, tokens and custom tools included.
     Admin,
 }
 
 impl Scope {
+    /// The scope's name (`read`, `run`, `approve`, `admin`).
     pub fn as_str(self) -> &'static str {
         match self {
             Scope::Read => "read",
@@ -40,6 +45,7 @@ impl Scope {
         }
     }
 
+    /// The scope named `s`.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "read" => Some(Scope::Read),
@@ -105,8 +111,11 @@ fn presented(headers: &HeaderMap) -> Option<(&str, &str)> {
 /// Who is calling, once verified.
 #[derive(Debug, Clone)]
 pub struct Caller {
+    /// The token's id.
     pub token_id: String,
+    /// The name given at creation.
     pub name: String,
+    /// What the token may do.
     pub scope: Scope,
 }
 

@@ -74,11 +74,13 @@ impl ApiError {
         self.code.status()
     }
 
+    /// Adds `details` for clients (every problem, the diagnostics).
     pub fn details(mut self, details: Value) -> Self {
         self.details = details;
         self
     }
 
+    /// 401: no valid token.
     pub fn unauthorized() -> Self {
         // One answer for a missing, unknown, malformed or revoked token: the body never
         // says whether a token exists.
@@ -88,6 +90,7 @@ impl ApiError {
         )
     }
 
+    /// 403: the token's scope is not enough for the route.
     pub fn forbidden(needed: &str, has: &str) -> Self {
         Self::new(
             ErrorCode::Forbidden,
@@ -95,14 +98,17 @@ impl ApiError {
         )
     }
 
+    /// 422: the request does not fit the route.
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::InvalidRequest, message)
     }
 
+    /// 404: no such thing.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::NotFound, message)
     }
 
+    /// 500: the store or the server failed.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Internal, message)
     }
@@ -148,4 +154,5 @@ impl From<StoreError> for ApiError {
     }
 }
 
+/// What a handler returns.
 pub type ApiResult<T> = Result<T, ApiError>;

@@ -5,6 +5,7 @@
 //! "message", "details"}}`; the OpenAPI 3.1 document at `/api/openapi.json` is generated
 //! from the handlers below (utoipa).
 
+#![warn(missing_docs)]
 // utoipa's `#[utoipa::path(params(...))]` expands to qualified paths of the handlers' own types.
 #![allow(unused_qualifications)]
 
@@ -135,7 +136,9 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> axum::extract::FromRequestParts
 /// A request body: JSON (or, for workflows, YAML) read under the body cap, parse errors
 /// located by line and column, unknown fields refused; all as 422 (413 when too large).
 pub struct Body {
+    /// The raw body.
     pub bytes: Bytes,
+    /// Its `Content-Type` (empty when none was sent).
     pub content_type: String,
 }
 
@@ -197,6 +200,7 @@ impl Body {
         })
     }
 
+    /// The body as UTF-8 text, or a 422 saying it is not.
     pub fn text(&self) -> ApiResult<&str> {
         std::str::from_utf8(&self.bytes)
             .map_err(|e| ApiError::invalid(format!("the request body is not UTF-8: {e}")))

@@ -6,6 +6,8 @@
 //! it without retrying. Every outbound request carries the call's `Idempotency-Key`. Webhook
 //! URLs, SMTP credentials and secrets never appear in a tool's output or error text.
 
+#![warn(missing_docs)]
+
 mod custom;
 mod delay;
 mod http_request;

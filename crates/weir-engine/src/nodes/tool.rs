@@ -17,6 +17,7 @@ pub fn idempotency_key(run_id: &str, node_id: &str, visit: u32) -> String {
     uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, name.as_bytes()).to_string()
 }
 
+/// Runs a tool node: its arguments templated, the call, the result written under its key.
 pub async fn execute(ctx: &NodeCtx, spec: &ToolSpec) -> Result<Outcome, Failure> {
     let names = secrets::referenced(spec.params.source());
     let params = if names.is_empty() {
