@@ -34,6 +34,7 @@ pub use errors::{Usage, exit};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    quiet_on_closed_pipe();
     let cli = parse();
     let as_json = cli.command.json();
     // One TLS crypto provider for every HTTP client in the process (ring).
@@ -117,4 +118,23 @@ fn report(e: &anyhow::Error, as_json: bool, env: Option<&wiring::Env>) {
             env.db_from
         );
     }
+}
+
+/// A reader that goes away (`weir runs show ID --json | head -c 10`) ends the process
+/// quietly with status 0, as ripgrep and git do, where Rust's `print!` would panic on the
+/// closed pipe. Every other panic is reported as before.
+fn quiet_on_closed_pipe() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to std") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        report(info);
+    }));
 }

@@ -7,12 +7,70 @@ use std::fmt;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-/// Parses `text`, refusing duplicate keys (the error says where).
+/// Parses `text`, refusing duplicate keys and integers too large to keep exactly (the error
+/// says where): JSON reads `123456789012345678901234567890` as a float, which would record
+/// `1.2345678901234568e29`, another value than the one written.
 pub fn from_str(text: &str) -> Result<Value, serde_json::Error> {
+    LARGE.with(|l| l.set(false));
     let mut de = serde_json::Deserializer::from_str(text);
     let v = de.deserialize_any(Strict)?;
     de.end()?;
+    if LARGE.with(std::cell::Cell::get)
+        && let Some((line, column, literal)) = inexact_integer(text)
+    {
+        // serde_json's errors are made by its parser; this one is built from a parse of
+        // the offending literal alone, then given the literal's place in the text.
+        let why = format!(
+            "the integer {literal} at line {line} column {column} is too large to keep \
+             exactly (integers are kept within ±9223372036854775807 and up to \
+             18446744073709551615); write it as a string"
+        );
+        return Err(de::Error::custom(why));
+    }
     Ok(v)
+}
+
+thread_local! {
+    /// Whether the parse on this thread met a float with no fraction beyond the integers'
+    /// range: only then is the text scanned for an integer literal written that large.
+    static LARGE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The first integer literal of `text` (no fraction, no exponent) that does not fit an
+/// `i64` or a `u64`: its line, column (1-based) and text. Strings are skipped.
+fn inexact_integer(text: &str) -> Option<(usize, usize, &str)> {
+    let b = text.as_bytes();
+    let (mut i, mut line, mut line_start) = (0, 1, 0);
+    while i < b.len() {
+        match b[i] {
+            b'\n' => {
+                line += 1;
+                line_start = i + 1;
+                i += 1;
+            }
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while i < b.len() && matches!(b[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                {
+                    i += 1;
+                }
+                let lit = &text[start..i];
+                let integer = !lit.contains(['.', 'e', 'E']);
+                if integer && lit.parse::<i64>().is_err() && lit.parse::<u64>().is_err() {
+                    return Some((line, start - line_start + 1, lit));
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    None
 }
 
 struct Strict;
@@ -40,6 +98,9 @@ impl<'de> Visitor<'de> for Strict {
         Ok(v.into())
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        if v.fract() == 0.0 && v.abs() >= 9.2e18 {
+            LARGE.with(|l| l.set(true));
+        }
         serde_json::Number::from_f64(v)
             .map(Value::Number)
             .ok_or_else(|| E::custom("numbers must be finite"))
@@ -82,6 +143,24 @@ impl<'de> Visitor<'de> for Strict {
 mod tests {
     use super::from_str;
     use serde_json::json;
+
+    #[test]
+    fn integers_too_large_to_keep_are_refused_where_they_are_written() {
+        let e = from_str(
+            "{\"s\": \"9999999999999999999999\",\n \"x\": 123456789012345678901234567890}",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("123456789012345678901234567890 at line 2 column 7"),
+            "{e}"
+        );
+        // Within range, or written as a float, the value is kept as written.
+        assert_eq!(
+            from_str("[18446744073709551615, -9223372036854775808, 1e30]").unwrap(),
+            json!([18_446_744_073_709_551_615_u64, i64::MIN, 1e30])
+        );
+    }
 
     #[test]
     fn duplicate_keys_are_refused_with_a_location() {

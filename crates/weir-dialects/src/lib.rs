@@ -131,15 +131,19 @@ pub fn load_positioned(path: &str, text: &str) -> Loaded {
         .and_then(|s| s.to_str())
         .unwrap_or("workflow")
         .to_string();
-    let mut out = match tree::parse(text) {
+    let strict = strict_json(path, text);
+    let mut out = match strict.and_then(|()| tree::parse(text)) {
         Err(e) => Loaded {
             positioned: true,
             workflow: None,
-            diagnostics: vec![
-                Diagnostic::error("E001", e.message)
-                    .at(e.span)
-                    .hint("fix the syntax; workflows are YAML or JSON"),
-            ],
+            diagnostics: vec![Diagnostic::error("E001", e.message).at(e.span).hint(
+                if is_json_path(path) {
+                    "a .json workflow is strict JSON: quote every key, no comments, no \
+                         trailing commas, no NaN (or name the file .yaml)"
+                } else {
+                    "fix the syntax; workflows are YAML or JSON"
+                },
+            )],
         },
         Ok(doc) => load_tree(&doc, &stem),
     };
@@ -147,6 +151,31 @@ pub fn load_positioned(path: &str, text: &str) -> Loaded {
         d.file = Some(path.to_string());
     }
     out
+}
+
+/// Whether `path` names a JSON file (`.json`, any case).
+fn is_json_path(path: &str) -> bool {
+    std::path::Path::new(path)
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+}
+
+/// A `.json` file is JSON: the YAML parser, which reads positions, would also take unquoted
+/// keys, comments and trailing commas. `Ok` for any other file.
+fn strict_json(path: &str, text: &str) -> Result<(), tree::ParseError> {
+    if !is_json_path(path) {
+        return Ok(());
+    }
+    match weir_core::json::from_str(text.strip_prefix('\u{feff}').unwrap_or(text)) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(tree::ParseError {
+            message: format!("invalid JSON: {e}"),
+            span: Some(weir_core::Span {
+                line: e.line(),
+                column: e.column(),
+            }),
+        }),
+    }
 }
 
 fn load_tree(doc: &tree::Node, stem: &str) -> Loaded {

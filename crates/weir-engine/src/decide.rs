@@ -51,6 +51,18 @@ impl Engine {
         gate: Option<&str>,
         decision: Decision,
     ) -> Result<Decided, Error> {
+        if !decision.approved
+            && decision
+                .comment
+                .as_deref()
+                .is_none_or(|c| c.trim().is_empty())
+        {
+            return Err(Error::InvalidInput(vec![
+                "a rejection needs a reason: say why the run should not go on (`--reason` on \
+                 the command line, `comment` over the API)"
+                    .into(),
+            ]));
+        }
         let store = &self.services.store;
         let stored = store.load_run(run_id).await?;
         if stored.status != RunStatus::Paused {

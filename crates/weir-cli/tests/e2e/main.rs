@@ -14,6 +14,7 @@ mod gates;
 mod gateway;
 mod hardening;
 mod help;
+mod hostile;
 mod json_contract;
 mod lifecycle;
 mod machine;

@@ -1,0 +1,179 @@
+//! Hardening, round two: what a careless user or an attacker does to the binary, each
+//! case through the interface they touch.
+
+use std::io::Read;
+
+use crate::support::Weir;
+
+/// A workflow whose one agent echoes its input's `text` (the mock model replies with the
+/// prompt): its record is as large as the input.
+const ECHO: &str = r#"{"name": "echo", "nodes": [{"id": "a", "type": "agent", "config": {"model": "mock", "user_message": "{{ text }}", "output_key": "reply"}}], "edges": []}"#;
+
+/// A reader that goes away after ten bytes ends `weir` quietly with status 0: no panic, no
+/// "Broken pipe" on the terminal.
+#[test]
+fn a_closed_pipe_ends_the_command_quietly() {
+    let w = Weir::new();
+    let f = w.file("echo.json", ECHO);
+    let input = w.file(
+        "input.json",
+        &serde_json::json!({"text": "x".repeat(300_000)}).to_string(),
+    );
+    let ran = w.run(&["run", &f, "--input", &format!("@{input}")]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let id = w.run_ids().pop().expect("one run");
+    for args in [
+        vec!["runs", "show", id.as_str(), "--json"],
+        vec!["runs", "show", id.as_str()],
+        vec!["runs", "list"],
+    ] {
+        let mut child = w.spawn(&args);
+        let mut out = child.stdout.take().expect("stdout");
+        let mut first = [0u8; 10];
+        out.read_exact(&mut first).expect("ten bytes");
+        drop(out);
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut err)
+            .unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(0), "{args:?}: {err}");
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// A YAML map of 50,000 keys (with as many anchors) loads in time linear in its size: the
+/// duplicate-key check no longer scans the map for every key.
+#[test]
+fn a_map_of_fifty_thousand_anchored_keys_loads_quickly() {
+    let w = Weir::new();
+    let mut doc = String::from(
+        "name: big\nnodes:\n  - id: a\n    type: agent\n    config: {model: mock, user_message: hi}\nedges: []\nmetadata:\n",
+    );
+    for i in 0..50_000 {
+        doc.push_str(&format!("  k{i}: &a{i} v{i}\n"));
+    }
+    let f = w.file("big.yaml", &doc);
+    let started = std::time::Instant::now();
+    let ran = w.run(&["validate", &f]);
+    let took = started.elapsed();
+    // Not a timing assertion of weir's speed: a quadratic check took 20 s here, a linear
+    // one well under a second; the bound only catches the quadratic one coming back.
+    assert!(took.as_secs() < 8, "validate took {took:?}: {}", ran.stderr);
+    assert!(!ran.stderr.contains("duplicate key"), "{}", ran.stderr);
+    let dup = w.file("dup.yaml", "name: d\nname: e\nnodes: []\nedges: []\n");
+    let ran = w.run(&["validate", &dup]);
+    assert_eq!(ran.code, 2);
+    assert!(ran.stderr.contains("duplicate key: name"), "{}", ran.stderr);
+    assert!(!ran.stderr.contains("DuplicateKeyPolicy"), "{}", ran.stderr);
+}
+
+/// A `.json` workflow is JSON: unquoted keys, comments, trailing commas and `NaN` are
+/// errors with their line and column, not read as YAML.
+#[test]
+fn a_json_file_is_read_as_strict_json() {
+    let w = Weir::new();
+    for (name, text, line) in [
+        (
+            "unquoted.json",
+            "{\n  name: \"x\", \"nodes\": [], \"edges\": []}",
+            2,
+        ),
+        (
+            "comment.json",
+            "{\"name\": \"x\",\n # a comment\n \"nodes\": [], \"edges\": []}",
+            2,
+        ),
+        (
+            "comma.json",
+            "{\"name\": \"x\", \"nodes\": [], \"edges\": [],\n}",
+            2,
+        ),
+        (
+            "nan.json",
+            "{\"name\": \"x\", \"nodes\": [{\"id\": \"a\", \"type\": \"agent\", \"config\": {\"model\": \"mock\", \"user_message\": \"hi\",\n \"temperature\": NaN}}], \"edges\": []}",
+            2,
+        ),
+    ] {
+        let f = w.file(name, text);
+        let ran = w.run(&["validate", &f]);
+        assert_eq!(ran.code, 2, "{name}: {}", ran.stderr);
+        assert!(
+            ran.stderr.contains("invalid JSON"),
+            "{name}: {}",
+            ran.stderr
+        );
+        assert!(
+            ran.stderr.contains(&format!("{name}:{line}:")),
+            "{name}: names the file and line: {}",
+            ran.stderr
+        );
+        assert!(ran.stderr.contains("strict JSON"), "{name}: {}", ran.stderr);
+    }
+    // The same text as YAML is YAML.
+    let y = w.file(
+        "unquoted.yaml",
+        "{name: x, nodes: [{id: a, type: agent, config: {model: mock, user_message: hi}}], edges: []}",
+    );
+    assert_eq!(w.run(&["validate", &y]).code, 0);
+}
+
+/// An integer too large to keep exactly is refused where it is written, not recorded as
+/// another number.
+#[test]
+fn an_integer_too_large_to_keep_is_refused_not_rounded() {
+    let w = Weir::new();
+    let f = w.file("echo.json", ECHO);
+    let ran = w.run(&[
+        "run",
+        &f,
+        "--input",
+        r#"{"text": "t", "x": 123456789012345678901234567890}"#,
+    ]);
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("123456789012345678901234567890") && ran.stderr.contains("too large"),
+        "{}",
+        ran.stderr
+    );
+    assert!(w.run_ids().is_empty(), "no run was created");
+    // The largest integers that are kept are kept exactly.
+    let ran = w.run(&[
+        "run",
+        &f,
+        "--json",
+        "--input",
+        r#"{"text": "t", "x": 18446744073709551615}"#,
+    ]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let id = w.run_ids().pop().unwrap();
+    let shown = w.run(&["runs", "show", &id, "--json"]);
+    assert!(
+        shown.stdout.contains("18446744073709551615"),
+        "{}",
+        shown.stdout
+    );
+}
+
+/// A rejection needs a reason: an empty or blank one is refused, and the run stays paused.
+#[test]
+fn a_blank_rejection_reason_is_refused() {
+    let w = Weir::new();
+    assert_eq!(w.run_approval("Ada", 500).code, 3);
+    let id = w.run_ids().pop().unwrap();
+    for reason in ["", "   "] {
+        let ran = w.run(&["reject", &id, "--reason", reason]);
+        assert_eq!(ran.code, 2, "{reason:?}: {}", ran.stderr);
+        assert!(ran.stderr.contains("needs a reason"), "{}", ran.stderr);
+        assert_eq!(w.show(&id)["status"], "paused");
+    }
+    let ran = w.run(&["reject", &id, "--reason", "over budget"]);
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    assert_eq!(w.show(&id)["status"], "failed");
+}
