@@ -19,7 +19,7 @@ const DIAGNOSTICS: &[(&str, &str)] = pages!("": "E001", "E002", "E003", "E004", 
 
 /// The `error.code` of a run that ended badly.
 const RUN_ERRORS: &[(&str, &str)] = pages!("runs/": "cancelled", "end_failed", "gate_rejected",
-    "hop_ceiling_exceeded", "internal", "node_failed", "takeover_limit");
+    "hop_ceiling_exceeded", "internal", "node_failed", "store_error", "takeover_limit");
 
 /// Where the pages are online, for the diagnostics' `= docs:` line.
 pub const ONLINE: &str = "docs/errors";

@@ -145,6 +145,9 @@ pub enum ErrorCode {
     /// The run was taken over from dead drivers more times in a row than `[lease]
     /// max_takeovers` allows, with no step finishing in between (a poison step).
     TakeoverLimit,
+    /// The store refused a write that can never succeed (a value larger than the database
+    /// takes, a corrupt row): the run ends here, with what was committed before.
+    StoreError,
     /// A bug in weir (a node panicked, the snapshot names an unknown node).
     Internal,
 }
@@ -157,6 +160,7 @@ impl ErrorCode {
         ErrorCode::GateRejected,
         ErrorCode::Cancelled,
         ErrorCode::TakeoverLimit,
+        ErrorCode::StoreError,
         ErrorCode::Internal,
     ];
 
@@ -168,6 +172,7 @@ impl ErrorCode {
             ErrorCode::GateRejected => "gate_rejected",
             ErrorCode::Cancelled => "cancelled",
             ErrorCode::TakeoverLimit => "takeover_limit",
+            ErrorCode::StoreError => "store_error",
             ErrorCode::Internal => "internal",
         }
     }

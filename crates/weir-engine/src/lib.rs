@@ -482,7 +482,8 @@ impl Engine {
         claimed: std::pin::Pin<Box<impl Future<Output = Result<scheduler::Run<'e>, Error>>>>,
     ) -> Result<RunOutcome, Error> {
         let mut run = claimed.await?;
-        Box::pin(run.drive()).await
+        let driven = Box::pin(run.drive()).await;
+        run.after(driven).await
     }
 
     /// Creates a run, claims it in the same statement and drives it: `weir run`. The
@@ -526,7 +527,8 @@ impl Engine {
         })?;
         // The drive's future boxed: awaited in place, it would take room in this one's too.
         let mut run = scheduler::Run::new(self, wf, lease, snapshot);
-        Box::pin(run.drive()).await
+        let driven = Box::pin(run.drive()).await;
+        run.after(driven).await
     }
 
     /// Cancels a queued or paused run at once, or asks the driver of a running one to stop.

@@ -182,4 +182,76 @@ impl Run<'_> {
             cost_usd,
         })
     }
+
+    /// What a drive's result becomes: a store failure that trying again cannot mend (a
+    /// value too big for the database, a corrupt row) ends the run `failed` with
+    /// `store_error` at once, in one more write that holds only the failure on top of the
+    /// last commit, instead of leaving it `running` for drivers that would each fail the
+    /// same way. Anything else is passed on.
+    pub(crate) async fn after(
+        &mut self,
+        driven: Result<RunOutcome, Error>,
+    ) -> Result<RunOutcome, Error> {
+        let e = match driven {
+            Err(Error::Store(e)) if !e.fault.transient() => e,
+            other => return other,
+        };
+        let store = &self.engine.services.store;
+        let committed = store.load_run(&self.lease.run_id).await?;
+        let error = RunError {
+            code: ErrorCode::StoreError,
+            message: format!(
+                "the store cannot write this run's next step ({}): {}; the run ended with what \
+                 was committed before",
+                e.fault.code(),
+                e.message
+            ),
+            node_id: None,
+        };
+        let mut snapshot = committed.snapshot;
+        snapshot.pending.clear();
+        snapshot.gates.clear();
+        let update = RunUpdate {
+            status: RunStatus::Failed,
+            error: Some(error.clone()),
+            finished_at: Some(now()),
+            snapshot,
+        };
+        // The steps that could not be written are recorded failed, without the values that
+        // were too much for the store.
+        let unwritten: Vec<StepRecord> = std::mem::take(&mut self.unsaved)
+            .into_iter()
+            .map(|s| StepRecord {
+                status: StepStatus::Failed,
+                input: serde_json::Value::Null,
+                output: weir_core::record::no_output(),
+                attempts: Vec::new(),
+                error: Some(format!("not written: {}", e.message)),
+                finished_at: Some(Stamp::now()),
+                ..*s
+            })
+            .collect();
+        let steps: Vec<&StepRecord> = unwritten.iter().collect();
+        let events = vec![EventKind::RunFinished {
+            status: RunStatus::Failed,
+            error: Some(error.clone()),
+        }];
+        // The failure's own write: if the store refuses this one too, its error is the
+        // drive's.
+        let w = store
+            .finish_run(&self.lease, &steps, &update, events)
+            .await
+            .map_err(|second| {
+                tracing::error!(run_id = %self.lease.run_id, "{second} (after: {e})");
+                Error::from(second)
+            })?;
+        self.written(w);
+        Ok(RunOutcome {
+            run_id: self.lease.run_id.clone(),
+            status: RunStatus::Failed,
+            error: Some(error),
+            output: Arc::unwrap_or_clone(update.snapshot.output),
+            cost_usd: update.snapshot.cost_usd,
+        })
+    }
 }
