@@ -62,3 +62,48 @@ pub enum ScriptError {
 pub trait ScriptRunner: Send + Sync {
     async fn run(&self, call: ScriptCall) -> Result<ScriptResult, ScriptError>;
 }
+
+/// What every script may read of the environment, besides the variables `[scripts] env` of
+/// weir.toml passes.
+pub const BASE_ENV: &[&str] = &["PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ"];
+
+/// The environment variables a script's source reads by name: `process.env.NAME`,
+/// `process.env["NAME"]` (or `'NAME'`), in order, each once.
+pub fn env_reads(source: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for object in ["process.env"] {
+        let mut rest = source;
+        while let Some(i) = rest.find(object) {
+            rest = &rest[i + object.len()..];
+            let name: String = if let Some(after) = rest.strip_prefix('.') {
+                after
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect()
+            } else if let Some(after) = rest.strip_prefix('[') {
+                let after = after.trim_start();
+                match after.chars().next() {
+                    Some(q @ ('"' | '\'')) => {
+                        after[1..].split(q).next().unwrap_or_default().to_string()
+                    }
+                    _ => String::new(),
+                }
+            } else {
+                String::new()
+            };
+            if !name.is_empty() && !out.contains(&name) {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod env_tests {
+    #[test]
+    fn env_reads_are_found_in_every_spelling() {
+        let src = "export default process.env.ENV === 'production' ? process.env['TIER'] : process.env.X + process.env.ENV; const e = process.env;";
+        assert_eq!(super::env_reads(src), ["ENV", "TIER", "X"]);
+    }
+}

@@ -19,6 +19,11 @@ pub trait Secrets: Send + Sync {
     fn values(&self) -> Vec<String> {
         Vec::new()
     }
+    /// The environment variables `[scripts] env` passes to scripts (beyond
+    /// [`crate::script::BASE_ENV`]).
+    fn script_env(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Replaces every known secret value, wherever it appears in a string, with `[redacted]`:
@@ -197,6 +202,9 @@ impl Redactor {
 impl Secrets for Settings {
     fn secret(&self, name: &str) -> Result<String, String> {
         Settings::secret(self, name)
+    }
+    fn script_env(&self) -> Vec<String> {
+        self.scripts.env.clone()
     }
     fn values(&self) -> Vec<String> {
         let mut vars: Vec<&str> = vec![

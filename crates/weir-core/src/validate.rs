@@ -276,7 +276,27 @@ pub fn capabilities(
     secrets: &dyn crate::secrets::Secrets,
 ) -> Vec<Diagnostic> {
     let mut out = Vec::new();
+    let passed = secrets.script_env();
     for n in &wf.nodes {
+        if let NodeKind::Script(s) = &n.kind {
+            for name in crate::script::env_reads(&s.source) {
+                if !crate::script::BASE_ENV.contains(&name.as_str()) && !passed.contains(&name) {
+                    out.push(
+                        Diagnostic::warning(
+                            "W109",
+                            format!(
+                                "the script reads `{name}` from the environment, which weir does not pass to scripts"
+                            ),
+                        )
+                        .node(&n.id)
+                        .at(n.span)
+                        .hint(format!(
+                            "add \"{name}\" to `env` under `[scripts]` in weir.toml; unless it is passed, reading it fails the node"
+                        )),
+                    );
+                }
+            }
+        }
         if let NodeKind::Tool(t) = &n.kind {
             for name in crate::secrets::referenced(t.params.source()) {
                 if !secrets.is_declared(&name) {

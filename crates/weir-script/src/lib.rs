@@ -18,10 +18,27 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use tokio::io::AsyncReadExt;
-use weir_core::script::{ScriptCall, ScriptError, ScriptResult, ScriptRunner, ScriptValue};
+use weir_core::script::{
+    BASE_ENV, ScriptCall, ScriptError, ScriptResult, ScriptRunner, ScriptValue,
+};
 
 const RUNNER: &str = r#"const dir = import.meta.dir;
 (globalThis as any).weir = await Bun.file(`${dir}/state.json`).json();
+// Reading a variable weir does not pass fails the script, naming it: an `undefined` would
+// silently change what the script decides.
+const passed = new Set<string>(await Bun.file(`${dir}/env.json`).json());
+const guarded = (env: Record<string, string | undefined>) =>
+  new Proxy(env, {
+    get(target, key, receiver) {
+      if (typeof key === "string" && !passed.has(key) && !(key in target)) {
+        throw new Error(
+          `process.env.${key} is not passed to scripts: add "${key}" to env under [scripts] in weir.toml`,
+        );
+      }
+      return Reflect.get(target, key, receiver);
+    },
+  });
+Object.defineProperty(process, "env", { value: guarded(process.env), configurable: true, writable: true });
 let value: unknown;
 try {
   const mod = await import(`${dir}/main.ts`);
@@ -116,9 +133,6 @@ async fn read_capped<R: tokio::io::AsyncRead + Unpin>(mut r: R) -> String {
     String::from_utf8_lossy(&buf).into_owned()
 }
 
-/// What every script may see of the environment.
-const BASE_ENV: &[&str] = &["PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ"];
-
 #[expect(
     clippy::too_many_lines,
     reason = "run starts bun with the script's sandbox (environment, limits, timeout), feeds it, and reads its result or classifies its failure, in one sequence"
@@ -132,6 +146,16 @@ impl ScriptRunner for Bun {
             .map_err(runtime)?;
         std::fs::write(dir.path().join("main.ts"), &call.source).map_err(runtime)?;
         std::fs::write(dir.path().join("runner.ts"), RUNNER).map_err(runtime)?;
+        let passed: Vec<&str> = BASE_ENV
+            .iter()
+            .copied()
+            .chain(self.env.iter().map(String::as_str))
+            .collect();
+        std::fs::write(
+            dir.path().join("env.json"),
+            serde_json::to_vec(&passed).map_err(runtime)?,
+        )
+        .map_err(runtime)?;
         std::fs::write(
             dir.path().join("state.json"),
             serde_json::to_vec(&call.state).map_err(runtime)?,

@@ -550,7 +550,7 @@ nodes:
     type: script
     script: |
       console.log("hello from", weir.input.who);
-      console.error("warn: key is", process.env.SERVICE_API_KEY, process.env.UNDECLARED_VAR);
+      console.error("warn: key is", process.env.SERVICE_API_KEY, "UNDECLARED_VAR" in process.env);
       export default { n: 41 };
     next: second
   second:
@@ -565,7 +565,7 @@ nodes:
     let first = &r["state"]["variables"]["first"];
     assert_eq!(first["stdout"], "hello from Ada\n");
     assert_eq!(first["exitCode"], 0);
-    assert_eq!(first["stderr"], "warn: key is [redacted] undefined\n");
+    assert_eq!(first["stderr"], "warn: key is [redacted] false\n");
     assert!(!ran.stdout.contains("supersecret"));
     assert_eq!(r["state"]["variables"]["second"]["value"], 42);
 }
@@ -611,4 +611,45 @@ nodes:
     assert_eq!(r["error"]["code"], "hop_ceiling_exceeded");
     assert_eq!(steps(&r, "draft").len(), 4);
     assert_eq!(steps(&r, "check").len(), 3);
+}
+
+/// The spec's own example, `process.env.ENV`, without `ENV` in `[scripts] env`: reading it
+/// fails the node, naming the variable and where to pass it, instead of routing `low` on an
+/// `undefined`; `weir validate` warns before any run.
+#[test]
+fn a_script_that_reads_a_variable_weir_does_not_pass_fails_naming_it() {
+    let w = Weir::new().env("ENV", "production");
+    let yaml = script(
+        "export default process.env.ENV === 'production' ? 'high' : 'low';",
+        "{kind: enum, routes: [low, high]}",
+        "{low: low, high: high}",
+    );
+    let f = w.file("s.yaml", &yaml);
+    let checked = w.run(&["validate", &f]);
+    assert_eq!(
+        checked.code, 0,
+        "a warning, not an error: {}",
+        checked.stderr
+    );
+    assert!(
+        checked.stderr.contains("W109") && checked.stderr.contains("`ENV`"),
+        "{}",
+        checked.stderr
+    );
+    let (code, r) = run_script(&w, &yaml);
+    assert_eq!(code, 1, "{r}");
+    assert_eq!(r["status"], "failed");
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("process.env.ENV is not passed to scripts")
+            && message.contains("[scripts]")
+            && message.contains("weir.toml"),
+        "{message}"
+    );
+    // Passed, it is read.
+    w.file("weir.toml", "[scripts]\nenv = [\"ENV\"]\n");
+    assert!(!w.run(&["validate", &f]).stderr.contains("W109"));
+    let (code, r) = run_script(&w, &yaml);
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(r["output"]["went"], "high");
 }
