@@ -527,6 +527,32 @@ fn counts(r: &RunRecord) -> (u64, u64) {
     (models, tools)
 }
 
+/// `v` as a test of the recording produces it: every object that names one of the models
+/// and providers that answered the recorded run (`{model, provider, …}`: an agent's reply)
+/// names the mock instead, which answers every call of a test.
+fn as_mock_answers(v: &Value, answered_by: &[(String, String)]) -> Value {
+    match v {
+        Value::Object(m) => {
+            let named = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or_default();
+            let by_recorded = answered_by
+                .iter()
+                .any(|(am, ap)| named("model") == am && named("provider") == ap);
+            Value::Object(
+                m.iter()
+                    .map(|(k, x)| match k.as_str() {
+                        "model" | "provider" if by_recorded => (k.clone(), json!("mock")),
+                        _ => (k.clone(), as_mock_answers(x, answered_by)),
+                    })
+                    .collect(),
+            )
+        }
+        Value::Array(a) => {
+            Value::Array(a.iter().map(|x| as_mock_answers(x, answered_by)).collect())
+        }
+        other => other.clone(),
+    }
+}
+
 /// `weir test --record RUN_ID [FILE]`: a test file from a recorded run. Its mock rules
 /// answer each model call as it was answered, in order (`times: 1` each); its tools give
 /// each tool node the results it got; its gates decide as the reviewers did; it expects
@@ -549,6 +575,9 @@ async fn write_recorded(env: &Env, run_id: &str, paths: &[String]) -> Result<u8>
         None => source.with_file_name(format!("{stem}.test.yaml")),
     };
     let mut mock = Vec::new();
+    // The models and providers that answered the recorded run: a test's calls all go to
+    // the mock, which reports itself, so a recorded output naming them expects the mock.
+    let mut answered_by: Vec<(String, String)> = Vec::new();
     let mut tools: BTreeMap<String, Vec<Answer>> = BTreeMap::new();
     let mut gates = BTreeMap::new();
     let mut routes = BTreeMap::new();
@@ -571,6 +600,12 @@ async fn write_recorded(env: &Env, run_id: &str, paths: &[String]) -> Result<u8>
                     .get(i.min(prompts.len().saturating_sub(1)))
                     .cloned()
                     .unwrap_or_default();
+                if let (Some(m), Some(p)) = (c["model"].as_str(), c["provider"].as_str())
+                    && p != "mock"
+                    && !answered_by.iter().any(|(am, ap)| am == m && ap == p)
+                {
+                    answered_by.push((m.to_string(), p.to_string()));
+                }
                 let mut rule = json!({"match": pattern, "times": 1});
                 match c["status"].as_str() {
                     Some("succeeded") => {
@@ -657,7 +692,7 @@ async fn write_recorded(env: &Env, run_id: &str, paths: &[String]) -> Result<u8>
                     )
                 })
                 .collect(),
-            output: (!r.output.is_null()).then(|| r.output.clone()),
+            output: (!r.output.is_null()).then(|| as_mock_answers(&r.output, &answered_by)),
             state: BTreeMap::new(),
             cost_usd: None,
             calls: Some(Calls {

@@ -140,3 +140,39 @@ fn record_writes_a_test_that_passes_and_never_overwrites() {
         again.stderr
     );
 }
+
+/// A test recorded from a run answered by a real provider passes on the run it came from:
+/// the test's calls all go to the mock, and the expected output says so.
+#[test]
+fn a_test_recorded_from_a_real_provider_passes() {
+    let fake = crate::support::Fake::start();
+    fake.queue(
+        "/v1/messages",
+        vec![crate::support::anthropic("87", 1000, 200)],
+    );
+    let w = Weir::new()
+        .env("ANTHROPIC_BASE_URL", &fake.url)
+        .env("ANTHROPIC_API_KEY", "sk-ant-TESTKEY");
+    let f = w.file(
+        "score.json",
+        r#"{"nodes": [{"id": "score", "type": "agent",
+              "config": {"model": "claude-haiku-4-5", "user_message": "Lead: {{lead}}",
+                         "output_key": "score"}}], "edges": []}"#,
+    );
+    let ran = w.run(&["run", &f, "--input", r#"{"lead": "Ada"}"#]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let id = w.run_ids()[0].clone();
+    let rec = w.run(&["test", "--record", &id]);
+    assert_eq!(rec.code, 0, "{}", rec.stderr);
+    let file = w.path("score.test.yaml");
+    let ran = w.run(&["test", file.to_str().unwrap()]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stdout.trim_end().ends_with("1 passed, 0 failed"),
+        "{}",
+        ran.stdout
+    );
+    // The reply itself is still expected as it was recorded.
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("'87'") || text.contains("\"87\""), "{text}");
+}
