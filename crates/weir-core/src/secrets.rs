@@ -39,11 +39,71 @@ pub struct Redactor {
 /// Values shorter than this are not secrets worth hiding (and would mangle ordinary text).
 const MIN_SECRET_LEN: usize = 4;
 
+/// A secret value in each form it may be written in; the value itself first.
+fn forms(v: &str) -> Vec<String> {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+    use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+    let mut out = vec![v.to_string()];
+    // Percent-encoding of everything but the unreserved characters (RFC 3986).
+    const URL: &percent_encoding::AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    let url = utf8_percent_encode(v, URL).to_string();
+    let lower_hex = {
+        // `%2F` as `%2f`: only the two hex digits after each `%` change case.
+        let mut s = String::with_capacity(url.len());
+        let mut after = 0;
+        for c in url.chars() {
+            if c == '%' {
+                after = 2;
+                s.push(c);
+            } else if after > 0 {
+                after -= 1;
+                s.push(c.to_ascii_lowercase());
+            } else {
+                s.push(c);
+            }
+        }
+        s
+    };
+    let (form, lower_form) = (url.replace("%20", "+"), lower_hex.replace("%20", "+"));
+    let json = serde_json::to_string(v).unwrap_or_default();
+    let json = json
+        .strip_prefix('"')
+        .and_then(|j| j.strip_suffix('"'))
+        .unwrap_or_default()
+        .to_string();
+    for f in [
+        url,
+        lower_hex,
+        form,
+        lower_form,
+        json,
+        STANDARD.encode(v),
+        STANDARD_NO_PAD.encode(v),
+        URL_SAFE.encode(v),
+        URL_SAFE_NO_PAD.encode(v),
+    ] {
+        if !f.is_empty() && !out.contains(&f) {
+            out.push(f);
+        }
+    }
+    out
+}
+
 impl Redactor {
+    /// A redactor of `values`, each in every form it may travel in: as it is, URL-encoded
+    /// (`%20` or `+` for a space, upper- or lower-case hex), JSON-escaped, and base64
+    /// (standard and URL-safe, with and without padding). A service that echoes a key it
+    /// was sent in a query string, or a script that prints it encoded, leaves no trace.
     pub fn new(values: impl IntoIterator<Item = String>) -> Self {
         let mut values: Vec<String> = values
             .into_iter()
             .filter(|v| v.len() >= MIN_SECRET_LEN)
+            .flat_map(|v| forms(&v))
             .collect();
         values.sort_by_key(|v| std::cmp::Reverse(v.len()));
         values.dedup();
@@ -302,6 +362,24 @@ pub fn redact_str(s: &str, values: &[String]) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn every_form_of_a_secret_is_redacted() {
+        use base64::Engine as _;
+        let key = "sk live/123+abc=\"q\"";
+        let r = Redactor::new([key.to_string()]);
+        for written in [
+            key.to_string(),
+            "sk%20live%2F123%2Babc%3D%22q%22".to_string(),
+            "sk+live%2f123%2babc%3d%22q%22".to_string(),
+            "sk live/123+abc=\\\"q\\\"".to_string(),
+            base64::engine::general_purpose::STANDARD.encode(key),
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key),
+        ] {
+            let got = r.redacted(&format!("echo: {written}!"));
+            assert_eq!(got.as_deref(), Some("echo: [redacted]!"), "{written}");
+        }
+    }
 
     #[test]
     fn a_redactor_replaces_every_value_everywhere() {

@@ -49,8 +49,16 @@ impl Engine {
         wf: Arc<Workflow>,
         run_id: &str,
         gate: Option<&str>,
-        decision: Decision,
+        mut decision: Decision,
     ) -> Result<Decided, Error> {
+        // What a reviewer typed (a comment, a reason, the approval's input) is recorded, so
+        // a secret value in it is redacted as every recorded value is.
+        if let Some(c) = &mut decision.comment {
+            self.redactor.string(c);
+        }
+        if let Some(i) = &mut decision.input {
+            self.redactor.value(i);
+        }
         if !decision.approved
             && decision
                 .comment

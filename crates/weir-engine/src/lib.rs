@@ -347,10 +347,13 @@ impl Engine {
         &self,
         wf: &Workflow,
         source: Source,
-        input: Value,
+        mut input: Value,
         opts: CreateOptions,
         reuse: Option<Reuse>,
     ) -> Result<(CreatedRun, Snapshot), Error> {
+        // A secret value an operator typed into the input is kept out of the record, as
+        // every other value the run records.
+        self.redactor.value(&mut input);
         if let Some(schema) = &wf.input_schema {
             let errors = schema.errors(&input);
             if !errors.is_empty() {

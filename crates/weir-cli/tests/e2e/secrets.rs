@@ -117,3 +117,74 @@ fn no_secret_reaches_the_record_the_database_or_the_terminal() {
         );
     }
 }
+
+/// A secret in the forms it travels in (URL-encoded by a service that echoes its query,
+/// base64 in a header it echoes) and a secret an operator types into a run's input, an
+/// approval's input or a rejection's reason: none is recorded, printed or stored.
+#[test]
+fn encoded_and_operator_typed_secrets_are_redacted() {
+    use base64::Engine as _;
+    // Characters that URL-encoding changes, so the encoded form differs from the value.
+    const KEY: &str = "tok en/5521+zz=";
+    let encoded = "tok%20en%2F5521%2Bzz%3D";
+    let form = "tok+en%2F5521%2Bzz%3D";
+    let b64 = base64::engine::general_purpose::STANDARD.encode(KEY);
+    let fake = Fake::start();
+    fake.always(
+        "/echo",
+        Reply::text(200, &format!("you sent key={encoded} ({form}) auth={b64}")),
+    );
+    let w = Weir::new().env("CRM_CRED", KEY);
+    w.file("weir.toml", "[secrets]\nCRM = { env = \"CRM_CRED\" }\n");
+    let f = w.file(
+        "echo.json",
+        &format!(
+            r#"{{"nodes": [{{"id": "echo", "type": "tool", "config": {{"tool_name": "http_request",
+                "params": {{"url": "{}/echo", "headers": {{"Authorization": "Basic {{secrets.CRM}}"}}}}}}}}],
+               "edges": []}}"#,
+            fake.url
+        ),
+    );
+    let mut printed = String::new();
+    let ran = w.run(&[
+        "run",
+        &f,
+        "--json",
+        "--input",
+        &json!({"note": KEY}).to_string(),
+    ]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    printed.push_str(&ran.stdout);
+    printed.push_str(&ran.stderr);
+    // A gate decided with the secret typed into the approval's input, and one rejected
+    // with it as the reason.
+    let (approval, reason) = (json!({"why": KEY}).to_string(), format!("leaked {KEY}"));
+    for [verb, flag, text] in [
+        ["approve", "--input", approval.as_str()],
+        ["reject", "--reason", reason.as_str()],
+    ] {
+        assert_eq!(w.run_approval("Ada", 500).code, 3);
+        let id = w.run_ids().pop().unwrap();
+        let ran = w.run(&[verb, &id, flag, text]);
+        printed.push_str(&ran.stdout);
+        printed.push_str(&ran.stderr);
+    }
+    for id in w.run_ids() {
+        printed.push_str(&w.run(&["runs", "show", &id, "--json"]).stdout);
+        printed.push_str(&w.run(&["runs", "show", &id]).stdout);
+    }
+    assert!(printed.contains("[redacted]"), "{printed}");
+    let mut stored = Vec::new();
+    for f in ["weir.db", "weir.db-wal"] {
+        if let Ok(bytes) = std::fs::read(w.path(f)) {
+            stored.extend(bytes);
+        }
+    }
+    for form in [KEY, encoded, form, b64.as_str()] {
+        assert!(!printed.contains(form), "{form} was printed:\n{printed}");
+        assert!(
+            !stored.windows(form.len()).any(|w| w == form.as_bytes()),
+            "{form} is in the database"
+        );
+    }
+}
