@@ -23,6 +23,12 @@ use weir_core::script::{
 };
 
 const RUNNER: &str = r#"const dir = import.meta.dir;
+// If weir dies (even by SIGKILL), this process is given to another parent: the script's
+// whole process group goes with it.
+const parent = process.ppid;
+setInterval(() => {
+  if (process.ppid !== parent) process.kill(-process.pid, "SIGKILL");
+}, 250).unref();
 (globalThis as any).weir = await Bun.file(`${dir}/state.json`).json();
 // Reading a variable weir does not pass fails the script, naming it: an `undefined` would
 // silently change what the script decides.
@@ -140,9 +146,13 @@ async fn read_capped<R: tokio::io::AsyncRead + Unpin>(mut r: R) -> String {
 #[async_trait]
 impl ScriptRunner for Bun {
     async fn run(&self, call: ScriptCall) -> Result<ScriptResult, ScriptError> {
+        sweep_once();
         let dir = tempfile::Builder::new()
             .prefix("weir-script-")
             .tempdir()
+            .map_err(runtime)?;
+        // Who owns the folder, for the sweep of a later process if this one is killed.
+        std::fs::write(dir.path().join("owner"), std::process::id().to_string())
             .map_err(runtime)?;
         std::fs::write(dir.path().join("main.ts"), &call.source).map_err(runtime)?;
         std::fs::write(dir.path().join("runner.ts"), RUNNER).map_err(runtime)?;
@@ -237,6 +247,36 @@ impl ScriptRunner for Bun {
             duration_ms: started.elapsed().as_millis() as u64,
         })
     }
+}
+
+/// Removes, once per process, the script folders of weir processes that died without
+/// removing theirs (a `kill -9` during a script step): each folder names its owner's pid,
+/// and only folders whose owner is gone are removed.
+fn sweep_once() {
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| {
+        // Whether a pid is alive is read from /proc (Linux); elsewhere nothing is removed.
+        if !std::path::Path::new("/proc/self").exists() {
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if !name.to_string_lossy().starts_with("weir-script-") {
+                continue;
+            }
+            let owner = std::fs::read_to_string(e.path().join("owner"))
+                .ok()
+                .and_then(|p| p.trim().parse::<u32>().ok());
+            let gone =
+                owner.is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists());
+            if gone {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    });
 }
 
 /// Kills a process group when dropped.

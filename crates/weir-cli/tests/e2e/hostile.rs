@@ -177,3 +177,53 @@ fn a_blank_rejection_reason_is_refused() {
     assert_eq!(ran.code, 1, "{}", ran.stderr);
     assert_eq!(w.show(&id)["status"], "failed");
 }
+
+/// Whether a process whose command line holds `needle` is running.
+fn running(needle: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+        })
+}
+
+/// `kill -9` of `weir` during a script step: bun and what the script started die with it,
+/// and the script's temporary folder is removed by the next weir that runs a script.
+#[test]
+fn a_killed_weir_leaves_no_script_process_or_folder_behind() {
+    let w = Weir::new();
+    let f = w.file(
+        "slow.yaml",
+        "nodes:\n  slow:\n    type: script\n    timeout_seconds: 60\n    script: |\n      import { $ } from 'bun';\n      await $`sleep 47.31`;\n      export default true;\n",
+    );
+    let mut child = w.spawn(&["run", &f]);
+    let pid = child.id();
+    crate::support::wait_until("the script's sleep to start", || running("47.31"));
+    let owned_by = |pid: u32| {
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("weir-script-"))
+            .filter(|e| {
+                std::fs::read_to_string(e.path().join("owner"))
+                    .is_ok_and(|o| o.trim() == pid.to_string())
+            })
+            .count()
+    };
+    assert_eq!(owned_by(pid), 1, "the running step has its folder");
+    child.kill().expect("kill -9");
+    child.wait().unwrap();
+    crate::support::wait_until("the script's processes to die with weir", || {
+        !running("47.31")
+    });
+    // The next script run sweeps the dead process's folder.
+    let quick = w.file(
+        "quick.yaml",
+        "nodes:\n  q:\n    type: script\n    script: |\n      export default true;\n",
+    );
+    let ran = w.run(&["run", &quick]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert_eq!(owned_by(pid), 0, "the killed weir's folder was removed");
+}
