@@ -380,3 +380,65 @@ impl<'a> DriveWrite<'a> {
         }
     }
 }
+
+/// `impl DriveWrites` for a SQL store whose inherent `fenced` takes a [`DriveWrite`]: its
+/// own items (`keeps_patches`, `renew`), then the five fenced writes, each its constructor
+/// handed over.
+macro_rules! fenced_drive_writes {
+    ($store:ty { $($own:item)* }) => {
+        #[async_trait::async_trait]
+        impl weir_core::store::DriveWrites for $store {
+            $($own)*
+
+            async fn start_steps(
+                &self,
+                lease: &weir_core::store::Lease,
+                steps: &[&weir_core::record::StepRecord],
+                events: Vec<weir_core::event::EventKind>,
+            ) -> Result<weir_core::store::Written, weir_core::store::StoreError> {
+                self.fenced($crate::rules::DriveWrite::start_steps(lease, steps, events))
+                    .await
+            }
+
+            async fn commit_step(
+                &self,
+                lease: &weir_core::store::Lease,
+                c: weir_core::store::StepCommit<'_>,
+            ) -> Result<weir_core::store::Written, weir_core::store::StoreError> {
+                self.fenced($crate::rules::DriveWrite::commit_step(lease, c))
+                    .await
+            }
+
+            async fn append_events(
+                &self,
+                lease: &weir_core::store::Lease,
+                events: Vec<weir_core::event::EventKind>,
+            ) -> Result<weir_core::store::Written, weir_core::store::StoreError> {
+                self.fenced($crate::rules::DriveWrite::append_events(lease, events))
+                    .await
+            }
+
+            async fn finish_run(
+                &self,
+                lease: &weir_core::store::Lease,
+                steps: &[&weir_core::record::StepRecord],
+                u: &weir_core::store::RunUpdate,
+                events: Vec<weir_core::event::EventKind>,
+            ) -> Result<weir_core::store::Written, weir_core::store::StoreError> {
+                self.fenced($crate::rules::DriveWrite::finish_run(lease, steps, u, events))
+                    .await
+            }
+
+            async fn release(
+                &self,
+                lease: &weir_core::store::Lease,
+                snapshot: &weir_core::record::Snapshot,
+                events: Vec<weir_core::event::EventKind>,
+            ) -> Result<weir_core::store::Written, weir_core::store::StoreError> {
+                self.fenced($crate::rules::DriveWrite::release(lease, snapshot, events))
+                    .await
+            }
+        }
+    };
+}
+pub(crate) use fenced_drive_writes;

@@ -3,18 +3,12 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{PgConnection, Row};
-use weir_core::event::EventKind;
-use weir_core::record::{Snapshot, StepRecord};
-use weir_core::store::{
-    DriveWrites, Fault, Lease, RunUpdate, StepCommit, StoreError, Written, now_ms,
-};
+use weir_core::record::StepRecord;
+use weir_core::store::{Fault, Lease, StoreError, Written, now_ms};
 
 use crate::backend;
-
-use crate::rules::DriveWrite;
 
 use super::notify::{self, Faults};
 use super::schema;
@@ -195,8 +189,7 @@ impl Postgres {
     }
 }
 
-#[async_trait]
-impl DriveWrites for Postgres {
+crate::rules::fenced_drive_writes!(Postgres {
     fn keeps_patches(&self) -> bool {
         true
     }
@@ -222,50 +215,7 @@ impl DriveWrites for Postgres {
             cancel_requested: row.get::<Option<bool>, _>(0).unwrap_or(false),
         })
     }
-
-    async fn start_steps(
-        &self,
-        lease: &Lease,
-        steps: &[&StepRecord],
-        events: Vec<EventKind>,
-    ) -> Result<Written, StoreError> {
-        self.fenced(DriveWrite::start_steps(lease, steps, events))
-            .await
-    }
-
-    async fn commit_step(&self, lease: &Lease, c: StepCommit<'_>) -> Result<Written, StoreError> {
-        self.fenced(DriveWrite::commit_step(lease, c)).await
-    }
-
-    async fn append_events(
-        &self,
-        lease: &Lease,
-        events: Vec<EventKind>,
-    ) -> Result<Written, StoreError> {
-        self.fenced(DriveWrite::append_events(lease, events)).await
-    }
-
-    async fn finish_run(
-        &self,
-        lease: &Lease,
-        steps: &[&StepRecord],
-        u: &RunUpdate,
-        events: Vec<EventKind>,
-    ) -> Result<Written, StoreError> {
-        self.fenced(DriveWrite::finish_run(lease, steps, u, events))
-            .await
-    }
-
-    async fn release(
-        &self,
-        lease: &Lease,
-        snapshot: &Snapshot,
-        events: Vec<EventKind>,
-    ) -> Result<Written, StoreError> {
-        self.fenced(DriveWrite::release(lease, snapshot, events))
-            .await
-    }
-}
+});
 
 /// Whether `url` names a Postgres database.
 pub fn is_postgres_url(url: &str) -> bool {

@@ -6,11 +6,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags, params};
-use weir_core::event::EventKind;
-use weir_core::record::{RunStatus, Snapshot, StepRecord};
+use weir_core::record::RunStatus;
 use weir_core::store::{
-    Admin, CancelOutcome, Claim, Created, DriveWrites, Fault, GateDecision, Lease, Lifecycle,
-    NewRun, RunUpdate, StepCommit, StoreError, Written, now_ms,
+    Admin, CancelOutcome, Claim, Created, Fault, GateDecision, Lease, Lifecycle, NewRun,
+    StoreError, Written, now_ms,
 };
 
 use super::readers::Readers;
@@ -18,7 +17,6 @@ use super::rows;
 use super::writer::{Writer, backend};
 use super::{drive, lifecycle, wal};
 use crate::json;
-use crate::rules::DriveWrite;
 use crate::schema::MIGRATIONS;
 
 /// The page size of a database this store creates (one it opens keeps its own). A step
@@ -155,8 +153,7 @@ fn migrate(path: &Path, full_sync: bool) -> Result<(), StoreError> {
     tx.commit().map_err(backend)
 }
 
-#[async_trait]
-impl DriveWrites for Sqlite {
+crate::rules::fenced_drive_writes!(Sqlite {
     fn keeps_patches(&self) -> bool {
         true
     }
@@ -178,50 +175,7 @@ impl DriveWrites for Sqlite {
             cancel_requested: cancel,
         })
     }
-
-    async fn start_steps(
-        &self,
-        lease: &Lease,
-        steps: &[&StepRecord],
-        events: Vec<EventKind>,
-    ) -> Result<Written, StoreError> {
-        self.fenced(DriveWrite::start_steps(lease, steps, events))
-            .await
-    }
-
-    async fn commit_step(&self, lease: &Lease, c: StepCommit<'_>) -> Result<Written, StoreError> {
-        self.fenced(DriveWrite::commit_step(lease, c)).await
-    }
-
-    async fn append_events(
-        &self,
-        lease: &Lease,
-        events: Vec<EventKind>,
-    ) -> Result<Written, StoreError> {
-        self.fenced(DriveWrite::append_events(lease, events)).await
-    }
-
-    async fn finish_run(
-        &self,
-        lease: &Lease,
-        steps: &[&StepRecord],
-        u: &RunUpdate,
-        events: Vec<EventKind>,
-    ) -> Result<Written, StoreError> {
-        self.fenced(DriveWrite::finish_run(lease, steps, u, events))
-            .await
-    }
-
-    async fn release(
-        &self,
-        lease: &Lease,
-        snapshot: &Snapshot,
-        events: Vec<EventKind>,
-    ) -> Result<Written, StoreError> {
-        self.fenced(DriveWrite::release(lease, snapshot, events))
-            .await
-    }
-}
+});
 
 #[async_trait]
 impl Lifecycle for Sqlite {
