@@ -22,7 +22,7 @@ pub fn from_str(text: &str) -> Result<Value, serde_json::Error> {
         // the offending literal alone, then given the literal's place in the text.
         let why = format!(
             "the integer {literal} at line {line} column {column} is too large to keep \
-             exactly (integers are kept within ±9223372036854775807 and up to \
+             exactly (weir keeps integers from -9223372036854775808 to \
              18446744073709551615); write it as a string"
         );
         return Err(de::Error::custom(why));
