@@ -27,6 +27,54 @@ pub const MAX_SOURCE_LEN: usize = 1000;
 pub const FUEL: u64 = interp::STEPS;
 /// Largest string (or serialized value) an expression may produce.
 pub const MAX_RESULT_LEN: usize = 1 << 20;
+/// The most bytes one evaluation of a whole template may build, all its placeholders
+/// together: a tool's body or an end node's output of twenty placeholders, each within
+/// [`MAX_RESULT_LEN`], still cannot build gigabytes. Refused before a placeholder's value
+/// is written out, not after.
+pub const MAX_TEMPLATE_BYTES: usize = 8 * MAX_RESULT_LEN;
+
+/// What is left of [`MAX_TEMPLATE_BYTES`] in one evaluation.
+struct Budget(usize);
+
+impl Budget {
+    fn new() -> Self {
+        Budget(MAX_TEMPLATE_BYTES)
+    }
+
+    fn spend(&mut self, n: usize) -> Result<(), ExprError> {
+        self.0 = self.0.checked_sub(n).ok_or_else(too_large)?;
+        Ok(())
+    }
+}
+
+fn too_large() -> ExprError {
+    ExprError::new(format!(
+        "the rendered template is larger than {} MiB, the most one template may build (all \
+         its placeholders together); render less of the values it uses",
+        MAX_TEMPLATE_BYTES >> 20
+    ))
+}
+
+/// `v`'s JSON size, counted against the budget (without building the text).
+fn charge_json(v: &Value, budget: &mut Budget) -> Result<(), ExprError> {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if buf.len() > self.0 {
+                return Err(std::io::Error::other("over budget"));
+            }
+            self.0 -= buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(budget.0);
+    serde_json::to_writer(&mut count, v).map_err(|_| too_large())?;
+    budget.0 = count.0;
+    Ok(())
+}
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]
@@ -123,14 +171,24 @@ impl Scope {
         to_json(&e.program.eval(self.0.as_ref())?)
     }
 
-    /// The text a placeholder renders to: strings as they are, other values as JSON.
-    fn render(&self, e: &Expr, out: &mut String) -> Result<(), ExprError> {
+    /// The text a placeholder renders to: strings as they are, other values as JSON, each
+    /// within what `budget` has left.
+    fn render(&self, e: &Expr, out: &mut String, budget: &mut Budget) -> Result<(), ExprError> {
         let v = e.program.eval(self.0.as_ref())?;
         match v.text() {
-            Some(s) => out.push_str(s),
-            None => out.push_str(
-                &serde_json::to_string(&to_json(&v)?).map_err(|e| ExprError::new(e.to_string()))?,
-            ),
+            Some(s) => {
+                budget.spend(s.len())?;
+                out.push_str(s);
+            }
+            None => {
+                // Counted before it is written: a list of sixty 1 MB strings is refused
+                // without building its 60 MB of JSON.
+                let json = to_json(&v)?;
+                charge_json(&json, budget)?;
+                out.push_str(
+                    &serde_json::to_string(&json).map_err(|e| ExprError::new(e.to_string()))?,
+                );
+            }
         }
         Ok(())
     }
@@ -290,6 +348,10 @@ impl Template {
 
     /// Renders against a prepared [`Scope`].
     pub fn render_in(&self, scope: &Scope) -> Result<String, ExprError> {
+        self.render_budgeted(scope, &mut Budget::new())
+    }
+
+    fn render_budgeted(&self, scope: &Scope, budget: &mut Budget) -> Result<String, ExprError> {
         // A template without placeholders is its text.
         if let [Segment::Lit(s)] = self.segments.as_slice() {
             return Ok(s.clone());
@@ -299,11 +361,8 @@ impl Template {
             match seg {
                 Segment::Lit(s) => out.push_str(s),
                 Segment::Expr(e) => scope
-                    .render(e, &mut out)
+                    .render(e, &mut out, budget)
                     .map_err(|err| ExprError::new(format!("{{{e}}}: {}", err.message)))?,
-            }
-            if out.len() > MAX_RESULT_LEN * 8 {
-                return Err(ExprError::new("rendered template is too large"));
             }
         }
         Ok(out)
@@ -363,19 +422,26 @@ impl Part {
         })
     }
 
-    fn render(&self, scope: &Scope) -> Result<Value, ExprError> {
+    /// Renders the part, every placeholder of the whole value counted against one
+    /// `budget`.
+    fn render(&self, scope: &Scope, budget: &mut Budget) -> Result<Value, ExprError> {
         Ok(match self {
             Part::Lit(v) => v.clone(),
-            Part::Whole(e) => scope.eval_value(e)?,
-            Part::Text(t) => Value::String(t.render_in(scope)?),
+            Part::Whole(e) => {
+                let v = scope.eval_value(e)?;
+                charge_json(&v, budget)
+                    .map_err(|err| ExprError::new(format!("{{{e}}}: {}", err.message)))?;
+                v
+            }
+            Part::Text(t) => Value::String(t.render_budgeted(scope, budget)?),
             Part::Array(a) => Value::Array(
                 a.iter()
-                    .map(|p| p.render(scope))
+                    .map(|p| p.render(scope, budget))
                     .collect::<Result<_, _>>()?,
             ),
             Part::Object(m) => Value::Object(
                 m.iter()
-                    .map(|(k, p)| Ok((k.clone(), p.render(scope)?)))
+                    .map(|(k, p)| Ok((k.clone(), p.render(scope, budget)?)))
                     .collect::<Result<_, ExprError>>()?,
             ),
         })
@@ -398,12 +464,12 @@ impl ValueTemplate {
 
     /// Renders against a prepared [`Scope`].
     pub fn render_in(&self, scope: &Scope) -> Result<Value, ExprError> {
-        self.root.render(scope)
+        self.root.render(scope, &mut Budget::new())
     }
 
     /// Renders against any serializable state.
     pub fn render<S: Serialize>(&self, state: &S) -> Result<Value, ExprError> {
-        self.root.render(&scope_of(state))
+        self.root.render(&scope_of(state), &mut Budget::new())
     }
 }
 

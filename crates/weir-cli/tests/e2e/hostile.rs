@@ -227,3 +227,43 @@ fn a_killed_weir_leaves_no_script_process_or_folder_behind() {
     assert_eq!(ran.code, 0, "{}", ran.stderr);
     assert_eq!(owned_by(pid), 0, "the killed weir's folder was removed");
 }
+
+/// Output built from many placeholders has an overall limit: an end output and a tool's
+/// body of twenty placeholders, each within the per-placeholder cap, fail their node with
+/// a clear error instead of building gigabytes (or reaching the network or the store).
+#[test]
+fn many_placeholders_cannot_build_gigabytes() {
+    let fake = crate::support::Fake::start();
+    fake.always("/sink", crate::support::Reply::text(200, "ok"));
+    let w = Weir::new();
+    let big = "{['a'*1000000]*60}";
+    let fields: Vec<String> = (0..20).map(|i| format!("\"f{i}\": \"{big}\"")).collect();
+    let end = w.file(
+        "end.json",
+        &format!(
+            r#"{{"nodes": [{{"id": "done", "type": "end", "config": {{"status": "succeeded", "output": {{{}}}}}}}], "edges": []}}"#,
+            fields.join(", ")
+        ),
+    );
+    let tool = w.file(
+        "tool.json",
+        &format!(
+            r#"{{"nodes": [{{"id": "post", "type": "tool", "config": {{"tool_name": "http_request",
+                "params": {{"url": "{}/sink", "method": "POST", "body": {{{}}}}}}}}}], "edges": []}}"#,
+            fake.url,
+            fields.join(", ")
+        ),
+    );
+    for f in [end, tool] {
+        let started = std::time::Instant::now();
+        let ran = w.run(&["run", &f, "--json"]);
+        assert_eq!(ran.code, 1, "{f}: {}", ran.stderr);
+        let r = ran.json();
+        let message = r["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("larger than 8 MiB"), "{f}: {message}");
+        assert!(ran.stdout.len() < 1 << 20, "{f}: {} bytes printed", ran.stdout.len());
+        // Not a timing assertion of weir: building the gigabytes took 31 s.
+        assert!(started.elapsed().as_secs() < 20, "{f}: {:?}", started.elapsed());
+    }
+    assert!(fake.seen("/sink").is_empty(), "nothing reached the webhook");
+}
