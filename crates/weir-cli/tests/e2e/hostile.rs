@@ -261,9 +261,17 @@ fn many_placeholders_cannot_build_gigabytes() {
         let r = ran.json();
         let message = r["error"]["message"].as_str().unwrap_or_default();
         assert!(message.contains("larger than 8 MiB"), "{f}: {message}");
-        assert!(ran.stdout.len() < 1 << 20, "{f}: {} bytes printed", ran.stdout.len());
+        assert!(
+            ran.stdout.len() < 1 << 20,
+            "{f}: {} bytes printed",
+            ran.stdout.len()
+        );
         // Not a timing assertion of weir: building the gigabytes took 31 s.
-        assert!(started.elapsed().as_secs() < 20, "{f}: {:?}", started.elapsed());
+        assert!(
+            started.elapsed().as_secs() < 20,
+            "{f}: {:?}",
+            started.elapsed()
+        );
     }
     assert!(fake.seen("/sink").is_empty(), "nothing reached the webhook");
 }
