@@ -61,14 +61,8 @@ pub fn at(scope: Scope) -> &'static str {
 #[tokio::test]
 async fn no_route_answers_2xx_without_the_right_token() {
     let api = api().await;
-    api.call(
-        Method::POST,
-        "/api/workflows",
-        Some(&api.tokens["admin"]),
-        GRAPH_JSON,
-        "application/json",
-    )
-    .await;
+    api.as_("admin", Method::POST, "/api/workflows", GRAPH_JSON)
+        .await;
     let run = api
         .as_(
             "run",

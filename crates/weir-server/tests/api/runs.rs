@@ -12,14 +12,8 @@ async fn runs_are_created_idempotently_driven_listed_and_paged() {
     let api = api().await;
     let stop = tokio::sync::watch::channel(false);
     let _workers = api.app.rt.start_workers(stop.1.clone());
-    api.call(
-        Method::POST,
-        "/api/workflows",
-        Some(&api.tokens["admin"]),
-        GRAPH_JSON,
-        "application/json",
-    )
-    .await;
+    api.as_("admin", Method::POST, "/api/workflows", GRAPH_JSON)
+        .await;
     let create = |key: Option<&'static str>| {
         let mut req = Request::builder()
             .method(Method::POST)
@@ -116,10 +110,10 @@ async fn of_concurrent_approvals_exactly_one_wins() {
     let api = api().await;
     let stop = tokio::sync::watch::channel(false);
     let _workers = api.app.rt.start_workers(stop.1.clone());
-    api.call(
+    api.as_typed(
+        "admin",
         Method::POST,
         "/api/workflows?id=gate",
-        Some(&api.tokens["admin"]),
         GATE_YAML,
         "application/yaml",
     )

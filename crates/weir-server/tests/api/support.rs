@@ -138,9 +138,21 @@ impl Api {
     }
 
     pub async fn as_(&self, who: &str, method: Method, path: &str, body: &str) -> Reply {
-        let token = self.tokens[who].clone();
-        self.call(method, path, Some(&token), body, "application/json")
+        self.as_typed(who, method, path, body, "application/json")
             .await
+    }
+
+    /// [`as_`](Self::as_) with a body of another content type (a YAML workflow).
+    pub async fn as_typed(
+        &self,
+        who: &str,
+        method: Method,
+        path: &str,
+        body: &str,
+        ctype: &str,
+    ) -> Reply {
+        let token = self.tokens[who].clone();
+        self.call(method, path, Some(&token), body, ctype).await
     }
 
     pub async fn wait_status(&self, run: &str, want: &str) -> Value {

@@ -56,15 +56,7 @@ async fn custom_tools_saved_over_the_api_are_usable_by_workflows() {
     let made = api.as_("admin", Method::POST, "/api/tools", tool).await;
     assert_eq!(made.status, StatusCode::CREATED, "{}", made.text);
     let wf = r#"{"name": "Uses Tool", "nodes": [{"id": "t", "type": "tool", "config": {"tool_name": "custom:lookup", "params": {"id": "1"}}}], "edges": []}"#;
-    let saved = api
-        .call(
-            Method::POST,
-            "/api/workflows",
-            Some(&api.tokens["admin"]),
-            wf,
-            "application/json",
-        )
-        .await;
+    let saved = api.as_("admin", Method::POST, "/api/workflows", wf).await;
     assert_eq!(saved.status, StatusCode::CREATED, "{}", saved.text);
     let listed = api.as_("read", Method::GET, "/api/tools", "").await;
     assert_eq!(listed.body["tools"][0]["name"], "lookup");

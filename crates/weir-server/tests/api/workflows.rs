@@ -8,13 +8,7 @@ use crate::support::*;
 async fn workflows_are_saved_in_versions_and_validated_with_located_diagnostics() {
     let api = api().await;
     let r = api
-        .call(
-            Method::POST,
-            "/api/workflows",
-            Some(&api.tokens["admin"]),
-            GRAPH_JSON,
-            "application/json",
-        )
+        .as_("admin", Method::POST, "/api/workflows", GRAPH_JSON)
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
     assert_eq!(
@@ -24,20 +18,14 @@ async fn workflows_are_saved_in_versions_and_validated_with_located_diagnostics(
     assert_eq!(r.body["dialect"], "graph");
     // A second POST of the same id conflicts; a PUT is a new version.
     let again = api
-        .call(
-            Method::POST,
-            "/api/workflows",
-            Some(&api.tokens["admin"]),
-            GRAPH_JSON,
-            "application/json",
-        )
+        .as_("admin", Method::POST, "/api/workflows", GRAPH_JSON)
         .await;
     assert_eq!(again.status, StatusCode::CONFLICT);
     let v2 = api
-        .call(
+        .as_typed(
+            "admin",
             Method::PUT,
             "/api/workflows/two-steps",
-            Some(&api.tokens["admin"]),
             &GRAPH_JSON.replace("hello", "hi"),
             "application/json",
         )
@@ -58,10 +46,10 @@ async fn workflows_are_saved_in_versions_and_validated_with_located_diagnostics(
     assert!(v1.body["source"].as_str().unwrap().contains("hello"));
     // YAML, by content type, with an explicit id.
     let y = api
-        .call(
+        .as_typed(
+            "admin",
             Method::POST,
             "/api/workflows?id=gate",
-            Some(&api.tokens["admin"]),
             GATE_YAML,
             "application/yaml",
         )
@@ -75,10 +63,10 @@ async fn workflows_are_saved_in_versions_and_validated_with_located_diagnostics(
     // An invalid document is refused with the CLI's diagnostics, located.
     let broken = GATE_YAML.replace("target: done", "target: nowhere");
     let bad = api
-        .call(
+        .as_typed(
+            "admin",
             Method::PUT,
             "/api/workflows/gate",
-            Some(&api.tokens["admin"]),
             &broken,
             "application/yaml",
         )
@@ -124,14 +112,8 @@ async fn workflows_are_saved_in_versions_and_validated_with_located_diagnostics(
 #[tokio::test]
 async fn bodies_are_capped_and_checked() {
     let api = api().await;
-    api.call(
-        Method::POST,
-        "/api/workflows",
-        Some(&api.tokens["admin"]),
-        GRAPH_JSON,
-        "application/json",
-    )
-    .await;
+    api.as_("admin", Method::POST, "/api/workflows", GRAPH_JSON)
+        .await;
     let path = "/api/workflows/two-steps/runs";
     let unknown = api
         .as_("run", Method::POST, path, r#"{"input": {}, "inptu": 1}"#)
