@@ -58,3 +58,41 @@ pub fn error_code_of(e: &anyhow::Error) -> &'static str {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct Usage(pub String);
+
+/// An error and its causes on one line, `outer: cause: cause`, leaving out a cause whose
+/// text is already there (a database library's error repeats its own source's message).
+pub fn chain(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        // SQLite's own errors read `Error code 13: database or disk is full`.
+        let told = match part.strip_prefix("Error code ") {
+            Some(rest) => rest.split_once(": ").map_or(rest, |(_, m)| m),
+            None => &part,
+        };
+        if text.contains(told) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_cause_already_told_is_left_out() {
+        let e = anyhow::Error::from(std::io::Error::other(
+            "Error code 13: database or disk is full",
+        ))
+        .context("database or disk is full")
+        .context("writing the step");
+        assert_eq!(
+            super::chain(&e),
+            "writing the step: database or disk is full"
+        );
+    }
+}

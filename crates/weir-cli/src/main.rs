@@ -60,7 +60,7 @@ fn main() -> ExitCode {
     let is_doctor = matches!(cli.command, Command::Doctor { .. });
     let (settings, settings_state) = match wiring::settings(cli.config.as_deref()) {
         Ok(s) => (s, Ok(wiring::settings_path(cli.config.as_deref()))),
-        Err(e) if is_doctor => (Default::default(), Err(format!("{e:#}"))),
+        Err(e) if is_doctor => (Default::default(), Err(errors::chain(&e))),
         Err(e) => {
             report(&e, as_json, None);
             return ExitCode::from(exit::INVALID);
@@ -103,11 +103,11 @@ fn parse() -> Cli {
 fn report(e: &anyhow::Error, as_json: bool, env: Option<&wiring::Env>) {
     if as_json {
         let body = serde_json::json!({
-            "error": {"code": errors::error_code_of(e), "message": format!("{e:#}")}
+            "error": {"code": errors::error_code_of(e), "message": errors::chain(&e)}
         });
         println!("{body}");
     }
-    eprintln!("error: {e:#}");
+    eprintln!("error: {}", errors::chain(e));
     if let Some(env) = env
         && (e.downcast_ref::<weir_core::store::StoreError>().is_some()
             || errors::engine_kind(e) == Some(weir_engine::ErrorKind::Store))
@@ -117,6 +117,21 @@ fn report(e: &anyhow::Error, as_json: bool, env: Option<&wiring::Env>) {
             wiring::redact_url(&env.db),
             env.db_from
         );
+        // A drive that gave up on a busy or unreachable database names its run first.
+        if let Some(weir_engine::Error::Store(b)) = e.downcast_ref::<weir_engine::Error>()
+            && b.fault.transient()
+            && let Some((run, _)) = b
+                .message
+                .strip_prefix("run ")
+                .and_then(|m| m.split_once(": "))
+        {
+            eprintln!(
+                "  the run keeps every step committed before; continue it once the database \
+                 can be written again: weir resume {}{}",
+                output::short(run),
+                env.hint()
+            );
+        }
     }
 }
 

@@ -17,6 +17,7 @@ mod cols;
 mod fault;
 mod memory;
 mod postgres;
+mod retry;
 mod rules;
 mod schema;
 mod sqlite;

@@ -187,13 +187,20 @@ impl Run<'_> {
     /// value too big for the database, a corrupt row) ends the run `failed` with
     /// `store_error` at once, in one more write that holds only the failure on top of the
     /// last commit, instead of leaving it `running` for drivers that would each fail the
-    /// same way. Anything else is passed on.
+    /// same way. A failure that may mend (the database busy or out of reach after the
+    /// store's own retries) leaves the run as committed for the next driver, its message
+    /// naming the run. Anything else is passed on.
     pub(crate) async fn after(
         &mut self,
         driven: Result<RunOutcome, Error>,
     ) -> Result<RunOutcome, Error> {
         let e = match driven {
             Err(Error::Store(e)) if !e.fault.transient() => e,
+            Err(Error::Store(e)) => {
+                return Err(Error::Store(
+                    e.context(&format!("run {}", self.lease.run_id)),
+                ));
+            }
             other => return other,
         };
         let store = &self.engine.services.store;

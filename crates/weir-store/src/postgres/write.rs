@@ -7,6 +7,7 @@ use weir_core::record::{RunStatus, StepRecord};
 use weir_core::store::{Lease, StoreError, Written, now_ms};
 
 use super::store::{Postgres, in_tx};
+use crate::retry::{self, Failed};
 use crate::rules::{self, DriveWrite, End};
 use crate::{Body, backend, json};
 
@@ -76,27 +77,27 @@ impl StepArrays {
     /// Binds the arrays in the order of [`STEPS_FROM`] and [`ATTEMPTS_FROM`], starting at
     /// parameter `$k` (the caller's numbering).
     pub(super) fn bind<'q>(
-        self,
+        &'q self,
         q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-        q.bind(self.seq)
-            .bind(self.node_id)
-            .bind(self.node_type)
-            .bind(self.visit)
-            .bind(self.status)
-            .bind(self.route)
-            .bind(self.input)
-            .bind(self.output)
-            .bind(self.error)
-            .bind(self.cost_usd)
-            .bind(self.tokens_in)
-            .bind(self.tokens_out)
-            .bind(self.started_at)
-            .bind(self.finished_at)
-            .bind(self.duration_ms)
-            .bind(self.a_seq)
-            .bind(self.a_n)
-            .bind(self.a_body)
+        q.bind(&self.seq)
+            .bind(&self.node_id)
+            .bind(&self.node_type)
+            .bind(&self.visit)
+            .bind(&self.status)
+            .bind(&self.route)
+            .bind(&self.input)
+            .bind(&self.output)
+            .bind(&self.error)
+            .bind(&self.cost_usd)
+            .bind(&self.tokens_in)
+            .bind(&self.tokens_out)
+            .bind(&self.started_at)
+            .bind(&self.finished_at)
+            .bind(&self.duration_ms)
+            .bind(&self.a_seq)
+            .bind(&self.a_n)
+            .bind(&self.a_body)
     }
 }
 
@@ -253,28 +254,38 @@ impl Postgres {
             Some(End::Release) => (2, None),
         };
         let sql = fenced_sql(!w.steps.is_empty(), n > 0, snap, end);
-        let q = sqlx::query(sql)
-            .bind(w.lease.run_id.as_str())
-            .bind(w.lease.epoch as i64)
-            .bind(n)
-            .bind(whole.map(json).transpose()?)
-            .bind(w.snapshot.map(|s| s.cost_usd))
-            .bind(finish.map(|u| u.status.as_str()))
-            .bind(
-                finish
-                    .and_then(|u| u.error.as_ref())
-                    .map(json)
-                    .transpose()?,
-            )
-            .bind(finish.and_then(|u| u.finished_at.as_deref()))
-            .bind(end);
-        let q = StepArrays::of(&w.steps)?
-            .bind(q)
-            .bind(bodies(&at, &w.events)?)
-            .bind(now_ms())
-            .bind(patch);
+        let whole = whole.map(json).transpose()?;
+        let error = finish
+            .and_then(|u| u.error.as_ref())
+            .map(json)
+            .transpose()?;
+        let (arrays, bodies) = (StepArrays::of(&w.steps)?, bodies(&at, &w.events)?);
         let pool = if w.visible { &self.fast } else { &self.pool };
-        let row = q.fetch_optional(pool).await.map_err(backend)?;
+        let (whole, error, arrays, bodies, patch) = (&whole, &error, &arrays, &bodies, &patch);
+        // A connection that cannot be had (the server restarting, the network cut) leaves
+        // nothing sent, and an aborted transaction nothing applied: both are tried again.
+        let row = retry::retrying(w.write, || async move {
+            let mut conn = pool.acquire().await.map_err(backend)?;
+            let q = sqlx::query(sql)
+                .bind(w.lease.run_id.as_str())
+                .bind(w.lease.epoch as i64)
+                .bind(n)
+                .bind(whole.as_deref())
+                .bind(w.snapshot.map(|s| s.cost_usd))
+                .bind(finish.map(|u| u.status.as_str()))
+                .bind(error.as_deref())
+                .bind(finish.and_then(|u| u.finished_at.as_deref()))
+                .bind(end);
+            arrays
+                .bind(q)
+                .bind(bodies)
+                .bind(now_ms())
+                .bind(patch.as_deref())
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(|e| Failed::after_sending(backend(e)))
+        })
+        .await?;
         let Some(row) = row else {
             return Err(self.refuse(w.lease, w.write).await);
         };

@@ -102,11 +102,18 @@ impl Sqlite {
         // freed here, on the drive's thread, not on the writer's (the group commit's
         // bottleneck under many concurrent runs).
         let write = std::sync::Arc::new(write);
-        let shared = write.clone();
-        let done = self
-            .writer
-            .grouped(!write.visible, move |c| drive::fenced(c, &shared))
-            .await??;
+        // A failed write rolled back: trying it again while the file is locked by another
+        // process or the disk is full is safe.
+        let done = crate::retry::retrying(w.write, || {
+            let shared = write.clone();
+            async {
+                Ok(self
+                    .writer
+                    .grouped(!write.visible, move |c| drive::fenced(c, &shared))
+                    .await?)
+            }
+        })
+        .await??;
         drop(write);
         self.keys.learnt(&w.lease.run_id, done.seen, ends);
         Ok(Written {
