@@ -116,7 +116,7 @@ pub async fn run(env: &Env, args: crate::cli::ReplayArgs) -> Result<u8> {
         Arc::new(Quiet),
     );
     eng.replay = true;
-    eng.max_input_bytes = usize::MAX;
+    eng.limits.input_bytes = usize::MAX;
     let source = Source {
         path: path.clone(),
         text: text.into(),

@@ -55,7 +55,7 @@ fn too_big(size: usize, limit: usize) -> anyhow::Error {
 fn engine(env: &Env, services: Services, as_json: bool) -> Engine {
     let mut eng = Engine::new(services, Arc::new(Progress::new(!as_json)));
     eng.lease = wiring::lease_timing(&env.settings);
-    eng.max_input_bytes = env.settings.limits.input_bytes;
+    eng.limits = env.settings.limits.clone();
     let notify = Arc::new(tokio::sync::Notify::new());
     eng.interrupt = Some(notify.clone());
     tokio::spawn(async move {

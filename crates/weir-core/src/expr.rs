@@ -33,46 +33,34 @@ pub const MAX_RESULT_LEN: usize = 1 << 20;
 /// is written out, not after.
 pub const MAX_TEMPLATE_BYTES: usize = 8 * MAX_RESULT_LEN;
 
-/// What is left of [`MAX_TEMPLATE_BYTES`] in one evaluation.
-struct Budget(usize);
+/// What is left of a template's budget in one evaluation, and the whole budget (for the
+/// message).
+struct Budget(usize, usize);
 
 impl Budget {
-    fn new() -> Self {
-        Budget(MAX_TEMPLATE_BYTES)
+    fn new(limit: usize) -> Self {
+        Budget(limit, limit)
     }
 
     fn spend(&mut self, n: usize) -> Result<(), ExprError> {
-        self.0 = self.0.checked_sub(n).ok_or_else(too_large)?;
+        self.0 = self.0.checked_sub(n).ok_or_else(|| self.over())?;
         Ok(())
     }
-}
 
-fn too_large() -> ExprError {
-    ExprError::new(format!(
-        "the rendered template is larger than {} MiB, the most one template may build (all \
-         its placeholders together); render less of the values it uses",
-        MAX_TEMPLATE_BYTES >> 20
-    ))
+    fn over(&self) -> ExprError {
+        ExprError::new(format!(
+            "the rendered template is larger than {}, the most one template may build (all \
+             its placeholders together, `[limits] template_bytes` in weir.toml); render less \
+             of the values it uses",
+            crate::json::bytes(self.1)
+        ))
+    }
 }
 
 /// `v`'s JSON size, counted against the budget (without building the text).
 fn charge_json(v: &Value, budget: &mut Budget) -> Result<(), ExprError> {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            if buf.len() > self.0 {
-                return Err(std::io::Error::other("over budget"));
-            }
-            self.0 -= buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(budget.0);
-    serde_json::to_writer(&mut count, v).map_err(|_| too_large())?;
-    budget.0 = count.0;
+    let n = crate::json::len_within(v, budget.0).ok_or_else(|| budget.over())?;
+    budget.0 -= n;
     Ok(())
 }
 
@@ -156,11 +144,24 @@ impl Serialize for Expr {
 /// A prepared evaluation scope over shared run state; build it once per node and evaluate
 /// every template and expression of that node against it. State is read in place.
 #[derive(Debug, Clone)]
-pub struct Scope(Arc<Map<String, Value>>);
+pub struct Scope(Arc<Map<String, Value>>, usize);
 
 impl Scope {
+    /// A scope over `state` whose templates may build [`MAX_TEMPLATE_BYTES`] each.
     pub fn new(state: Arc<Map<String, Value>>) -> Self {
-        Scope(state)
+        Scope(state, MAX_TEMPLATE_BYTES)
+    }
+
+    /// The most bytes one template rendered in this scope may build.
+    pub fn template_bytes(&self) -> usize {
+        self.1
+    }
+
+    /// The same scope, its templates limited to `bytes` each (`[limits] template_bytes`).
+    #[must_use]
+    pub fn with_template_bytes(mut self, bytes: usize) -> Self {
+        self.1 = bytes;
+        self
     }
 
     pub fn eval_bool(&self, e: &Expr) -> Result<bool, ExprError> {
@@ -197,8 +198,8 @@ impl Scope {
 /// Any serializable state as the map of names an expression sees.
 fn scope_of<S: Serialize>(state: &S) -> Scope {
     match serde_json::to_value(state) {
-        Ok(Value::Object(m)) => Scope(Arc::new(m)),
-        _ => Scope(Arc::new(Map::new())),
+        Ok(Value::Object(m)) => Scope::new(Arc::new(m)),
+        _ => Scope::new(Arc::new(Map::new())),
     }
 }
 
@@ -348,7 +349,7 @@ impl Template {
 
     /// Renders against a prepared [`Scope`].
     pub fn render_in(&self, scope: &Scope) -> Result<String, ExprError> {
-        self.render_budgeted(scope, &mut Budget::new())
+        self.render_budgeted(scope, &mut Budget::new(scope.1))
     }
 
     fn render_budgeted(&self, scope: &Scope, budget: &mut Budget) -> Result<String, ExprError> {
@@ -464,12 +465,13 @@ impl ValueTemplate {
 
     /// Renders against a prepared [`Scope`].
     pub fn render_in(&self, scope: &Scope) -> Result<Value, ExprError> {
-        self.root.render(scope, &mut Budget::new())
+        self.root.render(scope, &mut Budget::new(scope.1))
     }
 
     /// Renders against any serializable state.
     pub fn render<S: Serialize>(&self, state: &S) -> Result<Value, ExprError> {
-        self.root.render(&scope_of(state), &mut Budget::new())
+        self.root
+            .render(&scope_of(state), &mut Budget::new(MAX_TEMPLATE_BYTES))
     }
 }
 

@@ -30,6 +30,46 @@ pub fn from_str(text: &str) -> Result<Value, serde_json::Error> {
     Ok(v)
 }
 
+/// The length of `v`'s JSON text, counted without building it; `None` once it passes
+/// `limit` (counting stops there).
+pub fn len_within<T: serde::Serialize + ?Sized>(v: &T, limit: usize) -> Option<usize> {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 = self
+                .0
+                .checked_sub(buf.len())
+                .ok_or_else(|| std::io::Error::other("over the limit"))?;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(limit);
+    serde_json::to_writer(&mut count, v).ok()?;
+    Some(limit - count.0)
+}
+
+/// A size for people: `512 bytes`, `64 KiB`, `8 MiB`, `1.5 GiB`.
+pub fn bytes(n: usize) -> String {
+    const UNITS: [&str; 3] = ["KiB", "MiB", "GiB"];
+    if n < 1024 {
+        return format!("{n} bytes");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if v.fract() == 0.0 {
+        format!("{v:.0} {}", UNITS[unit])
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
 thread_local! {
     /// Whether the parse on this thread met a float with no fraction beyond the integers'
     /// range: only then is the text scanned for an integer literal written that large.
@@ -141,8 +181,20 @@ impl<'de> Visitor<'de> for Strict {
 
 #[cfg(test)]
 mod tests {
-    use super::from_str;
+    use super::{bytes, from_str, len_within};
     use serde_json::json;
+
+    #[test]
+    fn sizes_are_counted_up_to_the_limit_and_told_in_units() {
+        let v = json!({"a": [1, 2, "x"]});
+        assert_eq!(len_within(&v, 100), Some(v.to_string().len()));
+        let n = v.to_string().len();
+        assert_eq!(len_within(&v, n), Some(n));
+        assert_eq!(len_within(&v, n - 1), None);
+        assert_eq!(bytes(512), "512 bytes");
+        assert_eq!(bytes(8 << 20), "8 MiB");
+        assert_eq!(bytes(1536 << 20), "1.5 GiB");
+    }
 
     #[test]
     fn integers_too_large_to_keep_are_refused_where_they_are_written() {

@@ -113,25 +113,60 @@ pub struct NetworkSettings {
     pub allow: Vec<String>,
 }
 
-/// `[limits] input_bytes = 1048576`: the largest run input (and approval input) accepted, as
-/// JSON; a larger one is refused before anything is written.
+/// `[limits]`: the size budget of a run, each in bytes. What would pass one is refused
+/// before it is built, sent or written, and fails the node (or, for input, the request)
+/// saying which limit it met.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
+    /// The largest run input (and approval input) accepted, as JSON (1 MiB).
     #[serde(default = "default_input_bytes")]
     pub input_bytes: usize,
+    /// What one evaluation of a whole template may build, all its placeholders together: a
+    /// prompt, a tool's params, an end node's output (8 MiB).
+    #[serde(default = "default_template_bytes")]
+    pub template_bytes: usize,
+    /// One step's output, as JSON (16 MiB).
+    #[serde(default = "default_step_output_bytes")]
+    pub step_output_bytes: usize,
+    /// A tool call's request: its params as JSON, the body they carry included (8 MiB).
+    #[serde(default = "default_tool_request_bytes")]
+    pub tool_request_bytes: usize,
+    /// A run's state, as JSON, after each step's write (64 MiB).
+    #[serde(default = "default_state_bytes")]
+    pub state_bytes: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
             input_bytes: default_input_bytes(),
+            template_bytes: default_template_bytes(),
+            step_output_bytes: default_step_output_bytes(),
+            tool_request_bytes: default_tool_request_bytes(),
+            state_bytes: default_state_bytes(),
         }
     }
 }
 
 fn default_input_bytes() -> usize {
     1 << 20
+}
+
+fn default_template_bytes() -> usize {
+    crate::expr::MAX_TEMPLATE_BYTES
+}
+
+fn default_step_output_bytes() -> usize {
+    16 << 20
+}
+
+fn default_tool_request_bytes() -> usize {
+    8 << 20
+}
+
+fn default_state_bytes() -> usize {
+    64 << 20
 }
 
 /// `[scripts] env = ["ENV", "CI"]`: the environment variables passed to script nodes, besides
@@ -385,6 +420,18 @@ impl Settings {
             return Err(
                 "[lease]: ttl_seconds and heartbeat_seconds must be above zero, the heartbeat shorter than the ttl".into(),
             );
+        }
+        let l = &s.limits;
+        if [
+            l.input_bytes,
+            l.template_bytes,
+            l.step_output_bytes,
+            l.tool_request_bytes,
+            l.state_bytes,
+        ]
+        .contains(&0)
+        {
+            return Err("[limits]: every limit must be at least 1 byte".into());
         }
         for (model, p) in &s.pricing {
             if !(p.input_per_mtok >= 0.0 && p.output_per_mtok >= 0.0) {

@@ -237,8 +237,9 @@ pub struct Engine {
     leases: Arc<heartbeat::Leases>,
     /// Every secret value; nothing the engine records contains one.
     pub(crate) redactor: weir_core::secrets::Redactor,
-    /// The largest run input accepted, in bytes of JSON.
-    pub max_input_bytes: usize,
+    /// The size budget of a run (`[limits]`): input, templates, step outputs, tool
+    /// requests, state.
+    pub limits: weir_core::settings::Limits,
     /// Set while shutting down gracefully: drives start no new steps, and release their run
     /// once the steps in flight have finished.
     pub drain: Arc<std::sync::atomic::AtomicBool>,
@@ -280,7 +281,7 @@ impl Engine {
             lease: LeaseTiming::default(),
             interrupt: None,
             leases: Arc::default(),
-            max_input_bytes: 1 << 20,
+            limits: weir_core::settings::Limits::default(),
             drain: Arc::default(),
             replay: false,
         }
@@ -368,10 +369,10 @@ impl Engine {
             ]));
         }
         let size = json_size(&input);
-        if size > self.max_input_bytes {
+        if size > self.limits.input_bytes {
             return Err(Error::InvalidInput(vec![format!(
                 "the run input is {size} bytes of JSON; the limit is {} ([limits] input_bytes in weir.toml)",
-                self.max_input_bytes
+                self.limits.input_bytes
             )]));
         }
         let run_id = uuid::Uuid::new_v4().to_string();

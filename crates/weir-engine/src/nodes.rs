@@ -55,6 +55,8 @@ pub struct NodeCtx {
     pub(crate) lease: Option<Arc<crate::heartbeat::Held>>,
     /// Shared by every node of every run: one reference count, not one per service.
     pub services: Arc<Services>,
+    /// The most bytes a tool call's params may take, as JSON (`[limits] tool_request_bytes`).
+    pub tool_request_bytes: usize,
     /// The engine is replaying a recorded run (see [`crate::replay`]).
     pub replay: bool,
     /// When the step was launched: its first attempt's start (one clock reading for the

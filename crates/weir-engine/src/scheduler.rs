@@ -144,6 +144,9 @@ pub struct Run<'e> {
     stored: Option<Tracker>,
     /// The lease as the heartbeat keeps it, for the nodes to check before each attempt.
     held: Option<Arc<crate::heartbeat::Held>>,
+    /// About how many bytes of JSON the run's state takes (`[limits] state_bytes`): counted
+    /// once, at the drive's first write of state, then kept up to date write by write.
+    state_bytes: Option<usize>,
 }
 
 /// Whether a node's ending stops the gathering of siblings finished with it: a failure (or
@@ -184,6 +187,7 @@ impl<'e> Run<'e> {
             progress: Arc::default(),
             stored,
             held: None,
+            state_bytes: None,
         }
     }
 
@@ -612,7 +616,8 @@ impl<'e> Run<'e> {
             run_id: self.run_id.clone(),
             wf: self.wf.clone(),
             index,
-            scope: weir_core::expr::Scope::new(state.clone()),
+            scope: weir_core::expr::Scope::new(state.clone())
+                .with_template_bytes(self.engine.limits.template_bytes),
             state,
             public,
             layout: self.wf.layout,
@@ -628,6 +633,7 @@ impl<'e> Run<'e> {
             progress: self.progress.clone(),
             lease: self.held.clone(),
             services: self.engine.services.clone(),
+            tool_request_bytes: self.engine.limits.tool_request_bytes,
             replay: self.engine.replay,
             launched,
         };
@@ -725,6 +731,11 @@ impl<'e> Run<'e> {
                 }
             }
             Err(f) => redactor.string(&mut f.message),
+        }
+        if let Ok(outcome) = &result.result
+            && let Some(message) = self.over_budget(node, outcome)
+        {
+            result.result = Err(crate::nodes::Failure::fatal("too_big", message));
         }
         match &mut result.result {
             Err(f) => {

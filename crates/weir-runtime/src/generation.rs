@@ -67,7 +67,7 @@ impl Builder {
         );
         engine.owner = rt.owner.clone();
         engine.lease = LeaseTiming::of(&settings.lease);
-        engine.max_input_bytes = settings.limits.input_bytes;
+        engine.limits = settings.limits.clone();
         engine.interrupt = Some(rt.interrupt.clone());
         engine.drain = rt.drain.clone();
         Ok(Generation {

@@ -134,7 +134,7 @@ mod tests {
         assert!(out.is_err());
         assert_eq!(tries.load(Ordering::SeqCst), 1);
 
-        let started = tokio::time::Instant::now();
+        let started = Instant::now();
         let out: Result<(), _> = retrying("commit", || async { Err(Failed::from(busy())) }).await;
         assert_eq!(out.unwrap_err().fault(), Some(Fault::Busy));
         assert!(started.elapsed() <= RETRY_FOR, "{:?}", started.elapsed());

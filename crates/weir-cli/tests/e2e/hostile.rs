@@ -275,3 +275,107 @@ fn many_placeholders_cannot_build_gigabytes() {
     }
     assert!(fake.seen("/sink").is_empty(), "nothing reached the webhook");
 }
+
+/// The size budget of `[limits]` in weir.toml: each limit, set low, fails the node that
+/// would pass it, naming the setting, before the value is built, sent or written.
+#[test]
+fn each_limits_setting_fails_the_node_that_would_pass_it() {
+    let fake = crate::support::Fake::start();
+    fake.always("/sink", crate::support::Reply::text(200, "ok"));
+    fake.always("/3500", crate::support::Reply::text(200, &"y".repeat(3500)));
+    fake.always("/2000", crate::support::Reply::text(200, &"y".repeat(2000)));
+    let w = Weir::new();
+    std::fs::write(
+        w.path("weir.toml"),
+        "[limits]\ntemplate_bytes = 4000\nstep_output_bytes = 3000\n\
+         tool_request_bytes = 2000\nstate_bytes = 5000\n",
+    )
+    .unwrap();
+    // A chain of `http_request` GETs, each node's reply written to state under its id.
+    let chain = |nodes: &[(&str, &str)]| {
+        let mut text = String::from("name: limits\nnodes:\n");
+        for (id, path) in nodes {
+            text.push_str(&format!(
+                "  - id: {id}\n    type: tool\n    config: {{tool_name: http_request, \
+                 params: {{url: \"{}{path}\"}}}}\n",
+                fake.url
+            ));
+        }
+        text.push_str("edges:\n");
+        for pair in nodes.windows(2) {
+            text.push_str(&format!(
+                "  - {{source: {}, target: {}}}\n",
+                pair[0].0, pair[1].0
+            ));
+        }
+        text
+    };
+    let cases = [
+        // A prompt of 5,000 characters: over template_bytes.
+        (
+            "template.yaml",
+            "name: limits\nnodes:\n  - id: ask\n    type: agent\n    config: {model: mock, \
+             user_message: \"{'x' * 5000}\"}\nedges: []\n"
+                .to_string(),
+            "ask",
+            "`[limits] template_bytes`",
+        ),
+        // A reply of 3,500 characters: over step_output_bytes.
+        (
+            "output.yaml",
+            chain(&[("get", "/3500")]),
+            "get",
+            "`[limits] step_output_bytes`",
+        ),
+        // Three replies of 2,000 characters each: the third passes state_bytes.
+        (
+            "state.yaml",
+            chain(&[("a", "/2000"), ("b", "/2000"), ("c", "/2000")]),
+            "c",
+            "`[limits] state_bytes`",
+        ),
+        // A body of 2,500 characters: over tool_request_bytes, and nothing is sent.
+        (
+            "tool.yaml",
+            format!(
+                "name: limits\nnodes:\n  - id: post\n    type: tool\n    config:\n      \
+                 tool_name: http_request\n      params: {{url: \"{}/sink\", method: POST, \
+                 body: {{text: \"{{'x' * 2500}}\"}}}}\nedges: []\n",
+                fake.url
+            ),
+            "post",
+            "`[limits] tool_request_bytes`",
+        ),
+    ];
+    for (name, text, node, setting) in cases {
+        let f = w.file(name, &text);
+        let ran = w.run(&["run", &f, "--json"]);
+        assert_eq!(ran.code, 1, "{name}: {}\n{}", ran.stdout, ran.stderr);
+        let r = ran.json();
+        assert_eq!(r["status"], "failed", "{name}");
+        assert_eq!(r["error"]["node_id"], node, "{name}: {r}");
+        let message = r["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(setting), "{name}: {message}");
+        // The step that met the limit is recorded failed, without the value.
+        let shown = w.show(r["run_id"].as_str().unwrap());
+        let step = crate::support::steps(&shown, node)[0];
+        assert_eq!(step["status"], "failed", "{name}: {step}");
+        assert!(
+            step["output"].to_string().len() < 200,
+            "{name}: {}",
+            step["output"]
+        );
+    }
+    assert!(fake.seen("/sink").is_empty(), "nothing reached the webhook");
+
+    // The same workflows run under the default limits.
+    std::fs::remove_file(w.path("weir.toml")).unwrap();
+    let ran = w.run(&["run", &w.path("state.yaml").to_string_lossy(), "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+
+    // A limit of zero is refused when weir.toml is read.
+    std::fs::write(w.path("weir.toml"), "[limits]\nstate_bytes = 0\n").unwrap();
+    let ran = w.run(&["runs", "list"]);
+    assert_ne!(ran.code, 0);
+    assert!(ran.stderr.contains("[limits]"), "{}", ran.stderr);
+}

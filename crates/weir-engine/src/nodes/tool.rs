@@ -34,9 +34,23 @@ pub async fn execute(ctx: &NodeCtx, spec: &ToolSpec) -> Result<Outcome, Failure>
             values.insert(name, Value::String(v));
         }
         scope.insert("secrets".into(), Value::Object(values));
-        spec.params.render(&scope)
+        spec.params.render_in(
+            &weir_core::expr::Scope::new(std::sync::Arc::new(scope))
+                .with_template_bytes(ctx.scope.template_bytes()),
+        )
     }
     .map_err(|e| Failure::fatal("template", format!("params: {}", e.message)))?;
+    // Refused before anything is sent: a request the tool would build from these params.
+    if weir_core::json::len_within(&params, ctx.tool_request_bytes).is_none() {
+        return Err(Failure::fatal(
+            "too_big",
+            format!(
+                "the tool's params are larger than {}, the most a tool request may carry \
+                 (`[limits] tool_request_bytes` in weir.toml); nothing was sent",
+                weir_core::json::bytes(ctx.tool_request_bytes)
+            ),
+        ));
+    }
     let call = ToolCall {
         tool_name: spec.tool_name.clone(),
         params,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use weir_core::ir::{NodeKind, StateLayout};
+use weir_core::json::{bytes, len_within};
 
 use super::Run;
 use crate::nodes::Route;
@@ -60,6 +61,71 @@ impl Run<'_> {
                 }
             }
         }
+    }
+
+    /// Why a finished node's output, or the state its write would leave, does not fit the
+    /// run's size budget (`[limits]`); `None` when both fit, and the state's size is then
+    /// what the write leaves. Measured without building any text.
+    pub(super) fn over_budget(
+        &mut self,
+        node: &weir_core::Node,
+        outcome: &crate::nodes::Outcome,
+    ) -> Option<String> {
+        let limits = &self.engine.limits;
+        let output_too_big = || {
+            format!(
+                "the step's output is larger than {}, the most one step may leave \
+                 (`[limits] step_output_bytes` in weir.toml); it was not recorded",
+                bytes(limits.step_output_bytes)
+            )
+        };
+        let Some(output) = len_within(&outcome.output, limits.step_output_bytes) else {
+            return Some(output_too_big());
+        };
+        let (key, old) = match self.wf.layout {
+            StateLayout::Flat => {
+                let key = node.output_key.as_deref().unwrap_or(&node.id);
+                (key, self.snapshot.state.get(key))
+            }
+            StateLayout::Variables => {
+                if matches!(node.kind, NodeKind::End(_) | NodeKind::HumanGate(_)) {
+                    return None;
+                }
+                let old = match self.snapshot.state.get("variables") {
+                    Some(Value::Object(vars)) => vars.get(&node.id),
+                    _ => None,
+                };
+                (node.id.as_str(), old)
+            }
+        };
+        let new = match (&outcome.write, self.wf.layout) {
+            (Some(w), _) => match len_within(w, limits.step_output_bytes) {
+                Some(n) => n,
+                None => return Some(output_too_big()),
+            },
+            (None, StateLayout::Variables) => output,
+            (None, StateLayout::Flat) => return None,
+        };
+        let before = match self.state_bytes {
+            Some(n) => n,
+            None => len_within(&*self.snapshot.state, usize::MAX).unwrap_or(usize::MAX),
+        };
+        // The value replaced goes; a new key brings its name, quotes, colon and comma.
+        let after = match old {
+            Some(v) => before.saturating_sub(len_within(v, usize::MAX).unwrap_or(0)),
+            None => before.saturating_add(key.len() + 4),
+        }
+        .saturating_add(new);
+        if after > limits.state_bytes {
+            return Some(format!(
+                "the run's state would grow to about {}, past {}, the most a run's state may \
+                 hold (`[limits] state_bytes` in weir.toml); the step's result was not written",
+                bytes(after),
+                bytes(limits.state_bytes)
+            ));
+        }
+        self.state_bytes = Some(after);
+        None
     }
 
     /// Pipeline bookkeeping: remember what the step left visible in this pass, and start a
