@@ -683,3 +683,130 @@ fn the_cli_runs_approves_and_prunes_on_postgres() {
         assert!(!shown.stdout.contains("hunter2") && !shown.stderr.contains("hunter2"));
     });
 }
+
+/// A TCP proxy in front of Postgres that the test controls: it can cut every connection
+/// through it at once, and refuse new ones for a while (a network partition).
+struct Proxy {
+    addr: std::net::SocketAddr,
+    live: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+    down_until: std::sync::Arc<std::sync::Mutex<Option<Instant>>>,
+}
+
+impl Proxy {
+    fn start(upstream: String) -> Self {
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let live: std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>> = Default::default();
+        let down_until: std::sync::Arc<std::sync::Mutex<Option<Instant>>> = Default::default();
+        let (l, d) = (live.clone(), down_until.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if d.lock().unwrap().is_some_and(|t| Instant::now() < t) {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let pipe = |mut from: TcpStream, mut to: TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(Shutdown::Both);
+                        let _ = from.shutdown(Shutdown::Both);
+                    });
+                };
+                let mut held = l.lock().unwrap();
+                held.push(client.try_clone().unwrap());
+                held.push(server.try_clone().unwrap());
+                pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pipe(server, client);
+            }
+        });
+        Self {
+            addr,
+            live,
+            down_until,
+        }
+    }
+
+    /// Cuts every connection through the proxy; returns how many there were.
+    fn cut(&self) -> usize {
+        let held = std::mem::take(&mut *self.live.lock().unwrap());
+        for s in &held {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        held.len() / 2
+    }
+
+    /// Refuses new connections for `d`, after cutting the ones there are.
+    fn partition(&self, d: Duration) -> usize {
+        *self.down_until.lock().unwrap() = Some(Instant::now() + d);
+        self.cut()
+    }
+}
+
+/// Where the `host:port` of a database URL is: `postgres://user@HOST:PORT/db`.
+fn host_port(url: &str) -> std::ops::Range<usize> {
+    let at = url.find('@').unwrap() + 1;
+    at..at + url[at..].find('/').unwrap()
+}
+
+#[test]
+fn workers_reconnect_when_the_connection_to_postgres_is_cut_and_fencing_holds() {
+    let delay = Duration::from_millis(60);
+    let fake = fake_steps(5, delay);
+    block(async {
+        let Some(db) = TestDb::create().await else {
+            return;
+        };
+        let hp = host_port(&db.url);
+        let proxy = Proxy::start(db.url[hp.clone()].to_string());
+        let mut proxied = db.url.clone();
+        proxied.replace_range(hp, &proxy.addr.to_string());
+        // The server (for the API) on the database itself, the workers through the proxy.
+        let w = workspace(&fake, &db.url, 1.5, 0.3);
+        let (server, api) = serve_saving(&w, "chain", chain(&fake, 5)).await;
+        let runs = create_runs(&api, "chain", 400).await;
+        let wp = workspace(&fake, &proxied, 1.5, 0.3);
+        let mut workers: Vec<Child> = (0..2).map(|k| worker(&wp, &format!("w{k}"))).collect();
+        // Six cuts of every connection, 0.5 s apart, then a 2 s partition, then four more.
+        let mut cut = 0;
+        for round in 0..11 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            cut += if round == 6 {
+                proxy.partition(Duration::from_secs(2))
+            } else {
+                proxy.cut()
+            };
+        }
+        let done = api.get("/api/runs?status=succeeded&limit=400").await["runs"]
+            .as_array()
+            .map_or(0, Vec::len);
+        assert!(
+            done < 400,
+            "the runs were still going when the last cut came"
+        );
+        let records = settle(&api, &runs, Duration::from_secs(180)).await;
+        let takeovers = check_exactly_once(&records, &fake, 5, delay, &[]);
+        eprintln!(
+            "connection cuts: {} runs succeeded ({done} before the last cut); {cut} \
+             connections cut in 10 cuts and a 2 s partition; {takeovers} takeovers",
+            records.len()
+        );
+        assert!(
+            cut >= 10,
+            "connections were cut while the workers ran: {cut}"
+        );
+        for k in &mut workers {
+            assert!(
+                k.try_wait().unwrap().is_none(),
+                "a worker survives the cuts instead of exiting"
+            );
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+        server.kill();
+    });
+}
