@@ -65,16 +65,20 @@ where
         let transient = e.fault().is_some_and(Fault::transient);
         if !transient || started.elapsed() + wait > RETRY_FOR {
             if transient {
-                tracing::warn!(
-                    write = what,
-                    tries,
-                    "{e}: gave up after {:.1} s",
-                    started.elapsed().as_secs_f64()
-                );
+                tracing::debug!(write = what, tries, "{e}: gave up");
             }
             return Err(e);
         }
-        tracing::warn!(write = what, tries, "{e}: trying again in {wait:?}");
+        // Said once per write: the ones after are the same wait, longer.
+        if tries == 1 {
+            tracing::warn!(
+                write = what,
+                "{e}: trying again for up to {} s",
+                RETRY_FOR.as_secs()
+            );
+        } else {
+            tracing::debug!(write = what, tries, "{e}: trying again in {wait:?}");
+        }
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(MAX_WAIT);
         tries += 1;

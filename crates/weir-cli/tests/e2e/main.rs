@@ -10,6 +10,7 @@ mod cli;
 mod durability;
 mod enrichment;
 mod examples;
+mod faults;
 mod gates;
 mod gateway;
 mod hardening;
