@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use weir_store::testdb::TestDb;
 
 use crate::serve::{Client, Server, block};
-use crate::support::{Fake, Reply, Weir};
+use crate::support::{Fake, Reply, Weir, wait_until};
 
 /// A workflow of `n` `http_request` steps, each calling the fake at `/step/{i}`.
 fn chain(fake: &Fake, n: usize) -> Value {
@@ -804,6 +804,86 @@ fn workers_reconnect_when_the_connection_to_postgres_is_cut_and_fencing_holds() 
                 k.try_wait().unwrap().is_none(),
                 "a worker survives the cuts instead of exiting"
             );
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+        server.kill();
+    });
+}
+
+/// libfaketime (Debian's `faketime` package), preloaded into a process to move its clock;
+/// `None` (loudly) where it is not installed; CI requires it.
+fn libfaketime() -> Option<&'static str> {
+    let found = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/faketime/libfaketimeMT.so.1",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists());
+    if found.is_none() {
+        if std::env::var("WEIR_REQUIRE_FAULTS").as_deref() == Ok("1") {
+            panic!(
+                "WEIR_REQUIRE_FAULTS=1 but libfaketime is not installed (apt-get install faketime)"
+            );
+        }
+        eprintln!("*** libfaketime is not installed: the clock-jump test is SKIPPED ***");
+    }
+    found
+}
+
+#[test]
+fn a_worker_whose_clock_jumped_an_hour_takes_no_run_whose_lease_is_alive() {
+    let delay = Duration::from_millis(800);
+    let fake = fake_steps(2, delay);
+    block(async {
+        let Some(db) = TestDb::create().await else {
+            return;
+        };
+        let Some(faketime) = libfaketime() else {
+            return;
+        };
+        let w = workspace(&fake, &db.url, 2.0, 0.4);
+        let (server, api) = serve_saving(&w, "chain", chain(&fake, 2)).await;
+        let runs = create_runs(&api, "chain", 12).await;
+        let mut steady = worker_of(&w, "steady", 3);
+        wait_until("the steady worker drives its runs", || {
+            fake.seen("/step/1").len() >= 3
+        });
+        // A second worker whose process clock is an hour ahead (its timers, on the
+        // monotonic clock, unchanged): every lease the first one holds looks an hour
+        // expired to it, if it reads its own clock.
+        let mut jumped = w
+            .command(&["worker", "--concurrency", "3", "--name", "jumped"])
+            .env("LD_PRELOAD", faketime)
+            .env("FAKETIME", "+3600s")
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+            .env("FAKETIME_NO_CACHE", "1")
+            .spawn()
+            .unwrap();
+        let records = settle(&api, &runs, Duration::from_secs(120)).await;
+        let takeovers = check_exactly_once(&records, &fake, 2, delay, &[]);
+        let by_jumped: Vec<&Value> = records
+            .iter()
+            .filter(|r| {
+                r["events"].as_array().unwrap().iter().any(|e| {
+                    e["type"] == "run_started" && e["owner"] == "jumped"
+                        || e["type"] == "run_resumed" && e["owner"] == "jumped"
+                })
+            })
+            .collect();
+        eprintln!(
+            "clock jump: {} runs succeeded, {} of them driven by the worker an hour ahead, \
+             {takeovers} takeovers",
+            records.len(),
+            by_jumped.len()
+        );
+        assert_eq!(takeovers, 0, "no lease alive was taken over");
+        assert!(
+            !by_jumped.is_empty(),
+            "the worker an hour ahead did work: it took queued runs"
+        );
+        for k in [&mut steady, &mut jumped] {
             let _ = k.kill();
             let _ = k.wait();
         }

@@ -4,6 +4,7 @@
 use sqlx::{PgConnection, Row};
 use weir_core::store::{Claim, Lease, StoreError, Written, now_ms};
 
+use super::sql::db_now;
 use super::store::{Postgres, in_tx, not_found};
 use super::write::insert_events;
 use crate::rules::{self, ClaimRow};
@@ -16,10 +17,11 @@ impl Postgres {
         claim: &Claim,
     ) -> Result<(Lease, Written), StoreError> {
         let out = in_tx(&self.pool, async |tx: &mut PgConnection| {
-            let r = sqlx::query(
-                "SELECT r.status, r.epoch, r.owner, CASE WHEN q.leased THEN q.visible_at END AS lease
-                 FROM runs r LEFT JOIN queue q ON q.run_id = r.id WHERE r.id = $1 FOR UPDATE OF r",
-            )
+            let r = sqlx::query(concat!(
+                "SELECT r.status, r.epoch, r.owner, CASE WHEN q.leased THEN q.visible_at END AS lease, ",
+                db_now!(),
+                " AS now FROM runs r LEFT JOIN queue q ON q.run_id = r.id WHERE r.id = $1 FOR UPDATE OF r"
+            ))
             .bind(run_id)
             .fetch_optional(&mut *tx)
             .await
@@ -32,7 +34,7 @@ impl Postgres {
                 owner: r.get("owner"),
                 lease_expires_at: r.get("lease"),
             };
-            if let Some(refusal) = rules::claim_refusal(&row.view(), now_ms()) {
+            if let Some(refusal) = rules::claim_refusal(&row.view(), r.get("now")) {
                 return Err(refusal);
             }
             self.faults.hit("claim", 0)?;
@@ -62,14 +64,16 @@ impl Postgres {
             // wait behind a backlog), then queued runs oldest first. Queue rows first, then their
             // runs, both skipping what others hold: a claim never waits on a lock, so it cannot
             // deadlock with a drive's write (runs, then queue).
-            let rows = sqlx::query(
-                "WITH expired AS (
+            let rows = sqlx::query(concat!(
+                "WITH now AS (SELECT ",
+                db_now!(),
+                " AS ms), expired AS (
                     SELECT run_id, 0 AS pri, visible_at, n FROM queue
-                    WHERE leased AND visible_at <= $1
+                    WHERE leased AND visible_at <= (SELECT ms FROM now) + $1
                     ORDER BY visible_at LIMIT $2 FOR UPDATE SKIP LOCKED
                 ), ready AS (
                     SELECT run_id, 1 AS pri, visible_at, n FROM queue
-                    WHERE NOT leased AND visible_at <= $1
+                    WHERE NOT leased AND visible_at <= (SELECT ms FROM now) + $1
                     ORDER BY visible_at, n LIMIT ($2 - (SELECT COUNT(*) FROM expired))
                     FOR UPDATE SKIP LOCKED
                 ), picked AS (
@@ -84,17 +88,18 @@ impl Postgres {
                     FROM old WHERE r.id = old.id
                     RETURNING r.id, r.epoch, r.event_seq, r.cancel_requested
                 ), uq AS (
-                    UPDATE queue q SET visible_at = $4, leased = TRUE, epoch = upd.epoch
+                    UPDATE queue q SET visible_at = (SELECT ms FROM now) + $4, leased = TRUE,
+                                       epoch = upd.epoch
                     FROM upd WHERE q.run_id = upd.id
                 )
                 SELECT upd.id, upd.epoch, upd.event_seq, upd.cancel_requested, old.status,
                        old.owner, old.epoch AS old_epoch
-                FROM upd JOIN old ON old.id = upd.id ORDER BY old.pri, old.visible_at, old.n",
-            )
-            .bind(now)
+                FROM upd JOIN old ON old.id = upd.id ORDER BY old.pri, old.visible_at, old.n"
+            ))
+            .bind(0_i64)
             .bind(i64::from(limit))
             .bind(claim.owner.as_str())
-            .bind(expires_at)
+            .bind(claim.ttl.as_millis() as i64)
             .fetch_all(&mut *tx)
             .await
             .map_err(backend)?;
@@ -181,13 +186,15 @@ impl Postgres {
             return Ok(None);
         };
         self.faults.hit("claim", 1)?;
-        sqlx::query(
-            "INSERT INTO queue (run_id, visible_at, leased, epoch) VALUES ($1, $2, TRUE, $3)
+        sqlx::query(concat!(
+            "INSERT INTO queue (run_id, visible_at, leased, epoch) VALUES ($1, ",
+            db_now!(),
+            " + $2, TRUE, $3)
              ON CONFLICT (run_id) DO UPDATE SET visible_at = EXCLUDED.visible_at, leased = TRUE,
-                                                epoch = EXCLUDED.epoch",
-        )
+                                                epoch = EXCLUDED.epoch"
+        ))
         .bind(row.id.as_str())
-        .bind(expires_at)
+        .bind(claim.ttl.as_millis() as i64)
         .bind(epoch as i64)
         .execute(&mut *tx)
         .await

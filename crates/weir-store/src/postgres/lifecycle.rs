@@ -15,7 +15,7 @@ use crate::{backend, json};
 use super::write::{StepArrays, bodies, insert_events, upsert_sql};
 
 use super::notify;
-use super::sql::patches;
+use super::sql::{db_now, patches};
 use super::store::{Postgres, in_tx, lost_source, not_found, snapshot_written};
 
 #[expect(
@@ -77,7 +77,8 @@ impl Lifecycle for Postgres {
                     ON CONFLICT DO NOTHING RETURNING id
                 ), q AS (
                     INSERT INTO queue (run_id, visible_at, leased, epoch)
-                    SELECT id, $16, $17, $13 FROM r
+                    SELECT id, (extract(epoch from clock_timestamp()) * 1000)::int8 + $16, $17,
+                           $13 FROM r
                 ), e AS (
                     INSERT INTO run_events (run_id, seq, body)
                     SELECT r.id, x.k, x.body FROM r, unnest($18::text[]) WITH ORDINALITY AS x(body, k)
@@ -99,7 +100,7 @@ impl Lifecycle for Postgres {
             .bind(i64::from(lease.is_some()))
             .bind(lease.as_ref().map(|l| l.owner.as_str()))
             .bind(kinds.len() as i64)
-            .bind(lease.as_ref().map_or(now, |l| l.expires_at))
+            .bind(run.claim.as_ref().map_or(0, |c| c.ttl.as_millis() as i64))
             .bind(lease.is_some())
             .bind(&bodies)
             .fetch_optional(&self.pool)
@@ -204,13 +205,15 @@ impl Lifecycle for Postgres {
             insert_events(&mut *tx, &d.run_id, last - n + 1, &at, &d.events).await?;
             self.faults.hit("decide", 3)?;
             if d.status == RunStatus::Queued {
-                sqlx::query(
-                    "INSERT INTO queue (run_id, visible_at, leased, epoch) VALUES ($1, $2, FALSE, $3)
+                sqlx::query(concat!(
+                    "INSERT INTO queue (run_id, visible_at, leased, epoch) VALUES ($1, ",
+                    db_now!(),
+                    " + $2, FALSE, $3)
                      ON CONFLICT (run_id) DO UPDATE SET visible_at = EXCLUDED.visible_at,
-                                                        leased = FALSE, epoch = EXCLUDED.epoch",
-                )
+                                                        leased = FALSE, epoch = EXCLUDED.epoch"
+                ))
                 .bind(d.run_id.as_str())
-                .bind(now_ms())
+                .bind(0_i64)
                 .bind(epoch)
                 .execute(&mut *tx)
                 .await
@@ -239,6 +242,8 @@ impl Lifecycle for Postgres {
             let row = sqlx::query(concat!(
                 "SELECT r.status, CASE WHEN q.leased THEN q.visible_at END AS lease,
                             r.cancel_requested, r.snapshot, ",
+                db_now!(),
+                " AS now, ",
                 patches!(),
                 "
                      FROM runs r LEFT JOIN queue q ON q.run_id = r.id WHERE r.id = $1
@@ -255,7 +260,7 @@ impl Lifecycle for Postgres {
                 row.get("lease"),
                 row.get::<bool, _>("cancel_requested"),
                 by,
-                now_ms(),
+                row.get("now"),
             )?;
             let now = match plan {
                 rules::CancelPlan::Request(events) => {

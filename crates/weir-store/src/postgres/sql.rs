@@ -10,3 +10,14 @@ macro_rules! patches {
 }
 
 pub(super) use patches;
+
+/// The time now on the database's clock, in unix milliseconds. Leases are set and compared
+/// on this one clock, so a worker whose own clock jumps (or drifts) can neither take a run
+/// whose lease is alive nor keep one past its expiry in the others' eyes.
+macro_rules! db_now {
+    () => {
+        "(extract(epoch from clock_timestamp()) * 1000)::int8"
+    };
+}
+
+pub(super) use db_now;

@@ -196,13 +196,15 @@ crate::rules::fenced_drive_writes!(Postgres {
 
     async fn renew(&self, lease: &mut Lease, ttl: Duration) -> Result<Written, StoreError> {
         let expires = now_ms() + ttl.as_millis() as i64;
-        let row = sqlx::query(
-            "UPDATE queue SET visible_at = $3 WHERE run_id = $1 AND epoch = $2 AND leased
-             RETURNING (SELECT cancel_requested FROM runs WHERE id = $1)",
-        )
+        let row = sqlx::query(concat!(
+            "UPDATE queue SET visible_at = ",
+            super::sql::db_now!(),
+            " + $3 WHERE run_id = $1 AND epoch = $2 AND leased
+             RETURNING (SELECT cancel_requested FROM runs WHERE id = $1)"
+        ))
         .bind(lease.run_id.as_str())
         .bind(lease.epoch as i64)
-        .bind(expires)
+        .bind(ttl.as_millis() as i64)
         .fetch_optional(&self.fast)
         .await
         .map_err(backend)?;

@@ -4,7 +4,7 @@
 use sqlx::{PgConnection, Row};
 use weir_core::event::EventKind;
 use weir_core::record::{RunStatus, StepRecord};
-use weir_core::store::{Lease, StoreError, Written, now_ms};
+use weir_core::store::{Lease, StoreError, Written};
 
 use super::store::{Postgres, in_tx};
 use crate::retry::{self, Failed};
@@ -206,7 +206,7 @@ fn fenced_sql(steps: bool, events: bool, snap: usize, end: i32) -> &'static str 
                         .into(),
                 ),
                 2 => parts.push(
-                    "back AS (UPDATE queue SET visible_at = $29, leased = FALSE
+                    "back AS (UPDATE queue SET visible_at = (extract(epoch from clock_timestamp()) * 1000)::int8 + $29, leased = FALSE
                               WHERE run_id = $1 AND EXISTS (SELECT 1 FROM fence))"
                         .into(),
                 ),
@@ -279,7 +279,7 @@ impl Postgres {
             arrays
                 .bind(q)
                 .bind(bodies)
-                .bind(now_ms())
+                .bind(0_i64)
                 .bind(patch.as_deref())
                 .fetch_optional(&mut *conn)
                 .await
