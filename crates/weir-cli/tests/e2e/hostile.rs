@@ -3,6 +3,8 @@
 
 use std::io::Read;
 
+use serde_json::json;
+
 use crate::support::Weir;
 
 /// A workflow whose one agent echoes its input's `text` (the mock model replies with the
@@ -378,4 +380,209 @@ fn each_limits_setting_fails_the_node_that_would_pass_it() {
     let ran = w.run(&["runs", "list"]);
     assert_ne!(ran.code, 0);
     assert!(ran.stderr.contains("[limits]"), "{}", ran.stderr);
+}
+
+/// Hostile expressions, built from families of known attacks on an evaluator (huge
+/// repetitions, deep nesting, overflow, NaN, escapes from the sandbox, quadratic string
+/// methods, malformed templates) at sizes from small to absurd.
+fn hostile_expressions() -> Vec<String> {
+    let sizes = [
+        "0",
+        "10",
+        "1000",
+        "100000",
+        "1000000",
+        "10000000",
+        "2000000000",
+        "9223372036854775807",
+        "100000000000000000000",
+        "-1",
+    ];
+    let families: &[&str] = &[
+        "'a' * N",
+        "['a'] * N",
+        "[[0] * N] * N",
+        "('x' * N) ~ ('y' * N)",
+        "len(str([0] * N))",
+        "2 ** N",
+        "9223372036854775807 + N",
+        "N // 0",
+        "N % 0",
+        "' '.join(['a' * N] * N)",
+        "('a' * N).replace('a', 'bb')",
+        "('a' * N).split('a')",
+        "max([0] * N)",
+        "min([1] * N + [0])",
+        "str(N) * N",
+        "{'k': 'v' * N}",
+        "'é' * N",
+        "int('9' * N)",
+        "float('9' * N)",
+        "('ab' * N).count('ab')",
+        "('a' * N).find('b')",
+        "'b' in 'a' * N",
+        "[0] * N == [0] * N",
+        "[0] * N + [0] * N",
+        "str({'a': [0] * N})",
+        "('a' * N).upper().lower().strip()",
+        "len(('\\n' * N).splitlines())",
+        "'a' ~ [0] * N",
+        "round(1e308, N)",
+        "round(2.5, -N)",
+        "abs(-N) * abs(-N) * abs(-N)",
+        "N * 1e308",
+        "float(N) ** N",
+        "[N] * N * N",
+        "{'a': N}.get('a') * 'x'",
+        "'%s' * N",
+        "('a' * N)[N]",
+        "[0, 1][N]",
+        "len(['x' * N, 'y' * N, 'z' * N])",
+        "0 < N < N < N < N < N",
+    ];
+    let mut all: Vec<String> = families
+        .iter()
+        .flat_map(|f| sizes.iter().map(move |n| f.replace('N', n)))
+        .collect();
+    for depth in [10, 63, 64, 65, 200, 499] {
+        all.push(format!("{}1{}", "(".repeat(depth), ")".repeat(depth)));
+        all.push(format!("{}1{}", "[".repeat(depth), "]".repeat(depth)));
+        all.push(format!("{}True", "not ".repeat(depth)));
+        all.push(vec!["1"; depth].join(" + "));
+    }
+    all.extend(
+        [
+            "__import__('os').system('id')",
+            "().__class__.__bases__[0].__subclasses__()",
+            "open('/etc/passwd').read()",
+            "exec('1')",
+            "eval('1')",
+            "lambda: 1",
+            "[x for x in [1, 2]]",
+            "input.__dict__",
+            "globals()",
+            "undefined_name",
+            "input.missing.deeper",
+            "float('nan') == float('nan')",
+            "float('inf')",
+            "1e308 * 10",
+            "'a' < 3",
+            "'\\x00' * 100",
+            "'\\ud800'",
+            "{",
+            "}",
+            "'unterminated",
+            "1 +",
+            "",
+            " ",
+            "a if b else",
+            &"x".repeat(1001),
+            &format!("'{}'", "a".repeat(998)),
+        ]
+        .map(String::from),
+    );
+    all
+}
+
+/// The peak resident memory of the largest child process waited for so far, in KiB.
+fn children_peak_kb() -> i64 {
+    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+        .map(|u| u.max_rss())
+        .unwrap_or(0)
+}
+
+/// At least 400 hostile expressions, each through every kind of place one is evaluated: as
+/// a condition's and a loop's expression, and as a placeholder of a prompt template and of
+/// an end node's output template (half of them meet a template first). Each is refused
+/// with an error that names its node, or evaluates within the budget: no crash, no
+/// runaway output. The worst time and the peak memory of any one `weir run` are printed,
+/// for RELIABILITY.md.
+#[test]
+fn four_hundred_hostile_expressions_are_refused_or_bounded() {
+    let w = Weir::new();
+    let expressions = hostile_expressions();
+    assert!(expressions.len() >= 400, "{}", expressions.len());
+    let (mut refused, mut evaluated, mut invalid) = (0, 0, 0);
+    let mut worst = (std::time::Duration::ZERO, String::new());
+    let mut heaviest = (0, String::new());
+    for (i, e) in expressions.iter().enumerate() {
+        let placeholder = format!("{{{e}}}");
+        let condition = json!({"id": "check", "type": "condition", "config": {"expression": e}});
+        let prompt = json!({"id": "ask", "type": "agent",
+            "config": {"model": "mock", "user_message": placeholder}});
+        let spin = json!({"id": "spin", "type": "loop",
+            "config": {"expression": e, "max_iterations": 2}});
+        let end = json!({"id": "done", "type": "end", "config": {"output": {"v": placeholder}}});
+        let (first, second) = if i % 2 == 0 {
+            (condition, prompt)
+        } else {
+            (prompt, condition)
+        };
+        let (a, b) = (first["id"].clone(), second["id"].clone());
+        let wf = json!({"name": "hostile", "nodes": [first, second, spin, end], "edges": [
+            {"source": a, "target": b, "condition_value": "true"},
+            {"source": a, "target": b, "condition_value": "false"},
+            {"source": b, "target": "spin", "condition_value": "true"},
+            {"source": b, "target": "spin", "condition_value": "false"},
+            {"source": "spin", "target": "done", "condition_value": "true"},
+            {"source": "spin", "target": "done", "condition_value": "false"},
+        ]});
+        // A condition fires only its matching edges, and an agent all of them: both kinds
+        // of edge are drawn, so every outcome reaches the next node.
+        let f = w.file("hostile.json", &wf.to_string());
+        let started = std::time::Instant::now();
+        let ran = w.run(&["run", &f, "--json"]);
+        let took = started.elapsed();
+        if took > worst.0 {
+            worst = (took, e.chars().take(60).collect());
+        }
+        // The largest peak of any child so far: it grows only with a run that went higher.
+        let rss = children_peak_kb();
+        if rss > heaviest.0 {
+            heaviest = (rss, e.chars().take(60).collect());
+        }
+        assert!(
+            !ran.stderr.contains("panicked"),
+            "{e:.80}: a panic\n{}",
+            ran.stderr
+        );
+        assert!(
+            ran.stdout.len() < 16 << 20,
+            "{e:.80}: {} bytes printed",
+            ran.stdout.len()
+        );
+        match ran.code {
+            0 => evaluated += 1,
+            1 => {
+                let r = ran.json();
+                let message = r["error"]["message"].as_str().unwrap_or_default();
+                assert!(
+                    !message.is_empty() && r["error"]["node_id"].is_string(),
+                    "{e:.80}: {r}"
+                );
+                refused += 1;
+            }
+            2 => {
+                // Refused when the file was read: the message says where.
+                assert!(
+                    ran.stderr.contains("hostile.json"),
+                    "{e:.80}: {}",
+                    ran.stderr
+                );
+                invalid += 1;
+            }
+            other => panic!("{e:.80}: exit {other}\n{}", ran.stderr),
+        }
+    }
+    eprintln!(
+        "hostile expressions: {} tried, {evaluated} evaluated, {refused} refused at run \
+         time, {invalid} refused at load; worst run {:.0} ms ({}), peak memory of any run \
+         {} MB ({})",
+        expressions.len(),
+        worst.0.as_secs_f64() * 1000.0,
+        worst.1,
+        heaviest.0 / 1024,
+        heaviest.1
+    );
+    assert!(refused > 100 && evaluated > 50 && invalid > 10);
 }

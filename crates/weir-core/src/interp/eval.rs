@@ -334,12 +334,16 @@ impl<'n> Eval<'n, '_> {
             (Kind::Bool, Kind::Bool) => Ok(a.as_bool() == b.as_bool()),
             (Kind::Null, Kind::Null) => Ok(true),
             (Kind::List, Kind::List) => {
-                let (x, y) = (a.items().unwrap_or_default(), b.items().unwrap_or_default());
-                if x.len() != y.len() {
+                // Item by item, neither list copied out.
+                let n = a.len().unwrap_or(0);
+                if b.len() != Some(n) {
                     return Ok(false);
                 }
-                for (p, q) in x.iter().zip(&y) {
-                    if !self.equal(p, q)? {
+                for i in 0..n {
+                    let (Some(p), Some(q)) = (a.item(i), b.item(i)) else {
+                        return Ok(false);
+                    };
+                    if !self.equal(&p, &q)? {
                         return Ok(false);
                     }
                 }
@@ -477,10 +481,11 @@ impl<'n> Eval<'n, '_> {
                 return Ok(V::Str(format!("{x}{y}").into()));
             }
             (Bin::Add, Kind::List, Kind::List) => {
+                // Counted before either side is copied out.
+                self.m
+                    .list(a.len().unwrap_or(0).saturating_add(b.len().unwrap_or(0)))?;
                 let mut x = a.items().unwrap_or_default();
-                let y = b.items().unwrap_or_default();
-                self.m.list(x.len() + y.len())?;
-                x.extend(y);
+                x.extend(b.items().unwrap_or_default());
                 return Ok(V::List(Rc::new(x)));
             }
             (Bin::Mul, Kind::Str | Kind::List, Kind::Num) => return self.repeat(&a, &b),

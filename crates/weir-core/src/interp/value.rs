@@ -134,6 +134,15 @@ impl<'a> V<'a> {
         }
     }
 
+    /// The `i`-th item of a list, without copying the list out.
+    pub(super) fn item(&self, i: usize) -> Option<V<'a>> {
+        match self {
+            V::J(Value::Array(a)) => a.get(i).map(V::J),
+            V::List(l) => l.get(i).cloned(),
+            _ => None,
+        }
+    }
+
     pub(super) fn len(&self) -> Option<usize> {
         match self {
             V::J(Value::Array(a)) => Some(a.len()),
@@ -173,11 +182,15 @@ impl<'a> V<'a> {
     /// [`to_json`](Self::to_json) with at most `bytes` of string text written out (strings
     /// are shared while evaluating; written out, each copy counts).
     pub(super) fn json_limited(&self, bytes: usize) -> Result<Value, ExprError> {
-        let mut budget = (MAX_ITEMS, bytes);
-        self.json_within(&mut budget)
+        // Measured first, building nothing: a list of a million shared lists is refused
+        // without writing out the million values that fit before the limit.
+        self.measure(&mut (MAX_ITEMS, bytes))?;
+        Ok(self.json())
     }
 
-    pub(super) fn json_within(&self, budget: &mut (usize, usize)) -> Result<Value, ExprError> {
+    /// Counts the values and the string text `self` would write out against `budget`
+    /// (values, bytes), without building any of it.
+    fn measure(&self, budget: &mut (usize, usize)) -> Result<(), ExprError> {
         if budget.0 == 0 {
             return Err(err(format!(
                 "expression result is too large (more than {MAX_ITEMS} values)"
@@ -187,8 +200,10 @@ impl<'a> V<'a> {
         let text = match self {
             V::Str(s) => s.len(),
             V::J(Value::String(s)) => s.len(),
-            // A value of state is copied whole: count it by its size.
-            V::J(v @ (Value::Array(_) | Value::Object(_))) => v.to_string().len(),
+            // A value of state is copied whole: count it by its size, up to what is left.
+            V::J(v @ (Value::Array(_) | Value::Object(_))) => {
+                crate::json::len_within(v, budget.1).unwrap_or(usize::MAX)
+            }
             _ => 0,
         };
         if text > budget.1 {
@@ -198,24 +213,25 @@ impl<'a> V<'a> {
             )));
         }
         budget.1 -= text;
-        Ok(match self {
+        match self {
+            V::List(l) => l.iter().try_for_each(|v| v.measure(budget)),
+            V::Map(m) => m.iter().try_for_each(|(_, v)| v.measure(budget)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The value as JSON, once [`measure`](Self::measure) has found it fits.
+    fn json(&self) -> Value {
+        match self {
             V::J(v) => (*v).clone(),
             V::Null => Value::Null,
             V::Bool(b) => Value::Bool(*b),
             V::Int(i) => Value::from(*i),
             V::Float(f) => Number::from_f64(*f).map_or(Value::Null, Value::Number),
             V::Str(s) => Value::String(s.to_string()),
-            V::List(l) => Value::Array(
-                l.iter()
-                    .map(|v| v.json_within(budget))
-                    .collect::<Result<_, _>>()?,
-            ),
-            V::Map(m) => Value::Object(
-                m.iter()
-                    .map(|(k, v)| Ok((k.clone(), v.json_within(budget)?)))
-                    .collect::<Result<_, ExprError>>()?,
-            ),
-        })
+            V::List(l) => Value::Array(l.iter().map(V::json).collect()),
+            V::Map(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), v.json())).collect()),
+        }
     }
 
     /// Python-like text: strings as they are, `None`/`True`/`False`, lists and maps as JSON.
