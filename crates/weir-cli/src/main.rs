@@ -103,7 +103,7 @@ fn parse() -> Cli {
 fn report(e: &anyhow::Error, as_json: bool, env: Option<&wiring::Env>) {
     if as_json {
         let body = serde_json::json!({
-            "error": {"code": errors::error_code_of(e), "message": errors::chain(&e)}
+            "error": {"code": errors::error_code_of(e), "message": errors::chain(e)}
         });
         println!("{body}");
     }

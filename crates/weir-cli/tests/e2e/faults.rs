@@ -103,7 +103,7 @@ fn a_full_disk_under_sqlite_stops_the_run_cleanly_and_loses_nothing_committed() 
         1,
         "the cause once: {error}"
     );
-    assert!(error.contains(&format!("run ")), "{error}");
+    assert!(error.contains("run "), "{error}");
 
     // The database as the full disk left it: intact, the run running with what it committed.
     let db = saved.join("w.db");

@@ -487,8 +487,7 @@ fn hostile_expressions() -> Vec<String> {
 /// The peak resident memory of the largest child process waited for so far, in KiB.
 fn children_peak_kb() -> i64 {
     nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
-        .map(|u| u.max_rss())
-        .unwrap_or(0)
+        .map_or(0, |u| u.max_rss())
 }
 
 /// At least 400 hostile expressions, each through every kind of place one is evaluated: as

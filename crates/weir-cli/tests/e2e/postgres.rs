@@ -867,8 +867,8 @@ fn a_worker_whose_clock_jumped_an_hour_takes_no_run_whose_lease_is_alive() {
             .iter()
             .filter(|r| {
                 r["events"].as_array().unwrap().iter().any(|e| {
-                    e["type"] == "run_started" && e["owner"] == "jumped"
-                        || e["type"] == "run_resumed" && e["owner"] == "jumped"
+                    (e["type"] == "run_started" || e["type"] == "run_resumed")
+                        && e["owner"] == "jumped"
                 })
             })
             .collect();
