@@ -51,7 +51,7 @@ pub fn run(env: &Env, args: crate::cli::InitArgs) -> Result<u8> {
     }
     std::fs::write(path, &text).map_err(|e| Usage(format!("cannot write {file}: {e}")))?;
     println!("wrote {file} ({dialect} dialect, runs offline on the mock model)");
-    println!("  run it:      weir run {file} --input '{{\"topic\": \"tides\"}}'");
+    println!("  run it:      weir run {file}   (or --input '{{\"topic\": \"volcanoes\"}}')");
     println!("  check it:    weir validate {file}");
     println!("  the dialect: docs/{dialect}.md");
     Ok(0)

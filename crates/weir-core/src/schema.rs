@@ -63,6 +63,24 @@ impl CompiledSchema {
     }
 
     /// The schema as written.
+    /// Fills the keys an object input leaves out with the `default` its schema's
+    /// `properties` give them (top level only), as a form would.
+    pub fn fill_defaults(&self, input: &mut Value) {
+        let (Some(props), Value::Object(map)) = (
+            self.source.get("properties").and_then(Value::as_object),
+            input,
+        ) else {
+            return;
+        };
+        for (key, prop) in props {
+            if let Some(default) = prop.get("default")
+                && !map.contains_key(key)
+            {
+                map.insert(key.clone(), default.clone());
+            }
+        }
+    }
+
     pub fn source(&self) -> &Value {
         &self.source
     }

@@ -31,6 +31,7 @@ const TOP_KEYS: &[&str] = &[
     "dialect",
     "name",
     "description",
+    "input",
     "nodes",
     "edges",
     "hop_ceiling",
@@ -60,9 +61,10 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
     cx.top_level(
         doc,
         TOP_KEYS,
-        "a graph document has dialect, name, description, nodes, edges and hop_ceiling",
+        "a graph document has dialect, name, description, input, nodes, edges and hop_ceiling",
     );
     let (name, hop_ceiling) = cx.header(doc, default_name, DEFAULT_HOP_CEILING);
+    let input_schema = cx.schema(None, doc, "input");
 
     let mut nodes = Vec::new();
     match doc.get("nodes").map(|n| &n.kind) {
@@ -129,7 +131,7 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
         edges,
         hop_ceiling,
         layout: StateLayout::Flat,
-        input_schema: None,
+        input_schema,
         start: None,
         index: Default::default(),
     };

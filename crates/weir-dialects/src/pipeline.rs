@@ -21,6 +21,7 @@ const TOP_KEYS: &[&str] = &[
     "dialect",
     "name",
     "description",
+    "input",
     "model",
     "hopCeiling",
     "hop_ceiling",
@@ -56,9 +57,10 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
     cx.top_level(
         doc,
         TOP_KEYS,
-        "a pipeline document has name, description, model, hopCeiling and steps",
+        "a pipeline document has name, description, input, model, hopCeiling and steps",
     );
     let (name, hop_ceiling) = cx.header(doc, default_name, DEFAULT_HOP_CEILING);
+    let input_schema = cx.schema(None, doc, "input");
     let default_model = cx.string("", doc, "model");
     let items: &[tree::Node] = match doc.get("steps").map(|s| &s.kind) {
         Some(Kind::Seq(items)) if !items.is_empty() => items,
@@ -122,7 +124,8 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
             }
         }
     }
-    let wf = workflow(name, nodes, edges, hop_ceiling);
+    let mut wf = workflow(name, nodes, edges, hop_ceiling);
+    wf.input_schema = input_schema;
     cx.structure(&wf);
     (wf, cx.diags)
 }

@@ -356,6 +356,7 @@ impl Engine {
         // every other value the run records.
         self.redactor.value(&mut input);
         if let Some(schema) = &wf.input_schema {
+            schema.fill_defaults(&mut input);
             let errors = schema.errors(&input);
             if !errors.is_empty() {
                 let mut all = vec!["the input does not match the workflow's input schema:".into()];

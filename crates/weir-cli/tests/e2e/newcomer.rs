@@ -21,6 +21,20 @@ fn init_writes_a_workflow_of_each_dialect_that_runs_offline() {
         let ran = w.run(&["run", &file, "--input", r#"{"topic": "tides"}"#, "--json"]);
         assert_eq!(ran.code, 0, "{dialect}: {}", ran.stderr);
         assert_eq!(ran.json()["status"], "succeeded");
+        // As the README shows it, without input: the topic's default is filled in.
+        let ran = w.run(&["run", &file, "--json"]);
+        assert_eq!(ran.code, 0, "{dialect}: {}", ran.stderr);
+        assert_eq!(ran.json()["input"]["topic"], "tides");
+        // A mistyped input is refused before a run exists, naming the key and the type.
+        let before = w.run_ids().len();
+        let bad = w.run(&["run", &file, "--input", r#"{"topic": 3}"#]);
+        assert_eq!(bad.code, 2, "{dialect}: {}", bad.stderr);
+        assert!(
+            bad.stderr.contains("/topic: 3 is not of type \"string\""),
+            "{}",
+            bad.stderr
+        );
+        assert_eq!(w.run_ids().len(), before, "no run was created");
         // A second init does not overwrite the user's file.
         let again = w.run(&["init", &file, "--dialect", dialect]);
         assert_eq!(again.code, 2);
@@ -257,4 +271,53 @@ fn runs_list_filters_by_status_workflow_and_time_and_shows_steps_and_errors() {
     assert_eq!(wrong.code, 2, "{}", wrong.stderr);
     let wrong = w.run(&["runs", "list", "--since", "yesterday"]);
     assert_eq!(wrong.code, 2, "{}", wrong.stderr);
+}
+
+/// Every dialect may declare its input as a JSON Schema (`input:` at the top level): a
+/// missing or mistyped key is refused before a run exists, each named, with exit 2 and
+/// `invalid_input` under `--json`; a bad schema is a validation error.
+#[test]
+fn a_declared_input_is_checked_before_the_run_is_created_in_every_dialect() {
+    let w = Weir::new();
+    let schema = "input:\n  type: object\n  properties:\n    n: {type: integer}\n    \
+                  who: {type: string}\n  required: [n, who]\n";
+    let graph = w.file(
+        "g.yaml",
+        &format!(
+            "name: g\n{schema}nodes:\n  - id: done\n    type: end\n    config: \
+             {{output: {{n: \"{{n}}\"}}}}\nedges: []\n"
+        ),
+    );
+    let pipeline = w.file(
+        "p.yaml",
+        &format!(
+            "name: p\nmodel: mock\n{schema}steps:\n  - id: a\n    fields: [{{ name: N, \
+             type: text, from: input.who }}]\n    systemPrompt: Say hi.\n"
+        ),
+    );
+    for f in [&graph, &pipeline] {
+        let ran = w.run(&["run", f, "--input", r#"{"n": "seven"}"#, "--json"]);
+        assert_eq!(ran.code, 2, "{f}: {}", ran.stderr);
+        let e = &ran.json()["error"];
+        assert_eq!(e["code"], "invalid_input", "{e}");
+        let message = e["message"].as_str().unwrap();
+        assert!(
+            message.contains("/n: \"seven\" is not of type \"integer\""),
+            "{message}"
+        );
+        assert!(
+            message.contains("\"who\" is a required property"),
+            "{message}"
+        );
+        let ok = w.run(&["run", f, "--input", r#"{"n": 7, "who": "Ada"}"#, "--json"]);
+        assert_eq!(ok.code, 0, "{f}: {}", ok.stderr);
+    }
+    assert_eq!(w.run_ids().len(), 2, "only the valid runs exist");
+    let bad = w.file(
+        "bad.yaml",
+        "name: b\ninput: {type: nonsense}\nnodes:\n  - id: done\n    type: end\nedges: []\n",
+    );
+    let ran = w.run(&["validate", &bad]);
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(ran.stderr.contains("E017"), "{}", ran.stderr);
 }
