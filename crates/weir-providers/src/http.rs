@@ -55,8 +55,13 @@ pub trait WithoutUrl {
 impl WithoutUrl for reqwest::Error {
     fn without_url_ref(&self) -> String {
         let mut s = self.to_string();
-        if let Some(u) = self.url() {
-            s = s.replace(u.as_str(), "<provider>");
+        // The provider's URL is shown (keys travel in headers), less any password in it.
+        if let Some(u) = self.url()
+            && u.password().is_some()
+        {
+            let mut shown = u.clone();
+            let _ = shown.set_password(Some("<redacted>"));
+            s = s.replace(u.as_str(), shown.as_str());
         }
         let mut src = std::error::Error::source(self);
         while let Some(e) = src {

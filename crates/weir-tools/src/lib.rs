@@ -156,7 +156,18 @@ impl ToolRunner for Registry {
     }
 }
 
-/// A transport error's text with every URL removed (webhook URLs carry secrets).
+/// A URL as an error may show it: without a password in it (declared secrets elsewhere in
+/// it are scrubbed from every message by the engine).
+fn shown(u: &reqwest::Url) -> String {
+    let mut u = u.clone();
+    if u.password().is_some() {
+        let _ = u.set_password(Some("<redacted>"));
+    }
+    u.to_string()
+}
+
+/// A transport error's text, naming the URL it was for; a URL that is itself the secret (a
+/// webhook's) is `<url>`.
 fn transport_error(e: &reqwest::Error, secret: &str) -> ToolError {
     let mut msg = e.to_string();
     let mut src = std::error::Error::source(e);
@@ -166,7 +177,12 @@ fn transport_error(e: &reqwest::Error, secret: &str) -> ToolError {
         src = s.source();
     }
     if let Some(u) = e.url() {
-        msg = msg.replace(u.as_str(), "<url>");
+        let shown = if secret.is_empty() {
+            shown(u)
+        } else {
+            "<url>".into()
+        };
+        msg = msg.replace(u.as_str(), &shown);
     }
     if !secret.is_empty() {
         msg = msg.replace(secret, "<url>");

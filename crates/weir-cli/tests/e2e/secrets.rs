@@ -188,3 +188,26 @@ fn encoded_and_operator_typed_secrets_are_redacted() {
         );
     }
 }
+
+/// A request that cannot be sent names its URL, so a reader sees what failed; only a
+/// password in the URL, and declared secrets, are hidden.
+#[test]
+fn a_failed_request_names_its_url_without_its_password() {
+    let w = crate::support::Weir::new();
+    let f = w.file(
+        "get.yaml",
+        "name: get\nnodes:\n  - id: fetch\n    type: tool\n    config:\n      tool_name: \
+         http_request\n      params: {url: \"http://ada:hunter2@127.0.0.1:9/status?page=2\"}\n\
+         edges: []\n",
+    );
+    let ran = w.run(&["run", &f, "--json"]);
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    let message = ran.json()["error"]["message"].as_str().unwrap().to_string();
+    // The credentials travel as basic auth, not in the URL the error shows.
+    assert!(
+        message.contains("(http://127.0.0.1:9/status?page=2)"),
+        "{message}"
+    );
+    assert!(!message.contains("hunter2"), "{message}");
+    assert!(!ran.stdout.contains("hunter2") && !ran.stderr.contains("hunter2"));
+}
