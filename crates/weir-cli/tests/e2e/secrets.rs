@@ -193,7 +193,7 @@ fn encoded_and_operator_typed_secrets_are_redacted() {
 /// password in the URL, and declared secrets, are hidden.
 #[test]
 fn a_failed_request_names_its_url_without_its_password() {
-    let w = crate::support::Weir::new();
+    let w = Weir::new();
     let f = w.file(
         "get.yaml",
         "name: get\nnodes:\n  - id: fetch\n    type: tool\n    config:\n      tool_name: \
