@@ -402,13 +402,12 @@ fn render(r: &Report, recorded: &RunRecord, replayed: &RunRecord) -> String {
     let n = r.differences.len();
     let _ = writeln!(
         out,
-        "{}: {} step{} compared, {} difference{} (replay {} {})",
+        "{}: {} step{} compared, {} difference{}; the replay {} (in memory, not stored)",
         if n == 0 { "identical" } else { "different" },
         r.steps_compared,
         if r.steps_compared == 1 { "" } else { "s" },
         n,
         if n == 1 { "" } else { "s" },
-        short(&replayed.run_id),
         replayed.status.as_str()
     );
     out

@@ -29,6 +29,18 @@ fn a_changed_prompt_and_condition_are_reported_exactly() {
         "{}",
         same.stdout
     );
+    // The replay names no run a reader could look for: it ran in memory, and says so.
+    assert!(
+        same.stdout
+            .contains("the replay succeeded (in memory, not stored)"),
+        "{}",
+        same.stdout
+    );
+    assert_eq!(
+        w.run_ids(),
+        [id.clone()],
+        "the store holds only the recorded run"
+    );
 
     let mut wf: Value =
         serde_json::from_str(&std::fs::read_to_string(ex.join("answer-review.json")).unwrap())
