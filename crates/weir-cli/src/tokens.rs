@@ -39,17 +39,21 @@ pub async fn list(env: &Env, as_json: bool) -> Result<u8> {
     }
     if tokens.is_empty() {
         println!("no tokens (weir tokens create --scope run --name ci makes one)");
+        return Ok(0);
     }
+    let width = tokens.iter().map(|t| t.id.len()).max().unwrap_or(2);
+    println!(
+        "{:<width$}  {:<8} {:<24} {:<24} REVOKED",
+        "ID", "SCOPE", "NAME", "CREATED"
+    );
     for t in tokens {
         println!(
-            "{}  {:<8} {:<24} {}{}",
+            "{:<width$}  {:<8} {:<24} {:<24} {}",
             t.id,
             t.scope,
             t.name,
             t.created_at,
-            t.revoked_at
-                .map(|r| format!("  revoked {r}"))
-                .unwrap_or_default()
+            t.revoked_at.as_deref().unwrap_or("—")
         );
     }
     Ok(0)

@@ -544,7 +544,14 @@ fn tokens_are_made_listed_and_revoked_from_the_cli() {
     let id = rows[0]["id"].as_str().unwrap();
     assert_eq!(w.run(&["tokens", "revoke", id]).code, 0);
     let listed = w.run(&["tokens", "list"]);
-    assert!(listed.stdout.contains("revoked"), "{}", listed.stdout);
+    let lines: Vec<&str> = listed.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("ID") && lines[0].ends_with("REVOKED"),
+        "a header row: {}",
+        listed.stdout
+    );
+    let row = lines.iter().find(|l| l.starts_with(id)).expect("the token's row");
+    assert!(!row.ends_with('—'), "revoked, with when: {row}");
     let bad = w.run(&["tokens", "create", "--scope", "root", "--name", "x"]);
     assert_eq!(bad.code, 2, "{}", bad.stderr);
 }
