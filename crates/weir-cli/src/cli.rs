@@ -23,12 +23,17 @@ pub struct Cli {
     /// Workspace settings file (default: $WEIR_CONFIG, else ./weir.toml when present)
     #[arg(long, global = true, value_name = "PATH")]
     pub config: Option<String>,
-    /// Send every model call of a run to this model instead of the ones its workflow names
-    /// (fallbacks too): `--model mock` runs any workflow offline, without editing it
-    #[arg(long, global = true, value_name = "NAME")]
-    pub model: Option<String>,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// `--model NAME`, on the commands that run or check workflows.
+#[derive(Args, Clone, Default)]
+pub struct ModelOverride {
+    /// Send every model call of a run to this model instead of the ones its workflow names
+    /// (fallbacks too): `--model mock` runs any workflow offline, without editing it
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -56,6 +61,8 @@ pub enum Command {
         /// Print the run record as JSON once the run stops
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        model: ModelOverride,
     },
     /// Cancel a run: at once when queued or paused, else its driver stops in-flight steps
     #[command(after_help = CANCEL_HELP)]
@@ -160,6 +167,8 @@ pub struct RunArgs {
     /// Print exactly one JSON object, the run record, on stdout
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub model: ModelOverride,
 }
 
 // The arguments of `weir approve`.
@@ -182,6 +191,8 @@ pub struct ApproveArgs {
     /// Print the run record as JSON once the run stops again
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub model: ModelOverride,
 }
 
 // The arguments of `weir reject`.
@@ -221,6 +232,8 @@ pub struct ServeArgs {
     /// On SIGTERM, how long in-flight steps may finish before they are interrupted
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     pub grace: f64,
+    #[command(flatten)]
+    pub model: ModelOverride,
 }
 
 // The arguments of `weir worker`.
@@ -235,6 +248,8 @@ pub struct WorkerArgs {
     /// On SIGTERM, how long in-flight steps may finish before they are interrupted
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     pub grace: f64,
+    #[command(flatten)]
+    pub model: ModelOverride,
 }
 
 // The arguments of `weir validate`.
@@ -249,6 +264,8 @@ pub struct ValidateArgs {
     /// Print a JSON array, one entry per file, with its errors and warnings
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub model: ModelOverride,
 }
 
 // The arguments of `weir init`.
@@ -287,6 +304,8 @@ pub struct TestArgs {
     /// Write a test that expects what this recorded run did, instead of running tests
     #[arg(long, value_name = "RUN_ID")]
     pub record: Option<String>,
+    #[command(flatten)]
+    pub model: ModelOverride,
 }
 
 // The arguments of `weir tokens create`.
@@ -354,6 +373,21 @@ pub struct PruneArgs {
 }
 
 impl Command {
+    /// The model every call of this command's runs goes to instead (`--model`), where the
+    /// command takes one.
+    pub fn model(&self) -> Option<String> {
+        match self {
+            Command::Run(RunArgs { model, .. })
+            | Command::Approve(ApproveArgs { model, .. })
+            | Command::Resume { model, .. }
+            | Command::Serve(ServeArgs { model, .. })
+            | Command::Worker(WorkerArgs { model, .. })
+            | Command::Validate(ValidateArgs { model, .. })
+            | Command::Test(TestArgs { model, .. }) => model.model.clone(),
+            _ => None,
+        }
+    }
+
     /// Whether the command was asked for JSON on stdout (`--json`): then an error is printed
     /// there as `{"error": {"code", "message"}}` too.
     pub fn json(&self) -> bool {
@@ -388,7 +422,7 @@ impl Command {
             Command::Validate(args) => validate::run(env, args),
             Command::Approve(args) => run::approve(env, args).await,
             Command::Reject(args) => run::reject(env, args).await,
-            Command::Resume { run_id, json } => run::resume(env, &run_id, json).await,
+            Command::Resume { run_id, json, .. } => run::resume(env, &run_id, json).await,
             Command::Cancel { run_id, by } => run::cancel(env, &run_id, by).await,
             Command::Runs { command } => command.run(env).await,
             Command::Serve(args) => serve::serve(env, args).await,

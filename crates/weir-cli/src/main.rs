@@ -66,7 +66,8 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::INVALID);
         }
     };
-    let env = wiring::Env::new(cli.db, settings, cli.model);
+    let model = cli.command.model();
+    let env = wiring::Env::new(cli.db, settings, model);
     let result = rt.block_on(cli.command.run(&env, settings_state));
     match result {
         Ok(code) => ExitCode::from(code),

@@ -334,9 +334,10 @@ pub fn exit_code(status: RunStatus) -> u8 {
     }
 }
 
-/// The flags a printed command needs (`Env::hint`: ` --db PATH`, ` --model NAME`), so it
-/// can be pasted as it is.
-pub struct Hint(pub String);
+/// The flags a printed command needs, so it can be pasted as it is: for one that drives the
+/// run (`Env::hint`: ` --db PATH`, ` --model NAME`), and for one that does not
+/// (`Env::db_hint`: ` --db PATH`).
+pub struct Hint(pub String, pub String);
 
 fn summary(r: &RunRecord, db: &Hint) {
     let mut out = String::new();
@@ -370,7 +371,7 @@ pub fn summary_into(out: &mut String, r: &RunRecord, db: &Hint) {
         let _ = writeln!(out, "paused at human gate `{}`: {}", g.node_id, g.prompt);
         let id = short(&r.run_id);
         let _ = writeln!(out, "  approve: weir approve {id}{} [--input JSON]", db.0);
-        let _ = writeln!(out, "  reject:  weir reject {id}{} --reason TEXT", db.0);
+        let _ = writeln!(out, "  reject:  weir reject {id}{} --reason TEXT", db.1);
     }
     if r.status == RunStatus::Succeeded && !r.output.is_null() {
         let text = match &r.output {

@@ -96,7 +96,7 @@ async fn report(
         let db = hint(env);
         eprintln!("run {id} interrupted; its in-flight steps were recorded cancelled");
         eprintln!("  continue it: weir resume {id}{}", db.0);
-        eprintln!("  end it:      weir cancel {id}{}", db.0);
+        eprintln!("  end it:      weir cancel {id}{}", db.1);
         return Ok(exit::INTERRUPTED);
     }
     let record = eng.store().get_record(&outcome.run_id).await?;
@@ -106,7 +106,7 @@ async fn report(
 }
 
 pub fn hint(env: &Env) -> Hint {
-    Hint(env.hint())
+    Hint(env.hint(), env.db_hint())
 }
 
 pub async fn run(env: &Env, args: RunArgs) -> Result<u8> {

@@ -44,14 +44,23 @@ impl Env {
     /// for a database other than the default, ` --model NAME` when given), so a hint can be
     /// pasted as it is.
     pub fn hint(&self) -> String {
-        let mut flags = String::new();
-        if !self.db_is_default {
-            flags.push_str(&format!(" --db {}", shell_word(&self.db)));
-        }
+        let mut flags = self.db_hint();
         if let Some(m) = &self.model {
             flags.push_str(&format!(" --model {}", shell_word(m)));
         }
         flags
+    }
+}
+
+impl Env {
+    /// ` --db PATH` for a database other than the default: the flags of a printed command
+    /// that decides or reads a run without driving it (`reject`, `cancel`, `runs show`).
+    pub fn db_hint(&self) -> String {
+        if self.db_is_default {
+            String::new()
+        } else {
+            format!(" --db {}", shell_word(&self.db))
+        }
     }
 }
 

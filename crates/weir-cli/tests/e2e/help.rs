@@ -380,3 +380,34 @@ fn usage_errors_under_json_are_json_too() {
     assert_eq!(ran.code, 2);
     assert!(ran.stdout.is_empty());
 }
+
+/// `--model` is offered where it changes something: on the commands that run or check
+/// workflows, not on `runs list`, `tokens` or `cancel`.
+#[test]
+fn model_is_offered_only_where_it_changes_something() {
+    let w = Weir::new();
+    for args in [
+        &["run", "--help"][..],
+        &["approve", "--help"],
+        &["resume", "--help"],
+        &["serve", "--help"],
+        &["worker", "--help"],
+        &["validate", "--help"],
+        &["test", "--help"],
+    ] {
+        let help = w.run(args);
+        assert!(help.stdout.contains("--model <NAME>"), "{args:?}: {}", help.stdout);
+    }
+    for args in [
+        &["runs", "list", "--help"][..],
+        &["runs", "show", "--help"],
+        &["tokens", "list", "--help"],
+        &["cancel", "--help"],
+        &["reject", "--help"],
+    ] {
+        let help = w.run(args);
+        assert!(!help.stdout.contains("--model"), "{args:?}: {}", help.stdout);
+    }
+    let refused = w.run(&["runs", "list", "--model", "mock"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+}

@@ -550,7 +550,10 @@ fn tokens_are_made_listed_and_revoked_from_the_cli() {
         "a header row: {}",
         listed.stdout
     );
-    let row = lines.iter().find(|l| l.starts_with(id)).expect("the token's row");
+    let row = lines
+        .iter()
+        .find(|l| l.starts_with(id))
+        .expect("the token's row");
     assert!(!row.ends_with('—'), "revoked, with when: {row}");
     let bad = w.run(&["tokens", "create", "--scope", "root", "--name", "x"]);
     assert_eq!(bad.code, 2, "{}", bad.stderr);
