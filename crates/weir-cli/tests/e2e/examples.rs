@@ -218,3 +218,35 @@ fn every_example_validates_and_companions_are_skipped() {
         assert!(text.contains(".input.json: skipped"), "{text}");
     }
 }
+
+/// A newcomer's first outputs read like a model's: the demos' mock scripts answer each
+/// prompt as a model plausibly would, and the refund example ends with a result a reader
+/// understands.
+#[test]
+fn the_demos_answer_like_a_model_would() {
+    let w = Weir::new();
+    let ex = repo_root().join("examples/graph");
+    let path = |f: &str| ex.join(f).to_string_lossy().into_owned();
+    let triage = w.run(&[
+        "run",
+        &path("support-triage.json"),
+        "--input",
+        &format!("@{}", path("support-triage.input.json")),
+        "--json",
+    ]);
+    assert_eq!(triage.code, 0, "{}", triage.stderr);
+    let out = &triage.json()["output"];
+    assert_eq!(out["category"], "billing", "{out}");
+    let reply = out["reply"].as_str().unwrap();
+    assert!(
+        reply.starts_with("Hi Ada,") && !reply.contains("mock reply"),
+        "{reply}"
+    );
+
+    let refund = w.run_approval("Ada", 40);
+    assert_eq!(refund.code, 0, "{}", refund.stderr);
+    let out = &refund.json()["output"];
+    assert_eq!(out["status"], "refunded", "{out}");
+    assert_eq!(out["amount"], 40);
+    assert!(!out.to_string().contains("mock reply"), "{out}");
+}

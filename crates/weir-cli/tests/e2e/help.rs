@@ -396,7 +396,11 @@ fn model_is_offered_only_where_it_changes_something() {
         &["test", "--help"],
     ] {
         let help = w.run(args);
-        assert!(help.stdout.contains("--model <NAME>"), "{args:?}: {}", help.stdout);
+        assert!(
+            help.stdout.contains("--model <NAME>"),
+            "{args:?}: {}",
+            help.stdout
+        );
     }
     for args in [
         &["runs", "list", "--help"][..],
@@ -406,7 +410,11 @@ fn model_is_offered_only_where_it_changes_something() {
         &["reject", "--help"],
     ] {
         let help = w.run(args);
-        assert!(!help.stdout.contains("--model"), "{args:?}: {}", help.stdout);
+        assert!(
+            !help.stdout.contains("--model"),
+            "{args:?}: {}",
+            help.stdout
+        );
     }
     let refused = w.run(&["runs", "list", "--model", "mock"]);
     assert_eq!(refused.code, 2, "{}", refused.stderr);
