@@ -38,7 +38,7 @@ fn a_changed_prompt_and_condition_are_reported_exactly() {
     );
     assert_eq!(
         w.run_ids(),
-        [id.clone()],
+        std::slice::from_ref(&id),
         "the store holds only the recorded run"
     );
 
