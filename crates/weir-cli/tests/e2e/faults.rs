@@ -25,13 +25,23 @@ fn private_mounts(dir: &Path) -> Option<Vec<&'static str>> {
             return Some(prefix);
         }
     }
-    if std::env::var("WEIR_REQUIRE_FAULTS").as_deref() == Ok("1") {
-        panic!("WEIR_REQUIRE_FAULTS=1 but no mount namespace can be made here (unshare -m)");
-    }
-    eprintln!("************************************************************************");
-    eprintln!("*** No mount namespace (unshare -m): the full-disk test is SKIPPED.");
-    eprintln!("************************************************************************");
+    skip_fault_test(
+        "no mount namespace can be made here (unshare -m)",
+        "full-disk",
+    );
     None
+}
+
+/// Says loudly that a fault test cannot run here and is skipped, or fails when the machine
+/// must run it (`WEIR_REQUIRE_FAULTS=1`, as in CI).
+pub fn skip_fault_test(why: &str, test: &str) {
+    assert!(
+        std::env::var("WEIR_REQUIRE_FAULTS").as_deref() != Ok("1"),
+        "WEIR_REQUIRE_FAULTS=1 but {why}"
+    );
+    eprintln!("************************************************************************");
+    eprintln!("*** {why}: the {test} test is SKIPPED.");
+    eprintln!("************************************************************************");
 }
 
 /// A loop of steps that each record about 200 KB (the prompt is kept in the step's

@@ -59,7 +59,7 @@ impl Lifecycle for Postgres {
         let mut tries = 0;
         let row = loop {
             tries += 1;
-            let got = sqlx::query(
+            let got = sqlx::query(concat!(
                 "WITH ins AS (
                     INSERT INTO sources (hash, text) VALUES (sha256(convert_to($6, 'UTF8')), $6)
                     ON CONFLICT (hash) DO NOTHING RETURNING key
@@ -77,14 +77,15 @@ impl Lifecycle for Postgres {
                     ON CONFLICT DO NOTHING RETURNING id
                 ), q AS (
                     INSERT INTO queue (run_id, visible_at, leased, epoch)
-                    SELECT id, (extract(epoch from clock_timestamp()) * 1000)::int8 + $16, $17,
-                           $13 FROM r
+                    SELECT id, ",
+                db_now!(),
+                " + $16, $17, $13 FROM r
                 ), e AS (
                     INSERT INTO run_events (run_id, seq, body)
                     SELECT r.id, x.k, x.body FROM r, unnest($18::text[]) WITH ORDINALITY AS x(body, k)
                 )
-                SELECT id FROM r",
-            )
+                SELECT id FROM r"
+            ))
             .bind(run.run_id.as_str())
             .bind(run.workflow.as_str())
             .bind(run.dialect.as_str())

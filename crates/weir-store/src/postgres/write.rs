@@ -6,6 +6,7 @@ use weir_core::event::EventKind;
 use weir_core::record::{RunStatus, StepRecord};
 use weir_core::store::{Lease, StoreError, Written};
 
+use super::sql::db_now;
 use super::store::{Postgres, in_tx};
 use crate::retry::{self, Failed};
 use crate::rules::{self, DriveWrite, End};
@@ -206,9 +207,13 @@ fn fenced_sql(steps: bool, events: bool, snap: usize, end: i32) -> &'static str 
                         .into(),
                 ),
                 2 => parts.push(
-                    "back AS (UPDATE queue SET visible_at = (extract(epoch from clock_timestamp()) * 1000)::int8 + $29, leased = FALSE
+                    concat!(
+                        "back AS (UPDATE queue SET visible_at = ",
+                        db_now!(),
+                        " + $29, leased = FALSE
                               WHERE run_id = $1 AND EXISTS (SELECT 1 FROM fence))"
-                        .into(),
+                    )
+                    .into(),
                 ),
                 _ => {}
             }
