@@ -19,6 +19,7 @@ use opentelemetry::trace::{
     Event, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
 use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_otlp::WithHttpConfig;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter, SpanLinks};
 use serde_json::Value;
@@ -48,8 +49,15 @@ pub async fn export(record: &RunRecord) {
     let spans = spans(record, capture_content());
     let count = spans.len();
     let result = async {
+        // weir's own HTTP client (rustls on ring, as every other call weir makes), so the
+        // exporter brings no second TLS stack into the build.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .build()
+            .map_err(|e| e.to_string())?;
         let mut exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
+            .with_http_client(client)
             .build()
             .map_err(|e| e.to_string())?;
         exporter.set_resource(&resource());

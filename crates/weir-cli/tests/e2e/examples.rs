@@ -26,7 +26,10 @@ fn readme_commands() -> BTreeMap<String, Vec<(String, String)>> {
                 Some(expect) => {
                     cmds.last_mut().expect("an outcome follows a command").1 = expect.into();
                 }
-                None if !line.trim().is_empty() => cmds.push((line.to_string(), String::new())),
+                // A comment (`# needs …`) says what a command needs; it is not one.
+                None if !line.trim().is_empty() && !line.starts_with("# ") => {
+                    cmds.push((line.to_string(), String::new()));
+                }
                 None => {}
             }
         }

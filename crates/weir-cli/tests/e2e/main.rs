@@ -7,6 +7,7 @@
 //! network edge (a loopback HTTP server standing in for providers, webhooks and APIs).
 
 mod cli;
+mod docs;
 mod durability;
 mod enrichment;
 mod examples;
