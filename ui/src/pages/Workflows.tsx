@@ -123,7 +123,7 @@ export function WorkflowsPage() {
   );
 }
 
-/** The input form's fields, when the workflow declares an input schema (machine documents). */
+/** The input form's fields, when the workflow declares an input schema (any dialect's top-level `input`). */
 function schemaFields(w: WorkflowOut): InputField[] | null {
   try {
     const doc = parseDocument(w.source, w.format) as { input?: unknown };

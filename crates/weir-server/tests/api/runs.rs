@@ -196,3 +196,64 @@ async fn of_concurrent_approvals_exactly_one_wins() {
     assert_eq!(c.status, StatusCode::CONFLICT);
     let _ = stop.0.send(true);
 }
+
+#[tokio::test]
+async fn a_graph_workflow_s_declared_input_is_checked_before_a_run_exists() {
+    let api = api().await;
+    let doc = r#"{"name": "Topic Writer",
+      "input": {"type": "object", "required": ["topic"],
+                "properties": {"topic": {"type": "string"}, "words": {"type": "integer", "default": 50}}},
+      "nodes": [{"id": "write", "type": "agent",
+                 "config": {"model": "mock", "user_message": "{words} words on {topic}", "output_key": "text"}}],
+      "edges": []}"#;
+    let saved = api.as_("admin", Method::POST, "/api/workflows", doc).await;
+    assert_eq!(saved.status, StatusCode::CREATED, "{}", saved.body);
+    let refused = api
+        .as_(
+            "run",
+            Method::POST,
+            "/api/workflows/topic-writer/runs",
+            r#"{"input": {"words": "many"}}"#,
+        )
+        .await;
+    assert_eq!(
+        refused.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        refused.body
+    );
+    assert_eq!(refused.body["error"]["code"], "invalid_request");
+    let problems = refused.body["error"]["details"]["problems"].to_string();
+    assert!(
+        problems.contains("topic"),
+        "the missing key is named: {problems}"
+    );
+    assert!(
+        problems.contains("words"),
+        "the mistyped key is named: {problems}"
+    );
+    let runs = api.as_("read", Method::GET, "/api/runs", "").await;
+    assert_eq!(
+        runs.body["runs"],
+        serde_json::json!([]),
+        "no run was created"
+    );
+
+    let stop = tokio::sync::watch::channel(false);
+    let _workers = api.app.rt.start_workers(stop.1.clone());
+    let created = api
+        .as_(
+            "run",
+            Method::POST,
+            "/api/workflows/topic-writer/runs",
+            r#"{"input": {"topic": "tides"}}"#,
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::ACCEPTED, "{}", created.body);
+    let run = created.body["run_id"].as_str().unwrap().to_string();
+    let record = api.wait_status(&run, "succeeded").await;
+    assert_eq!(
+        record["state"]["text"], "mock reply to: 50 words on tides",
+        "the schema's default filled the missing `words`"
+    );
+}
