@@ -75,6 +75,7 @@ impl ModelClient for FakeModel {
                 priced: true,
                 duration_ms: 0,
                 reply: Some(text.clone()),
+                tool_uses: Vec::new(),
             }]
         } else {
             Vec::new()
@@ -88,6 +89,7 @@ impl ModelClient for FakeModel {
             fallback_used: false,
             calls,
             events: Vec::new(),
+            tool_uses: Vec::new(),
         })
     }
 

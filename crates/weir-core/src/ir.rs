@@ -303,6 +303,35 @@ pub struct AgentSpec {
     pub fallback_models: Vec<String>,
     /// `None` = every class but `auth`.
     pub fallback_error_classes: Option<Vec<ErrorClass>>,
+    /// The tools the model may call, and how the tool-use loop runs.
+    pub tools: AgentTools,
+}
+
+/// An agent's tools: what the model may call and how its tool-use loop runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentTools {
+    /// The tools, as the workflow names them (`http_request`, `custom:crm`,
+    /// `mcp:docs/search`, `mcp:docs/*`); none: one model call, no loop.
+    pub tools: Vec<String>,
+    /// The most model calls the loop makes (default 10).
+    pub max_turns: u32,
+    pub tool_choice: crate::model::ToolChoice,
+    /// Whether the model may ask for several calls in one turn (default true).
+    pub parallel_tool_calls: bool,
+}
+
+/// Default `max_turns` of an agent with tools.
+pub const DEFAULT_MAX_TURNS: u32 = 10;
+
+impl Default for AgentTools {
+    fn default() -> Self {
+        Self {
+            tools: Vec::new(),
+            max_turns: DEFAULT_MAX_TURNS,
+            tool_choice: crate::model::ToolChoice::Auto,
+            parallel_tool_calls: true,
+        }
+    }
 }
 
 /// Default `repair_attempts` (spec 002 "Structured output").

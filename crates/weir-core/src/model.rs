@@ -23,6 +23,12 @@ pub enum Role {
 pub struct Message {
     pub role: Role,
     pub content: String,
+    /// An assistant turn's tool calls (the model asked for them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_uses: Vec<ToolUse>,
+    /// A user turn's tool results (answers to the previous turn's calls, in their order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_returns: Vec<ToolReturn>,
 }
 
 impl Message {
@@ -30,6 +36,8 @@ impl Message {
         Self {
             role: Role::User,
             content: content.into(),
+            tool_uses: Vec::new(),
+            tool_returns: Vec::new(),
         }
     }
 
@@ -37,8 +45,65 @@ impl Message {
         Self {
             role: Role::Assistant,
             content: content.into(),
+            tool_uses: Vec::new(),
+            tool_returns: Vec::new(),
         }
     }
+
+    /// The text a model reads in this turn: its content, or its tool results' contents.
+    pub fn text(&self) -> String {
+        if self.tool_returns.is_empty() {
+            return self.content.clone();
+        }
+        self.tool_returns
+            .iter()
+            .map(|r| r.content.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// A tool the model may call: the name it calls it by, what it does, and the JSON Schema of
+/// its arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDef {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+}
+
+/// A tool call a model asked for: the provider's call id, the tool's name and its arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolUse {
+    pub id: String,
+    pub name: String,
+    pub arguments: Value,
+}
+
+/// What a tool call gave back, as the model reads it in the next turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolReturn {
+    /// The [`ToolUse::id`] it answers.
+    pub id: String,
+    pub content: String,
+    /// The call failed; `content` says why.
+    #[serde(default)]
+    pub is_error: bool,
+}
+
+/// Which tools the model may or must call in a turn.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides (the default).
+    #[default]
+    Auto,
+    /// The model must call some tool.
+    Required,
+    /// The model may not call a tool.
+    None,
+    /// The model must call this tool.
+    Tool(String),
 }
 
 /// A model's name as a workflow gives it: shared, not copied, by the node's spec, the request,
@@ -75,6 +140,14 @@ pub struct ModelRequest {
     /// the step ends. Without it the gateway reports the fallback in the response's events.
     #[serde(skip)]
     pub on_fallback: Option<OnFallback>,
+    /// The tools the model may call (none: a plain completion).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolDef>,
+    #[serde(skip)]
+    pub tool_choice: ToolChoice,
+    /// Whether the model may ask for several calls in one turn (default true).
+    #[serde(skip)]
+    pub parallel_tool_calls: bool,
 }
 
 /// What [`OnFallback`] calls: the failed model, its error class, the model tried next.
@@ -98,6 +171,25 @@ impl ModelRequest {
             .rev()
             .find(|m| m.role == Role::User)
             .map_or("", |m| m.content.as_str())
+    }
+
+    /// A request of one user message, with no tools and the defaults of everything else.
+    pub fn new(model: ModelName, user: String, timeout: Duration) -> Self {
+        Self {
+            model,
+            system: None,
+            messages: vec![Message::user(user)],
+            temperature: None,
+            max_tokens: None,
+            timeout,
+            fallback_models: Vec::new(),
+            fallback_error_classes: None,
+            response_schema: None,
+            on_fallback: None,
+            tools: Vec::new(),
+            tool_choice: ToolChoice::Auto,
+            parallel_tool_calls: true,
+        }
     }
 }
 
@@ -124,6 +216,9 @@ pub struct ModelCall {
     pub duration_ms: u64,
     /// The reply text, for calls that answered.
     pub reply: Option<ReplyText>,
+    /// The tool calls the model asked for in its reply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_uses: Vec<ToolUse>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -141,6 +236,8 @@ pub struct ModelResponse {
     pub calls: Vec<ModelCall>,
     /// Governance events (`model_fallback_blocked`), without node ids.
     pub events: Vec<Value>,
+    /// The tool calls the model asked for (none: `text` is its answer).
+    pub tool_uses: Vec<ToolUse>,
 }
 
 /// Why a model call failed (spec 002 "Model fallback").

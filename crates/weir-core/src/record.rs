@@ -248,9 +248,34 @@ pub struct Attempt {
     /// each with its reply, usage, cost and, for a reply that failed validation, the errors.
     #[serde(default)]
     pub calls: Vec<Call>,
+    /// For an agent with tools: every tool call the model asked for, in the order asked
+    /// (turn by turn), with its arguments and what it gave back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCallRecord>,
     /// What this attempt cost, failed or not.
     #[serde(default, serialize_with = "cost::serialize")]
     pub cost_usd: f64,
+}
+
+/// One tool call an agent's model asked for (see [`Attempt::tool_calls`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallRecord {
+    /// The model turn that asked for it (1 is the first model call).
+    pub turn: u32,
+    /// The provider's id of the call.
+    pub id: String,
+    /// The name the model called it by.
+    pub name: String,
+    /// The tool as the workflow names it (`http_request`, `custom:crm`, `mcp:docs/search`).
+    pub tool: String,
+    pub arguments: Value,
+    /// What it gave back (absent when it failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// Why it failed: a tool error, arguments that do not match its schema, a rejection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub duration_ms: u64,
 }
 
 /// A node's type name (`agent`, `tool`, …): the workflow's own `&'static str` while a run

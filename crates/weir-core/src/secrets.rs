@@ -207,7 +207,7 @@ impl Redactor {
     }
 
     /// Everything a step record carries: output, error, input and each attempt's error,
-    /// request, reply and calls.
+    /// request, reply, model calls and tool calls.
     pub fn step(&self, s: &mut crate::record::StepRecord) {
         if self.is_empty() {
             return;
@@ -251,8 +251,21 @@ impl Redactor {
                         if let Some(r) = &mut t.reply {
                             self.shared(r);
                         }
+                        for u in &mut t.tool_uses {
+                            self.value(&mut u.arguments);
+                        }
                     }
                     None => self.value(c.value_mut()),
+                }
+            }
+            // An agent's tool calls: what the model asked and what came back.
+            for t in &mut a.tool_calls {
+                self.value(&mut t.arguments);
+                if let Some(r) = &mut t.result {
+                    self.value(r);
+                }
+                if let Some(e) = &mut t.error {
+                    self.string(e);
                 }
             }
         }
@@ -410,6 +423,7 @@ mod tests {
             priced: false,
             duration_ms: 0,
             reply: Some("echo sk-ant-0123456789".into()),
+            tool_uses: Vec::new(),
         });
         let json: crate::record::Call = json!({"reply": "sk-ant-0123456789", "n": 1}).into();
         let mut s: crate::record::StepRecord = serde_json::from_value(json!({
@@ -427,6 +441,7 @@ mod tests {
             request: None,
             response: None,
             calls: vec![typed, json],
+            tool_calls: Vec::new(),
             cost_usd: 0.0,
         });
         r.step(&mut s);

@@ -53,6 +53,19 @@ pub trait ToolRunner: Send + Sync {
         Ok(())
     }
 
+    /// What an agent's model is told about a tool it may call: for each tool `tool_ref`
+    /// names (`mcp:SERVER/*` names every tool of that server), the workflow's name for it
+    /// and its definition (a name a model accepts, a description, the JSON Schema of its
+    /// arguments). MCP tools bring theirs from the server.
+    async fn describe(
+        &self,
+        tool_ref: &str,
+    ) -> Result<Vec<(String, crate::model::ToolDef)>, ToolError> {
+        Err(ToolError::fatal(format!(
+            "`{tool_ref}` cannot be offered to a model here"
+        )))
+    }
+
     /// Stops what the runner started (MCP server processes, sessions).
     async fn shutdown(&self) {}
 }

@@ -45,6 +45,60 @@ impl Cx {
         }
     }
 
+    /// An agent's `tools`, `max_turns`, `tool_choice` and `parallel_tool_calls`.
+    pub(crate) fn agent_tools(&mut self, node: &str, cfg: &tree::Node) -> weir_core::ir::AgentTools {
+        use weir_core::model::ToolChoice;
+        let mut out = weir_core::ir::AgentTools {
+            tools: self.strings(node, cfg, "tools").unwrap_or_default(),
+            ..Default::default()
+        };
+        if let Some(n) = self.integer(node, cfg, "max_turns", 1, 1000) {
+            out.max_turns = n as u32;
+        }
+        if let Some(v) = cfg.get("parallel_tool_calls") {
+            match &v.kind {
+                Kind::Bool(b) => out.parallel_tool_calls = *b,
+                _ => self.err(
+                    "E011",
+                    Some(node),
+                    v.span,
+                    format!("`parallel_tool_calls` must be true or false, found {}", v.type_name()),
+                    "write true or false",
+                ),
+            }
+        }
+        if let Some(choice) = self.string(node, cfg, "tool_choice") {
+            out.tool_choice = match choice.as_str() {
+                "auto" => ToolChoice::Auto,
+                "required" => ToolChoice::Required,
+                "none" => ToolChoice::None,
+                tool if out.tools.iter().any(|t| t == tool) => ToolChoice::Tool(tool.to_string()),
+                other => {
+                    self.err(
+                        "E011",
+                        Some(node),
+                        cfg.get("tool_choice").and_then(|v| v.span),
+                        format!("`tool_choice` is `{other}`: not auto, required, none or one of the node's tools"),
+                        "write auto, required, none, or the name of a tool listed in `tools`",
+                    );
+                    ToolChoice::Auto
+                }
+            };
+        }
+        for key in ["max_turns", "tool_choice", "parallel_tool_calls"] {
+            if out.tools.is_empty() && let Some(v) = cfg.get(key) {
+                self.err(
+                    "E011",
+                    Some(node),
+                    v.key_span.or(v.span),
+                    format!("`{key}` is set but the node has no `tools`"),
+                    "list the tools the model may call under `tools`, or remove the key",
+                );
+            }
+        }
+        out
+    }
+
     /// A list of strings.
     pub(crate) fn strings(
         &mut self,

@@ -306,6 +306,10 @@ fn check_config_keys(cx: &mut Cx, id: &str, ty: &str, cfg: &tree::Node) {
             "repair_attempts",
             "fallback_models",
             "fallback_error_classes",
+            "tools",
+            "max_turns",
+            "tool_choice",
+            "parallel_tool_calls",
         ],
         "tool" => &["tool_name", "params"],
         "condition" => &["expression"],
@@ -375,6 +379,7 @@ fn lower_agent(cx: &mut Cx, at: &At<'_>) -> Option<NodeKind> {
         }
         out
     });
+    let tools = cx.agent_tools(id, cfg);
     Some(NodeKind::Agent(AgentSpec {
         model: model?.into(),
         system_prompt,
@@ -385,6 +390,7 @@ fn lower_agent(cx: &mut Cx, at: &At<'_>) -> Option<NodeKind> {
         repair_attempts,
         fallback_models,
         fallback_error_classes,
+        tools,
     }))
 }
 

@@ -191,6 +191,10 @@ fn check_keys(cx: &mut Cx, id: &str, ty: &str, body: &tree::Node) {
             "max_tokens",
             "maxRetries",
             "response_schema",
+            "tools",
+            "max_turns",
+            "tool_choice",
+            "parallel_tool_calls",
         ],
         "ai_judge" => &[
             "model",
@@ -274,6 +278,7 @@ fn lower_agent(cx: &mut Cx, at: &At<'_>) -> Option<NodeKind> {
         repair_attempts: max_retries(cx, at, 5),
         fallback_models: Vec::new(),
         fallback_error_classes: None,
+        tools: cx.agent_tools(id, body),
     }))
 }
 

@@ -97,6 +97,7 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
                         request: outcome.request.take(),
                         response: outcome.response.take(),
                         calls: std::mem::take(&mut outcome.spent.calls),
+                        tool_calls: std::mem::take(&mut outcome.spent.tool_calls),
                         cost_usd: outcome.spent.cost_usd,
                     });
                     return Attempts {
@@ -117,6 +118,7 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
                         request: f.request.as_deref().cloned(),
                         response: None,
                         calls: spent.calls,
+                        tool_calls: spent.tool_calls,
                         cost_usd: spent.cost_usd,
                     });
                     if !f.retryable || n > policy.retry_count {

@@ -1,6 +1,7 @@
 //! One file per node kind; this dispatcher stays thin.
 
 mod agent;
+mod agent_loop;
 mod condition;
 mod consensus;
 mod end;
@@ -142,6 +143,8 @@ pub struct Spent {
     pub events: Vec<Value>,
     /// Models that answered but have no price.
     pub unpriced: Vec<weir_core::model::ModelName>,
+    /// An agent's tool calls (its tool-use loop), in the order the model asked for them.
+    pub tool_calls: Vec<weir_core::record::ToolCallRecord>,
 }
 
 impl Spent {
@@ -151,6 +154,7 @@ impl Spent {
         self.tokens.input += other.tokens.input;
         self.tokens.output += other.tokens.output;
         self.calls.extend(other.calls);
+        self.tool_calls.extend(other.tool_calls);
         self.events.extend(other.events);
         for m in other.unpriced {
             if !self.unpriced.contains(&m) {

@@ -176,6 +176,7 @@ fn reused_as_attempt(s: &mut StepRecord) {
         request: None,
         response: out["text"].as_str().map(Into::into),
         calls,
+        tool_calls: Vec::new(),
         cost_usd: 0.0,
     });
 }
@@ -222,6 +223,7 @@ impl ModelClient for ReplayModels {
                 },
                 cost_usd: last.cost_usd,
                 fallback_used: last.model != req.model,
+                tool_uses: last.tool_uses.clone(),
                 calls,
                 events: Vec::new(),
             });
@@ -253,13 +255,72 @@ impl ToolRunner for ReplayTools {
         Vec::new()
     }
 
-    async fn call(&self, _call: ToolCall) -> Result<Value, ToolError> {
+    /// The tools an agent offered, by the names its model called them in the recording
+    /// (the model's turns are answered from the record, so only the names matter).
+    async fn describe(
+        &self,
+        tool_ref: &str,
+    ) -> Result<Vec<(String, weir_core::model::ToolDef)>, ToolError> {
+        let prefix = tool_ref.strip_suffix('*');
+        let mut out: Vec<(String, weir_core::model::ToolDef)> = Vec::new();
+        for step in self.0.steps.values() {
+            for call in step.attempts.iter().flat_map(|a| &a.tool_calls) {
+                let ours = match prefix {
+                    Some(p) => call.tool.starts_with(p),
+                    None => call.tool == tool_ref,
+                };
+                if ours && !out.iter().any(|(_, d)| d.name == call.name) {
+                    out.push((call.tool.clone(), weir_core::model::ToolDef {
+                        name: call.name.clone(),
+                        description: String::new(),
+                        parameters: serde_json::json!({}),
+                    }));
+                }
+            }
+        }
+        if out.is_empty() && prefix.is_none() {
+            // Never called in the recording: offered under a name a model accepts.
+            let name: String = tool_ref
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+                .collect();
+            out.push((tool_ref.to_string(), weir_core::model::ToolDef {
+                name,
+                description: String::new(),
+                parameters: serde_json::json!({}),
+            }));
+        }
+        Ok(out)
+    }
+
+    async fn call(&self, call: ToolCall) -> Result<Value, ToolError> {
         let unanswered = |message| ToolError {
             message,
             retryable: false,
         };
         let site = site_or("tool call").map_err(unanswered)?;
         let (step, attempt) = self.0.attempt(&site).map_err(unanswered)?;
+        if !attempt.tool_calls.is_empty() {
+            // An agent's tool call: the recorded call of that turn and place (its key ends
+            // `:{turn}:{index}`).
+            let mut parts = call.idempotency_key.rsplitn(3, ':');
+            let index = parts.next().and_then(|i| i.parse::<usize>().ok());
+            let turn = parts.next().and_then(|t| t.parse::<u32>().ok());
+            let recorded = match (turn, index) {
+                (Some(t), Some(i)) => attempt.tool_calls.iter().filter(|r| r.turn == t).nth(i),
+                _ => None,
+            };
+            return match recorded {
+                Some(r) => match (&r.result, &r.error) {
+                    (Some(v), _) => Ok(v.clone()),
+                    (None, e) => Err(unanswered(e.clone().unwrap_or_else(|| "failed".into()))),
+                },
+                None => Err(unanswered(format!(
+                    "{NOT_RECORDED}: node `{}` (visit {}) made no such tool call in the recorded run",
+                    site.node_id, site.visit
+                ))),
+            };
+        }
         match attempt.status {
             StepStatus::Succeeded => Ok(Value::clone(&step.output)),
             _ => Err(ToolError {

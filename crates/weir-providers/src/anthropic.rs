@@ -1,7 +1,7 @@
 //! Anthropic Messages API client: `POST {ANTHROPIC_BASE_URL}/v1/messages`.
 
 use serde_json::{Value, json};
-use weir_core::model::{Role, Usage};
+use weir_core::model::{Message, Role, ToolChoice, ToolUse, Usage};
 use weir_core::{ErrorClass, ModelError, ModelRequest};
 
 use crate::http::{self, Reply};
@@ -35,22 +35,29 @@ impl Anthropic {
             .api_key
             .as_deref()
             .ok_or_else(|| ModelError::new(ErrorClass::Auth, "ANTHROPIC_API_KEY is not set"))?;
-        let messages: Vec<Value> = req
-            .messages
-            .iter()
-            .map(|m| {
-                let role = match m.role {
-                    Role::User => "user",
-                    Role::Assistant => "assistant",
-                };
-                json!({"role": role, "content": m.content})
-            })
-            .collect();
+        let messages: Vec<Value> = req.messages.iter().map(message).collect();
         let mut body = json!({
             "model": model,
             "max_tokens": req.max_tokens.unwrap_or(1024),
             "messages": messages,
         });
+        if !req.tools.is_empty() {
+            body["tools"] = req
+                .tools
+                .iter()
+                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+                .collect();
+            let mut choice = match &req.tool_choice {
+                ToolChoice::Auto => json!({"type": "auto"}),
+                ToolChoice::Required => json!({"type": "any"}),
+                ToolChoice::None => json!({"type": "none"}),
+                ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
+            };
+            if !req.parallel_tool_calls && req.tool_choice != ToolChoice::None {
+                choice["disable_parallel_tool_use"] = json!(true);
+            }
+            body["tool_choice"] = choice;
+        }
         if let Some(s) = &req.system {
             body["system"] = json!(s);
         }
@@ -75,7 +82,24 @@ impl Anthropic {
             .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
             .filter_map(|b| b.get("text").and_then(Value::as_str))
             .collect();
+        let mut tool_uses = Vec::new();
+        for b in content {
+            if b.get("type").and_then(Value::as_str) != Some("tool_use") {
+                continue;
+            }
+            let field = |k: &str| {
+                b.get(k).and_then(Value::as_str).map(str::to_string).ok_or_else(|| {
+                    ModelError::new(ErrorClass::Malformed, format!("a tool_use block has no `{k}`"))
+                })
+            };
+            tool_uses.push(ToolUse {
+                id: field("id")?,
+                name: field("name")?,
+                arguments: b.get("input").cloned().unwrap_or_else(|| json!({})),
+            });
+        }
         Ok(Reply {
+            tool_uses,
             text,
             usage: Usage {
                 input_tokens: v
@@ -89,4 +113,28 @@ impl Anthropic {
             },
         })
     }
+}
+
+/// One message as the Messages API takes it: text, or content blocks for tool calls
+/// (`tool_use`, the assistant's) and their results (`tool_result`, the user's).
+fn message(m: &Message) -> Value {
+    let role = match m.role {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+    };
+    if m.tool_uses.is_empty() && m.tool_returns.is_empty() {
+        return json!({"role": role, "content": m.content});
+    }
+    let mut blocks = Vec::new();
+    if !m.content.is_empty() {
+        blocks.push(json!({"type": "text", "text": m.content}));
+    }
+    for u in &m.tool_uses {
+        blocks.push(json!({"type": "tool_use", "id": u.id, "name": u.name, "input": u.arguments}));
+    }
+    for r in &m.tool_returns {
+        blocks.push(json!({"type": "tool_result", "tool_use_id": r.id, "content": r.content,
+                           "is_error": r.is_error}));
+    }
+    json!({"role": role, "content": blocks})
 }

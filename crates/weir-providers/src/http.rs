@@ -9,6 +9,8 @@ use weir_core::{ErrorClass, ModelError};
 pub struct Reply {
     pub text: String,
     pub usage: Usage,
+    /// The tool calls the model asked for.
+    pub tool_uses: Vec<weir_core::model::ToolUse>,
 }
 
 pub fn client() -> reqwest::Client {

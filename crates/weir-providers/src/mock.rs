@@ -12,6 +12,11 @@
 //!  {"match": "flaky", "error": "rate_limit", "message": "slow down", "times": 2},
 //!  {"match": "slow", "reply": "done", "delay_ms": 5000}]
 //! ```
+//!
+//! A rule may answer with tool calls instead (`"tool_calls": [{"name": "lookup",
+//! "arguments": {"id": 7}}]`), for agents with tools. In the turns that follow, rules match
+//! the tool results the model is sent (the last message), not the whole conversation, so a
+//! script can answer each turn.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -45,8 +50,22 @@ pub struct Rule {
     pub delay_ms: u64,
     /// How many times the rule answers (default: every time).
     pub times: Option<u32>,
+    /// Tool calls to ask for instead of (or with) a reply: `{name, arguments}` each.
+    #[serde(default)]
+    pub tool_calls: Vec<MockToolCall>,
     #[serde(skip)]
     used: AtomicU32,
+}
+
+/// A tool call a mock rule asks for.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MockToolCall {
+    /// The tool's name, as the model is told it.
+    pub name: String,
+    /// Its arguments (default `{}`).
+    #[serde(default)]
+    pub arguments: Option<Value>,
 }
 
 /// The offline `mock` model: scripted by rules, else a reply that fits the request.
@@ -110,11 +129,19 @@ impl Mock {
 
     /// The reply of the first rule that matches `req`, else the default reply.
     pub async fn complete(&self, req: &ModelRequest) -> Result<Reply, ModelError> {
-        let mut sent = req.system.clone().unwrap_or_default();
-        for m in &req.messages {
-            sent.push('\n');
-            sent.push_str(&m.content);
-        }
+        // After a tool turn the rules match what the tools gave back; else the whole request.
+        let last = req.messages.last();
+        let sent = match last {
+            Some(m) if !m.tool_returns.is_empty() => m.text(),
+            _ => {
+                let mut sent = req.system.clone().unwrap_or_default();
+                for m in &req.messages {
+                    sent.push('\n');
+                    sent.push_str(&m.content);
+                }
+                sent
+            }
+        };
         let approx = |s: &str| (s.chars().count() as u64).div_ceil(4);
         let rule = self.rules.iter().find(|r| {
             sent.contains(&r.pattern)
@@ -128,7 +155,11 @@ impl Mock {
                 Some(schema) => example(schema, 0).to_string(),
                 None => format!(
                     "mock reply to: {}",
-                    req.last_user().chars().take(200).collect::<String>()
+                    last.map(weir_core::model::Message::text)
+                        .unwrap_or_default()
+                        .chars()
+                        .take(200)
+                        .collect::<String>()
                 ),
             };
             return Ok(reply_with(reply.clone(), approx(&sent), approx(&reply)));
@@ -144,11 +175,25 @@ impl Mock {
             return Err(ModelError::new(class, msg));
         }
         let reply = rule.reply.clone().unwrap_or_default();
-        Ok(reply_with(
+        let mut out = reply_with(
             reply.clone(),
             rule.input_tokens.unwrap_or_else(|| approx(&sent)),
             rule.output_tokens.unwrap_or_else(|| approx(&reply)),
-        ))
+        );
+        if req.tool_choice != weir_core::model::ToolChoice::None {
+            let turn = req.messages.len();
+            out.tool_uses = rule
+                .tool_calls
+                .iter()
+                .enumerate()
+                .map(|(i, c)| weir_core::model::ToolUse {
+                    id: format!("mock_call_{turn}_{i}"),
+                    name: c.name.clone(),
+                    arguments: c.arguments.clone().unwrap_or_else(|| json!({})),
+                })
+                .collect();
+        }
+        Ok(out)
     }
 }
 
@@ -159,6 +204,7 @@ fn reply_with(text: String, input_tokens: u64, output_tokens: u64) -> Reply {
             input_tokens,
             output_tokens,
         },
+        tool_uses: Vec::new(),
     }
 }
 

@@ -231,6 +231,7 @@ impl ModelClient for Router {
                         priced: cost.is_some(),
                         duration_ms,
                         reply: Some(text.clone()),
+                        tool_uses: reply.tool_uses.clone(),
                     });
                     return Ok(ModelResponse {
                         text,
@@ -241,6 +242,7 @@ impl ModelClient for Router {
                         fallback_used: i > 0,
                         calls,
                         events,
+                        tool_uses: reply.tool_uses,
                     });
                 }
                 Err(e) => {
@@ -256,6 +258,7 @@ impl ModelClient for Router {
                         priced: true,
                         duration_ms,
                         reply: None,
+                        tool_uses: Vec::new(),
                     });
                     let fail_over = approved.contains(&e.class);
                     if fail_over && let Some(next) = candidates.get(i + 1) {

@@ -14,7 +14,7 @@ use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use weir_core::model::{ErrorClass, ModelCall};
-use weir_core::record::{Attempt, Call, Output, Request, StepStatus, cost};
+use weir_core::record::{Attempt, Call, Output, Request, StepStatus, ToolCallRecord, cost};
 use weir_core::store::{Fault, StoreError};
 
 use crate::backend;
@@ -77,6 +77,8 @@ struct Stored<'a> {
     response: Text<'a>,
     #[serde(skip_serializing_if = "Calls::is_empty")]
     calls: Calls<'a>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    tool_calls: &'a [ToolCallRecord],
     #[serde(serialize_with = "cost::serialize")]
     cost_usd: f64,
 }
@@ -92,6 +94,7 @@ impl<'a> Stored<'a> {
             request: &a.request,
             response: Text(a.response.as_deref(), text),
             calls: Calls(&a.calls, text),
+            tool_calls: &a.tool_calls,
             cost_usd: a.cost_usd,
         }
     }
@@ -151,6 +154,8 @@ struct Typed<'a> {
     priced: bool,
     duration_ms: u64,
     reply: Text<'a>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    tool_uses: &'a [weir_core::model::ToolUse],
 }
 
 impl<'a> Typed<'a> {
@@ -167,6 +172,7 @@ impl<'a> Typed<'a> {
             priced: c.priced,
             duration_ms: c.duration_ms,
             reply: Text(c.reply.as_deref(), text),
+            tool_uses: &c.tool_uses,
         }
     }
 }
@@ -204,6 +210,8 @@ struct Read {
     response: Option<Value>,
     #[serde(default)]
     calls: Vec<Value>,
+    #[serde(default)]
+    tool_calls: Vec<ToolCallRecord>,
     #[serde(default)]
     cost_usd: f64,
 }
@@ -247,6 +255,7 @@ impl Read {
             request: self.request,
             response,
             calls,
+            tool_calls: self.tool_calls,
             cost_usd: self.cost_usd,
         })
     }
@@ -273,6 +282,7 @@ mod tests {
                     json!({"model": "m", "status": "succeeded", "reply": r, "cost_usd": 0.5}).into()
                 })
                 .collect(),
+            tool_calls: Vec::new(),
             cost_usd: 0.5,
         }
     }
@@ -372,6 +382,7 @@ mod tests {
                 priced: true,
                 duration_ms: 7,
                 reply: Some(reply.into()),
+                tool_uses: Vec::new(),
             })
         };
         let mut a = attempt(1, Some("hello"), &[]);

@@ -199,7 +199,23 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
         priced: true,
         duration_ms: 1,
         reply: Some("hello".into()),
+        tool_uses: vec![weir_core::model::ToolUse {
+            id: "call_1".into(),
+            name: "lookup".into(),
+            arguments: json!({"id": 7}),
+        }],
     });
+    // An agent's tool call, as its tool-use loop records it.
+    let tool_call = weir_core::record::ToolCallRecord {
+        turn: 1,
+        id: "call_1".into(),
+        name: "lookup".into(),
+        tool: "custom:lookup".into(),
+        arguments: json!({"id": 7}),
+        result: Some(json!({"name": "Ada"})),
+        error: None,
+        duration_ms: 4,
+    };
     a.attempts = vec![
         weir_core::Attempt {
             n: 1,
@@ -210,6 +226,7 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
             request: Some(json!({"user": "hi"}).into()),
             response: Some("not json".into()),
             calls: vec![call("m", Some("not json"))],
+            tool_calls: Vec::new(),
             cost_usd: 0.25,
         },
         weir_core::Attempt {
@@ -221,6 +238,7 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
             request: Some(json!({"user": "hi"}).into()),
             response: Some("hello".into()),
             calls: vec![call("primary", None), answered],
+            tool_calls: vec![tool_call],
             cost_usd: 0.5,
         },
     ];

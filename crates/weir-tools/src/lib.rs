@@ -10,6 +10,7 @@
 
 mod custom;
 mod delay;
+mod describe;
 mod http_request;
 mod mcp;
 pub mod network;
@@ -93,10 +94,25 @@ impl Registry {
 #[async_trait]
 impl ToolRunner for Registry {
     fn has_tool(&self, tool_name: &str) -> bool {
+        if let Some(rest) = tool_name.strip_prefix("mcp:") {
+            // An agent's `mcp:SERVER/TOOL` (or `mcp:SERVER/*`): the server must be configured.
+            return rest
+                .split_once('/')
+                .is_some_and(|(server, tool)| {
+                    !tool.is_empty() && self.settings.mcp.servers.contains_key(server)
+                });
+        }
         match tool_name.strip_prefix("custom:") {
             Some(name) => self.settings.tools.contains_key(name),
             None => BUILT_IN.contains(&tool_name),
         }
+    }
+
+    async fn describe(
+        &self,
+        tool_ref: &str,
+    ) -> Result<Vec<(String, weir_core::model::ToolDef)>, ToolError> {
+        self.describe_ref(tool_ref).await
     }
 
     fn tool_names(&self) -> Vec<String> {
@@ -139,6 +155,19 @@ impl ToolRunner for Registry {
             "send_email" => send_email::call(&call).await,
             "delay" => delay::call(&call).await,
             "mcp_call" => self.mcp.call_tool_params(&call).await,
+            other if other.starts_with("mcp:") => {
+                // An agent's call of `mcp:SERVER/TOOL`: its params are the tool's arguments.
+                let (server, tool) = other[4..].split_once('/').ok_or_else(|| {
+                    ToolError::fatal(format!("`{other}`: name an MCP tool as mcp:SERVER/TOOL"))
+                })?;
+                let arguments = match &call.params {
+                    Value::Object(m) => m.clone(),
+                    _ => serde_json::Map::new(),
+                };
+                self.mcp
+                    .call_tool(server, tool, arguments, call.timeout)
+                    .await
+            }
             other => match other.strip_prefix("custom:") {
                 Some(name) => match self.settings.tools.get(name) {
                     Some(tool) => custom::call(self, name, tool, &call).await,

@@ -193,6 +193,22 @@ impl Servers {
         Ok(out)
     }
 
+    /// The tools `server` offers (`tools/list`), as a model is told about them.
+    pub async fn list(&self, server: &str) -> Result<Vec<weir_core::model::ToolDef>, ToolError> {
+        let peer = self.peer(server).await?;
+        let tools = peer.list_all_tools().await.map_err(|e| {
+            ToolError::retryable(format!("listing the tools of MCP server `{server}` failed: {e}"))
+        })?;
+        Ok(tools
+            .into_iter()
+            .map(|t| weir_core::model::ToolDef {
+                name: t.name.to_string(),
+                description: t.description.map(|d| d.to_string()).unwrap_or_default(),
+                parameters: Value::Object((*t.input_schema).clone()),
+            })
+            .collect())
+    }
+
     /// Closes every session (stdio servers exit when their session ends).
     pub async fn shutdown(&self) {
         let running: Vec<_> = self.running.lock().await.drain().map(|(_, s)| s).collect();

@@ -3,7 +3,8 @@
 //! `response_schema` the reply text is written to state; with it the reply is parsed, checked
 //! and repaired by the structured-reply loop and the parsed value is written. The step output
 //! records `{text, model, provider, fallback_used, input_tokens, output_tokens}` (and
-//! `parsed`, `schema_valid`, `repair_attempts` with a schema); every call is priced.
+//! `parsed`, `schema_valid`, `repair_attempts` with a schema; `turns` and `tool_calls` with
+//! tools, whose loop is in `agent_loop`); every call is priced.
 
 use serde_json::{Value, json};
 use weir_core::ModelRequest;
@@ -59,10 +60,19 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
                 });
             }))
         }),
+        tools: Vec::new(),
+        tool_choice: weir_core::model::ToolChoice::Auto,
+        parallel_tool_calls: true,
     };
     let mut spent = Spent::default();
     let models = ctx.services.models.as_ref();
+    let mut turns = 0;
     let (response, parsed, repairs) = match &spec.response_schema {
+        _ if !spec.tools.tools.is_empty() => {
+            let a = Box::pin(super::agent_loop::run(ctx, spec, req, &request, &mut spent)).await?;
+            turns = a.turns;
+            (a.response, a.parsed, a.repairs)
+        }
         None => match models.complete(req).await {
             Ok(mut r) => {
                 spent.add(std::mem::take(&mut r.calls), &r.events);
@@ -103,7 +113,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
     let text = response.text;
     // The common case, a priced plain reply in graph state, keeps the reply's fields as
     // they are; the others add keys to its JSON.
-    if parsed.is_none() && spent.unpriced.is_empty() && ctx.layout == StateLayout::Flat {
+    if parsed.is_none() && spent.unpriced.is_empty() && turns == 0 && ctx.layout == StateLayout::Flat {
         return Ok(Outcome {
             write: Some(Value::String(String::from(&*text))),
             route: Route::All,
@@ -114,6 +124,10 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
         });
     }
     let mut output = Output::reply(reply).into_value();
+    if turns > 0 {
+        output["turns"] = json!(turns);
+        output["tool_calls"] = json!(spent.tool_calls.len());
+    }
     if !spent.unpriced.is_empty() {
         output["priced"] = json!(false);
         output["unpriced_models"] = json!(spent.unpriced);

@@ -57,6 +57,9 @@ pub async fn execute(ctx: &NodeCtx, spec: &ConsensusSpec) -> Result<Outcome, Fai
         fallback_error_classes: None,
         response_schema: Some(env.schema()),
         on_fallback: None,
+        tools: Vec::new(),
+        tool_choice: weir_core::model::ToolChoice::Auto,
+        parallel_tool_calls: true,
     };
     // The agents ask at once; their results are taken in agent order, so the record lists
     // each agent's calls together and in that order (and a replay, which asks one agent

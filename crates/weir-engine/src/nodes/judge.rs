@@ -37,6 +37,9 @@ pub async fn execute(ctx: &NodeCtx, spec: &JudgeSpec) -> Result<Outcome, Failure
         fallback_error_classes: None,
         response_schema: Some(envelope.schema()),
         on_fallback: None,
+        tools: Vec::new(),
+        tool_choice: weir_core::model::ToolChoice::Auto,
+        parallel_tool_calls: true,
     };
     let mut spent = Spent::default();
     let answer = match structured::ask(

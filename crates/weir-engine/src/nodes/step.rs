@@ -160,6 +160,9 @@ pub async fn execute(ctx: &NodeCtx, spec: &StepSpec) -> Result<Outcome, Failure>
             fallback_error_classes: None,
             response_schema: None,
             on_fallback: None,
+            tools: Vec::new(),
+            tool_choice: weir_core::model::ToolChoice::Auto,
+            parallel_tool_calls: true,
         });
     }
     let request = json!({"model": spec.model, "system": spec.system_prompt, "nodes": requests});

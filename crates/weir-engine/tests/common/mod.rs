@@ -57,6 +57,7 @@ pub fn agent(message: &str) -> NodeKind {
         repair_attempts: 2,
         fallback_models: Vec::new(),
         fallback_error_classes: None,
+        tools: weir_core::ir::AgentTools::default(),
     })
 }
 
@@ -74,5 +75,6 @@ pub fn reply(
         fallback_used: false,
         calls: Vec::new(),
         events: Vec::new(),
+        tool_uses: Vec::new(),
     }
 }
