@@ -239,8 +239,16 @@ fn attempt(out: &mut String, a: &Attempt, many: bool, fold: Fold) {
     } else if let Some(Request::Other(v)) = &a.request {
         request(out, indent, v, fold);
     }
+    // An agent's tool-use loop: after each model turn that answered, the tool calls it asked.
+    let mut turn = 0;
     for (i, c) in calls.iter().enumerate() {
         call(out, indent, c, i + 1 < calls.len(), fold);
+        if c["status"].as_str() == Some("succeeded") {
+            turn += 1;
+            for t in a.tool_calls.iter().filter(|t| t.turn == turn) {
+                tool_call(out, indent + 2, t, fold);
+            }
+        }
     }
     if let Some(e) = &a.error {
         whole(out, indent, "error", e);
@@ -249,6 +257,24 @@ fn attempt(out: &mut String, a: &Attempt, many: bool, fold: Fold) {
         && let Some(reply) = &a.response
     {
         text(out, indent, "reply", reply, fold);
+    }
+}
+
+/// One tool call of an agent's loop: `tool NAME ARGUMENTS · duration`, then what it gave
+/// back, or its error.
+fn tool_call(out: &mut String, indent: usize, t: &weir_core::record::ToolCallRecord, fold: Fold) {
+    let _ = writeln!(
+        out,
+        "{:indent$}tool {} {} · {}",
+        "",
+        t.name,
+        compact(&t.arguments),
+        fmt_ms(t.duration_ms)
+    );
+    match (&t.result, &t.error) {
+        (_, Some(e)) => whole(out, indent + 2, "error", e),
+        (Some(r), None) => text(out, indent + 2, "result", &compact(r), fold),
+        (None, None) => {}
     }
 }
 
@@ -328,7 +354,10 @@ fn call(out: &mut String, indent: usize, c: &Value, more: bool, fold: Fold) {
     if let Some(e) = c["error"].as_str() {
         whole(out, inner, "error", e);
     }
-    if let Some(reply) = c["reply"].as_str() {
+    // A turn that only asked for tool calls has no text: its calls follow.
+    if let Some(reply) = c["reply"].as_str()
+        && !(reply.is_empty() && c["tool_uses"].as_array().is_some_and(|u| !u.is_empty()))
+    {
         text(out, inner, "reply", reply, fold);
     }
     if let Some(errs) = c["validation_errors"].as_array() {

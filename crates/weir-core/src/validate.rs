@@ -323,17 +323,19 @@ pub fn capabilities(
     }
     // An agent's tools: each must be one a model can be offered.
     for n in &wf.nodes {
-        let NodeKind::Agent(a) = &n.kind else { continue };
-                for t in &a.tools.tools {
-                    if t != "mcp_call" && tools.has_tool(t) {
-                        continue;
-                    }
-                    let names: Vec<String> = tools
-                        .tool_names()
-                        .into_iter()
-                        .filter(|n| n != "mcp_call")
-                        .collect();
-                    out.push(
+        let NodeKind::Agent(a) = &n.kind else {
+            continue;
+        };
+        for t in &a.tools.tools {
+            if t != "mcp_call" && tools.has_tool(t) {
+                continue;
+            }
+            let names: Vec<String> = tools
+                .tool_names()
+                .into_iter()
+                .filter(|n| n != "mcp_call")
+                .collect();
+            out.push(
                         Diagnostic::error("E005", format!("the agent cannot offer `{t}` to its model: no such tool"))
                             .node(&n.id)
                             .at(n.span)
@@ -343,7 +345,7 @@ pub fn capabilities(
                                 suggest(t, names.iter().map(String::as_str))
                             )),
                     );
-                }
+        }
     }
     for n in &wf.nodes {
         match &n.kind {

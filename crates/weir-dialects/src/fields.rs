@@ -46,7 +46,11 @@ impl Cx {
     }
 
     /// An agent's `tools`, `max_turns`, `tool_choice` and `parallel_tool_calls`.
-    pub(crate) fn agent_tools(&mut self, node: &str, cfg: &tree::Node) -> weir_core::ir::AgentTools {
+    pub(crate) fn agent_tools(
+        &mut self,
+        node: &str,
+        cfg: &tree::Node,
+    ) -> weir_core::ir::AgentTools {
         use weir_core::model::ToolChoice;
         let mut out = weir_core::ir::AgentTools {
             tools: self.strings(node, cfg, "tools").unwrap_or_default(),
@@ -62,7 +66,10 @@ impl Cx {
                     "E011",
                     Some(node),
                     v.span,
-                    format!("`parallel_tool_calls` must be true or false, found {}", v.type_name()),
+                    format!(
+                        "`parallel_tool_calls` must be true or false, found {}",
+                        v.type_name()
+                    ),
                     "write true or false",
                 ),
             }
@@ -86,7 +93,9 @@ impl Cx {
             };
         }
         for key in ["max_turns", "tool_choice", "parallel_tool_calls"] {
-            if out.tools.is_empty() && let Some(v) = cfg.get(key) {
+            if out.tools.is_empty()
+                && let Some(v) = cfg.get(key)
+            {
                 self.err(
                     "E011",
                     Some(node),

@@ -270,11 +270,14 @@ impl ToolRunner for ReplayTools {
                     None => call.tool == tool_ref,
                 };
                 if ours && !out.iter().any(|(_, d)| d.name == call.name) {
-                    out.push((call.tool.clone(), weir_core::model::ToolDef {
-                        name: call.name.clone(),
-                        description: String::new(),
-                        parameters: serde_json::json!({}),
-                    }));
+                    out.push((
+                        call.tool.clone(),
+                        weir_core::model::ToolDef {
+                            name: call.name.clone(),
+                            description: String::new(),
+                            parameters: serde_json::json!({}),
+                        },
+                    ));
                 }
             }
         }
@@ -282,13 +285,22 @@ impl ToolRunner for ReplayTools {
             // Never called in the recording: offered under a name a model accepts.
             let name: String = tool_ref
                 .chars()
-                .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
                 .collect();
-            out.push((tool_ref.to_string(), weir_core::model::ToolDef {
-                name,
-                description: String::new(),
-                parameters: serde_json::json!({}),
-            }));
+            out.push((
+                tool_ref.to_string(),
+                weir_core::model::ToolDef {
+                    name,
+                    description: String::new(),
+                    parameters: serde_json::json!({}),
+                },
+            ));
         }
         Ok(out)
     }

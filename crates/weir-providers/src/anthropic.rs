@@ -88,9 +88,15 @@ impl Anthropic {
                 continue;
             }
             let field = |k: &str| {
-                b.get(k).and_then(Value::as_str).map(str::to_string).ok_or_else(|| {
-                    ModelError::new(ErrorClass::Malformed, format!("a tool_use block has no `{k}`"))
-                })
+                b.get(k)
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .ok_or_else(|| {
+                        ModelError::new(
+                            ErrorClass::Malformed,
+                            format!("a tool_use block has no `{k}`"),
+                        )
+                    })
             };
             tool_uses.push(ToolUse {
                 id: field("id")?,
@@ -133,8 +139,10 @@ fn message(m: &Message) -> Value {
         blocks.push(json!({"type": "tool_use", "id": u.id, "name": u.name, "input": u.arguments}));
     }
     for r in &m.tool_returns {
-        blocks.push(json!({"type": "tool_result", "tool_use_id": r.id, "content": r.content,
-                           "is_error": r.is_error}));
+        blocks.push(
+            json!({"type": "tool_result", "tool_use_id": r.id, "content": r.content,
+                           "is_error": r.is_error}),
+        );
     }
     json!({"role": role, "content": blocks})
 }

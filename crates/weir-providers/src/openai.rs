@@ -127,21 +127,27 @@ impl OpenAi {
             .into_iter()
             .flatten()
         {
-            let malformed =
-                |what: &str| ModelError::new(ErrorClass::Malformed, format!("a tool call has no {what}"));
+            let malformed = |what: &str| {
+                ModelError::new(ErrorClass::Malformed, format!("a tool call has no {what}"))
+            };
             let args = c
                 .pointer("/function/arguments")
                 .and_then(Value::as_str)
                 .unwrap_or("{}");
             tool_uses.push(ToolUse {
-                id: c.get("id").and_then(Value::as_str).ok_or_else(|| malformed("`id`"))?.to_string(),
+                id: c
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| malformed("`id`"))?
+                    .to_string(),
                 name: c
                     .pointer("/function/name")
                     .and_then(Value::as_str)
                     .ok_or_else(|| malformed("`function.name`"))?
                     .to_string(),
                 // Arguments that are not JSON reach the loop as text, which tells the model.
-                arguments: serde_json::from_str(args).unwrap_or_else(|_| Value::String(args.into())),
+                arguments: serde_json::from_str(args)
+                    .unwrap_or_else(|_| Value::String(args.into())),
             });
         }
         let text = match v.pointer("/choices/0/message/content") {

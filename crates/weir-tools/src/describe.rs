@@ -208,14 +208,21 @@ mod tests {
         let tool = CustomTool::Http {
             method: "GET".into(),
             url: "https://crm.example.com/leads/{lead_id}?q={ query }".into(),
-            headers: [("Authorization".to_string(), "Bearer {secrets.CRM}".to_string())].into(),
+            headers: [(
+                "Authorization".to_string(),
+                "Bearer {secrets.CRM}".to_string(),
+            )]
+            .into(),
             body: None,
             response: None,
             description: None,
         };
         assert_eq!(placeholders(&tool), ["lead_id", "query"]);
         assert_eq!(model_name("mcp:docs/get-sum"), "mcp_docs_get-sum");
-        assert!(built_in("mcp_call").is_none(), "MCP tools are offered one by one");
+        assert!(
+            built_in("mcp_call").is_none(),
+            "MCP tools are offered one by one"
+        );
         assert!(built_in("delay").is_some());
     }
 }

@@ -96,11 +96,9 @@ impl ToolRunner for Registry {
     fn has_tool(&self, tool_name: &str) -> bool {
         if let Some(rest) = tool_name.strip_prefix("mcp:") {
             // An agent's `mcp:SERVER/TOOL` (or `mcp:SERVER/*`): the server must be configured.
-            return rest
-                .split_once('/')
-                .is_some_and(|(server, tool)| {
-                    !tool.is_empty() && self.settings.mcp.servers.contains_key(server)
-                });
+            return rest.split_once('/').is_some_and(|(server, tool)| {
+                !tool.is_empty() && self.settings.mcp.servers.contains_key(server)
+            });
         }
         match tool_name.strip_prefix("custom:") {
             Some(name) => self.settings.tools.contains_key(name),

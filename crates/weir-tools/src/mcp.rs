@@ -197,7 +197,9 @@ impl Servers {
     pub async fn list(&self, server: &str) -> Result<Vec<weir_core::model::ToolDef>, ToolError> {
         let peer = self.peer(server).await?;
         let tools = peer.list_all_tools().await.map_err(|e| {
-            ToolError::retryable(format!("listing the tools of MCP server `{server}` failed: {e}"))
+            ToolError::retryable(format!(
+                "listing the tools of MCP server `{server}` failed: {e}"
+            ))
         })?;
         Ok(tools
             .into_iter()

@@ -6,6 +6,7 @@
 //! End-to-end tests: the real `weir` binary on real workflow files, with fakes only at the
 //! network edge (a loopback HTTP server standing in for providers, webhooks and APIs).
 
+mod agents;
 mod cli;
 mod docs;
 mod durability;

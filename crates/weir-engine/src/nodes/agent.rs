@@ -113,7 +113,11 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
     let text = response.text;
     // The common case, a priced plain reply in graph state, keeps the reply's fields as
     // they are; the others add keys to its JSON.
-    if parsed.is_none() && spent.unpriced.is_empty() && turns == 0 && ctx.layout == StateLayout::Flat {
+    if parsed.is_none()
+        && spent.unpriced.is_empty()
+        && turns == 0
+        && ctx.layout == StateLayout::Flat
+    {
         return Ok(Outcome {
             write: Some(Value::String(String::from(&*text))),
             route: Route::All,

@@ -189,7 +189,8 @@ async fn finish(
         ));
     }
     req.messages.push(Message::assistant(&*response.text));
-    req.messages.push(Message::user(check.repair_prompt(&errors)));
+    req.messages
+        .push(Message::user(check.repair_prompt(&errors)));
     req.tool_choice = ToolChoice::None;
     match Box::pin(structured::ask(
         ctx.services.models.as_ref(),
@@ -206,7 +207,9 @@ async fn finish(
             repairs: s.repairs + 1,
             turns,
         }),
-        Err(StructuredError::Model(e)) => Err(model_failure(e, request.clone(), std::mem::take(spent))),
+        Err(StructuredError::Model(e)) => {
+            Err(model_failure(e, request.clone(), std::mem::take(spent)))
+        }
         Err(StructuredError::Invalid { errors, repairs }) => Err(super::invalid_reply(
             errors,
             repairs + 1,
@@ -283,7 +286,9 @@ async fn call_one(
             let content = match &v {
                 Value::String(s) => s.clone(),
                 // An MCP tool's text is what its content says.
-                Value::Object(o) if o.get("text").is_some_and(Value::is_string) && o.contains_key("content") => {
+                Value::Object(o)
+                    if o.get("text").is_some_and(Value::is_string) && o.contains_key("content") =>
+                {
                     o["text"].as_str().unwrap_or_default().to_string()
                 }
                 other => other.to_string(),

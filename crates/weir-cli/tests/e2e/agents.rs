@@ -1,0 +1,313 @@
+//! Agents that call tools: the tool-use loop through the binary, on the mock model and on
+//! fake Anthropic and OpenAI servers speaking their tool-call wire formats, with a custom
+//! HTTP tool served by a fake on loopback.
+
+use serde_json::{Value, json};
+
+use crate::support::{Fake, Reply, Weir, repo_root, steps};
+
+const FLOW: &str = r#"
+name: Packing advice
+nodes:
+  - id: advise
+    type: agent
+    config:
+      model: MODEL
+      system_prompt: You help travellers pack.
+      user_message: "What should I wear in {city}?"
+      tools: [custom:weather, delay]
+      output_key: advice
+edges: []
+"#;
+
+/// A scratch folder whose weir.toml registers `custom:weather`, served by `fake`.
+fn setup(fake: &Fake, model: &str) -> (Weir, String) {
+    fake.always(
+        "/weather/Paris",
+        Reply::json(200, json!({"city": "Paris", "sky": "rain", "celsius": 12})),
+    );
+    fake.always(
+        "/weather/Oslo",
+        Reply::json(200, json!({"city": "Oslo", "sky": "snow", "celsius": -3})),
+    );
+    let w = Weir::new()
+        .env("ANTHROPIC_BASE_URL", &fake.url)
+        .env("ANTHROPIC_API_KEY", "sk-ant-TESTKEY")
+        .env("OPENAI_BASE_URL", &fake.url)
+        .env("OPENAI_API_KEY", "sk-TESTKEY");
+    w.file(
+        "weir.toml",
+        &format!(
+            "[tools.weather]\nkind = \"http\"\nurl = \"{}/weather/{{city}}\"\nresponse = \"body\"\ndescription = \"Today's weather in a city\"\n",
+            fake.url
+        ),
+    );
+    let flow = w.file("pack.yaml", &FLOW.replace("MODEL", model));
+    (w, flow)
+}
+
+#[test]
+fn a_mock_agent_calls_tools_over_several_turns_and_every_call_is_recorded() {
+    let fake = Fake::start();
+    let (w, flow) = setup(&fake, "mock");
+    w.file(
+        "pack.mock.json",
+        &json!([
+            {"match": "What should I wear", "times": 1,
+             "tool_calls": [{"name": "weather", "arguments": {"city": "Paris"}}]},
+            {"match": "rain", "times": 1,
+             "tool_calls": [{"name": "delay", "arguments": {"seconds": 0}},
+                            {"name": "weather", "arguments": {"town": "Paris"}}]},
+            {"match": "delayed_ms", "reply": "Rain in Paris today: take a coat and an umbrella."}
+        ])
+        .to_string(),
+    );
+    let ran = w.run(&["run", &flow, "--input", r#"{"city": "Paris"}"#, "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let r = ran.json();
+    assert_eq!(
+        r["state"]["advice"],
+        "Rain in Paris today: take a coat and an umbrella."
+    );
+    let step = steps(&r, "advise")[0];
+    assert_eq!(step["output"]["turns"], 3, "{step}");
+    assert_eq!(step["output"]["tool_calls"], 3);
+    let attempt = &step["attempts"][0];
+    assert_eq!(
+        attempt["calls"].as_array().unwrap().len(),
+        3,
+        "one per model turn"
+    );
+    let calls = attempt["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 3, "{attempt}");
+    assert_eq!(calls[0]["turn"], 1);
+    assert_eq!(calls[0]["tool"], "custom:weather");
+    assert_eq!(calls[0]["arguments"], json!({"city": "Paris"}));
+    assert_eq!(calls[0]["result"]["sky"], "rain");
+    assert_eq!(calls[1]["tool"], "delay");
+    assert_eq!(calls[1]["result"]["delayed_ms"], 0);
+    // Arguments that do not match the tool's schema are never sent; the model is told why.
+    assert!(calls[2]["result"].is_null(), "{}", calls[2]);
+    let why = calls[2]["error"].as_str().unwrap();
+    assert!(why.contains("city"), "names the missing argument: {why}");
+    let seen = fake.seen("/weather/Paris");
+    assert_eq!(seen.len(), 1, "the invalid call reached no service");
+    let run_id = r["run_id"].as_str().unwrap();
+    assert_eq!(
+        seen[0].headers["idempotency-key"],
+        format!("{run_id}:advise:1:1:0"),
+        "each tool call has the key run:node:visit:turn:index"
+    );
+    // The record, tool calls and all, is as the published schema says.
+    let text = std::fs::read_to_string(repo_root().join("docs/run-record.schema.json")).unwrap();
+    let schema = jsonschema::validator_for(&serde_json::from_str(&text).unwrap()).unwrap();
+    let problems: Vec<String> = schema.iter_errors(&r).map(|e| e.to_string()).collect();
+    assert!(problems.is_empty(), "{problems:?}");
+    // The trace shows each call with its arguments.
+    let show = w.run(&["runs", "show", run_id]);
+    assert_eq!(show.code, 0, "{}", show.stderr);
+    assert!(
+        show.stdout.contains(r#"tool weather {"city":"Paris"}"#),
+        "{}",
+        show.stdout
+    );
+    // A replay answers every model and tool call from the record.
+    let replay = w.run(&["replay", run_id]);
+    assert_eq!(replay.code, 0, "{}\n{}", replay.stdout, replay.stderr);
+    assert_eq!(
+        fake.seen("/weather/Paris").len(),
+        1,
+        "the replay called nothing"
+    );
+}
+
+fn anthropic(content: Value, stop: &str) -> Reply {
+    Reply::json(
+        200,
+        json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-haiku-4-5",
+               "content": content, "stop_reason": stop,
+               "usage": {"input_tokens": 100, "output_tokens": 20}}),
+    )
+}
+
+#[test]
+fn an_anthropic_agent_runs_parallel_tool_calls_and_recovers_from_a_bad_argument() {
+    let fake = Fake::start();
+    let (w, flow) = setup(&fake, "claude-haiku-4-5");
+    fake.queue(
+        "/v1/messages",
+        vec![
+            anthropic(
+                json!([{"type": "text", "text": "Let me check both cities."},
+                       {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}},
+                       {"type": "tool_use", "id": "toolu_2", "name": "weather", "input": {"city": "Oslo"}}]),
+                "tool_use",
+            ),
+            anthropic(
+                json!([{"type": "tool_use", "id": "toolu_3", "name": "delay", "input": {"seconds": "soon"}}]),
+                "tool_use",
+            ),
+            anthropic(
+                json!([{"type": "text", "text": "A raincoat for Paris, a down jacket for Oslo."}]),
+                "end_turn",
+            ),
+        ],
+    );
+    let ran = w.run(&["run", &flow, "--input", r#"{"city": "Paris"}"#, "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let r = ran.json();
+    assert_eq!(
+        r["state"]["advice"],
+        "A raincoat for Paris, a down jacket for Oslo."
+    );
+    let sent = fake.seen("/v1/messages");
+    assert_eq!(sent.len(), 3);
+    let first = sent[0].json();
+    let tools = first["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 2);
+    assert_eq!(tools[0]["name"], "weather");
+    assert_eq!(tools[0]["description"], "Today's weather in a city");
+    assert_eq!(tools[0]["input_schema"]["required"], json!(["city"]));
+    assert_eq!(first["tool_choice"], json!({"type": "auto"}));
+    // Turn 2 carries turn 1's calls and both results, in the order asked.
+    let second = sent[1].json();
+    let msgs = second["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 3, "{second}");
+    assert_eq!(msgs[1]["role"], "assistant");
+    assert_eq!(msgs[1]["content"][1]["type"], "tool_use");
+    assert_eq!(msgs[1]["content"][1]["id"], "toolu_1");
+    let results = msgs[2]["content"].as_array().unwrap();
+    assert_eq!(results[0]["type"], "tool_result");
+    assert_eq!(results[0]["tool_use_id"], "toolu_1");
+    assert!(results[0]["content"].as_str().unwrap().contains("rain"));
+    assert_eq!(results[1]["tool_use_id"], "toolu_2");
+    assert!(results[1]["content"].as_str().unwrap().contains("snow"));
+    assert_eq!(results[1]["is_error"], false);
+    // Turn 3 tells the model its arguments were wrong, as an error result.
+    let third = sent[2].json();
+    let last = third["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["content"][0]["tool_use_id"], "toolu_3");
+    assert_eq!(last["content"][0]["is_error"], true);
+    assert!(
+        last["content"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("schema"),
+        "{last}"
+    );
+    let step = steps(&r, "advise")[0];
+    assert_eq!(step["output"]["turns"], 3);
+    // Three priced model calls: $1 / $5 per million tokens, 100 in and 20 out each.
+    assert!((step["cost_usd"].as_f64().unwrap() - 3.0 * 0.0002).abs() < 1e-12);
+    assert_eq!(fake.seen("/weather/Oslo").len(), 1);
+}
+
+fn openai(message: Value, finish: &str) -> Reply {
+    Reply::json(
+        200,
+        json!({"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o-mini",
+               "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+               "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}}),
+    )
+}
+
+#[test]
+fn an_openai_agent_calls_tools_and_its_results_go_back_as_tool_messages() {
+    let fake = Fake::start();
+    let (w, flow) = setup(&fake, "gpt-4o-mini");
+    fake.queue(
+        "/chat/completions",
+        vec![
+            openai(
+                json!({"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "call_a", "type": "function",
+                     "function": {"name": "weather", "arguments": "{\"city\": \"Oslo\"}"}}]}),
+                "tool_calls",
+            ),
+            openai(
+                json!({"role": "assistant", "content": "Snow in Oslo: boots and a warm coat."}),
+                "stop",
+            ),
+        ],
+    );
+    let ran = w.run(&["run", &flow, "--input", r#"{"city": "Oslo"}"#, "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let r = ran.json();
+    assert_eq!(r["state"]["advice"], "Snow in Oslo: boots and a warm coat.");
+    let sent = fake.seen("/chat/completions");
+    assert_eq!(sent.len(), 2);
+    let first = sent[0].json();
+    assert_eq!(first["tools"][0]["type"], "function");
+    assert_eq!(first["tools"][0]["function"]["name"], "weather");
+    assert_eq!(first["tool_choice"], "auto");
+    assert_eq!(first["parallel_tool_calls"], true);
+    let msgs = sent[1].json()["messages"].as_array().unwrap().clone();
+    let asked = &msgs[msgs.len() - 2];
+    assert_eq!(asked["role"], "assistant");
+    assert_eq!(asked["tool_calls"][0]["id"], "call_a");
+    assert_eq!(
+        asked["tool_calls"][0]["function"]["arguments"],
+        r#"{"city":"Oslo"}"#
+    );
+    let answer = &msgs[msgs.len() - 1];
+    assert_eq!(answer["role"], "tool");
+    assert_eq!(answer["tool_call_id"], "call_a");
+    assert!(answer["content"].as_str().unwrap().contains("snow"));
+}
+
+#[test]
+fn an_agent_that_keeps_calling_tools_stops_at_max_turns() {
+    let fake = Fake::start();
+    let (w, _) = setup(&fake, "mock");
+    let flow = w.file(
+        "loop.yaml",
+        &FLOW.replace("MODEL", "mock").replace(
+            "      output_key: advice",
+            "      max_turns: 3\n      output_key: advice",
+        ),
+    );
+    w.file(
+        "loop.mock.json",
+        &json!([{"tool_calls": [{"name": "weather", "arguments": {"city": "Paris"}}]}]).to_string(),
+    );
+    let ran = w.run(&["run", &flow, "--input", r#"{"city": "Paris"}"#, "--json"]);
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    let r = ran.json();
+    assert_eq!(r["status"], "failed");
+    let step = steps(&r, "advise")[0];
+    assert_eq!(
+        step["attempts"][0]["error_class"], "max_turns_exceeded",
+        "{step}"
+    );
+    assert!(
+        step["error"].as_str().unwrap().contains("3 turns"),
+        "{}",
+        step["error"]
+    );
+    assert_eq!(
+        fake.seen("/weather/Paris").len(),
+        3,
+        "one tool call per turn"
+    );
+}
+
+#[test]
+fn an_agent_naming_a_tool_that_does_not_exist_is_refused_before_it_runs() {
+    let w = Weir::new();
+    let flow = w.file(
+        "bad.yaml",
+        &FLOW
+            .replace("MODEL", "mock")
+            .replace("custom:weather", "custom:wether"),
+    );
+    let ran = w.run(&["run", &flow, "--input", r#"{"city": "Paris"}"#]);
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(ran.stderr.contains("E005"), "{}", ran.stderr);
+    assert!(ran.stderr.contains("custom:wether"), "{}", ran.stderr);
+    assert!(w.run_ids().is_empty(), "no run was created");
+}
