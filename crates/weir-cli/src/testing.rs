@@ -122,17 +122,51 @@ pub struct Calls {
     pub tool: Option<u64>,
 }
 
-/// Tool calls answered from the test's `tools`, by node and visit; anything else fails.
-struct ScriptedTools(BTreeMap<String, Vec<Answer>>, Vec<String>);
+/// Tool calls answered from the test's `tools`: by tool (`custom:weather`, `delay`: each
+/// call takes the next answer, as an agent's calls do) or by tool node and visit; anything
+/// else fails.
+struct ScriptedTools(
+    BTreeMap<String, Vec<Answer>>,
+    Vec<String>,
+    std::sync::Mutex<BTreeMap<String, usize>>,
+);
 
 #[async_trait]
 impl ToolRunner for ScriptedTools {
     fn has_tool(&self, name: &str) -> bool {
-        self.1.iter().any(|t| t == name)
+        self.1.iter().any(|t| t == name) || name.starts_with("mcp:")
     }
 
     fn tool_names(&self) -> Vec<String> {
         self.1.clone()
+    }
+
+    /// An agent's tools, offered by name with any arguments (their results are scripted).
+    async fn describe(
+        &self,
+        tool_ref: &str,
+    ) -> Result<Vec<(String, weir_core::model::ToolDef)>, ToolError> {
+        let def = |r: &str| {
+            let name = r.strip_prefix("custom:").unwrap_or(r);
+            let name = name.rsplit('/').next().unwrap_or(name);
+            (
+                r.to_string(),
+                weir_core::model::ToolDef {
+                    name: name.to_string(),
+                    description: String::new(),
+                    parameters: serde_json::json!({"type": "object"}),
+                },
+            )
+        };
+        Ok(match tool_ref.strip_suffix('*') {
+            Some(server) => self
+                .0
+                .keys()
+                .filter(|k| k.starts_with(server))
+                .map(|k| def(k))
+                .collect(),
+            None => vec![def(tool_ref)],
+        })
     }
 
     async fn call(&self, call: ToolCall) -> Result<Value, ToolError> {
@@ -140,13 +174,51 @@ impl ToolRunner for ScriptedTools {
             message,
             retryable: false,
         };
+        let answer_of = |a: &Answer| match (&a.error, &a.result) {
+            (Some(e), _) => Err(fail(e.clone())),
+            (None, Some(v)) => Ok(v.clone()),
+            (None, None) => Ok(Value::Object(Default::default())),
+        };
+        if let Some(answers) = self.0.get(&call.tool_name) {
+            let n = {
+                let mut used = self
+                    .2
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let n = used.entry(call.tool_name.clone()).or_default();
+                *n += 1;
+                *n
+            };
+            let answer = answers.get(n - 1).or(if answers.len() == 1 {
+                answers.first()
+            } else {
+                None
+            });
+            return match answer {
+                Some(a) => answer_of(a),
+                None => Err(fail(format!(
+                    "the test scripts {} result{} for `{}`, and this is call {n}",
+                    answers.len(),
+                    if answers.len() == 1 { "" } else { "s" },
+                    call.tool_name
+                ))),
+            };
+        }
         let site = weir_engine::replay::call_site()
             .ok_or_else(|| fail("a tool call outside any step".into()))?;
         let answers = self.0.get(&site.node_id).ok_or_else(|| {
-            fail(format!(
-                "the test scripts no result for tool node `{}` ({}); add tools: {{{}: {{result: …}}}}",
-                site.node_id, call.tool_name, site.node_id
-            ))
+            // An agent's calls carry `RUN:NODE:VISIT:TURN:INDEX`; a tool node's, a UUID.
+            if call.idempotency_key.matches(':').count() >= 4 {
+                fail(format!(
+                    "the test scripts no result for `{}`, which agent `{}` called; add tools: {{\"{}\": {{result: …}}}}",
+                    call.tool_name, site.node_id, call.tool_name
+                ))
+            } else {
+                fail(format!(
+                    "the test scripts no result for tool node `{}` ({}); add tools: {{{}: {{result: …}}}}",
+                    site.node_id, call.tool_name, site.node_id
+                ))
+            }
         })?;
         let answer = answers
             .get(site.visit as usize - 1)
@@ -164,11 +236,7 @@ impl ToolRunner for ScriptedTools {
                     site.visit
                 ))
             })?;
-        match (&answer.error, &answer.result) {
-            (Some(e), _) => Err(fail(e.clone())),
-            (None, Some(v)) => Ok(v.clone()),
-            (None, None) => Ok(Value::Object(Default::default())),
-        }
+        answer_of(answer)
     }
 }
 
@@ -346,7 +414,7 @@ async fn run_case(env: &Env, wf_path: &Path, case: &Case) -> Result<Outcome> {
     let mut eng = Engine::new(
         Services {
             models: Arc::new(models),
-            tools: Arc::new(ScriptedTools(tools, names)),
+            tools: Arc::new(ScriptedTools(tools, names, Default::default())),
             scripts: Arc::new(
                 weir_script::Bun::from_env().with_env(env.settings.scripts.env.clone()),
             ),

@@ -41,23 +41,7 @@ impl Anthropic {
             "max_tokens": req.max_tokens.unwrap_or(1024),
             "messages": messages,
         });
-        if !req.tools.is_empty() {
-            body["tools"] = req
-                .tools
-                .iter()
-                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
-                .collect();
-            let mut choice = match &req.tool_choice {
-                ToolChoice::Auto => json!({"type": "auto"}),
-                ToolChoice::Required => json!({"type": "any"}),
-                ToolChoice::None => json!({"type": "none"}),
-                ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
-            };
-            if !req.parallel_tool_calls && req.tool_choice != ToolChoice::None {
-                choice["disable_parallel_tool_use"] = json!(true);
-            }
-            body["tool_choice"] = choice;
-        }
+        add_tools(&mut body, req);
         if let Some(s) = &req.system {
             body["system"] = json!(s);
         }
@@ -82,28 +66,7 @@ impl Anthropic {
             .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
             .filter_map(|b| b.get("text").and_then(Value::as_str))
             .collect();
-        let mut tool_uses = Vec::new();
-        for b in content {
-            if b.get("type").and_then(Value::as_str) != Some("tool_use") {
-                continue;
-            }
-            let field = |k: &str| {
-                b.get(k)
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-                    .ok_or_else(|| {
-                        ModelError::new(
-                            ErrorClass::Malformed,
-                            format!("a tool_use block has no `{k}`"),
-                        )
-                    })
-            };
-            tool_uses.push(ToolUse {
-                id: field("id")?,
-                name: field("name")?,
-                arguments: b.get("input").cloned().unwrap_or_else(|| json!({})),
-            });
-        }
+        let tool_uses = tool_uses(content)?;
         Ok(Reply {
             tool_uses,
             text,
@@ -145,4 +108,52 @@ fn message(m: &Message) -> Value {
         );
     }
     json!({"role": role, "content": blocks})
+}
+
+/// The tools a request offers, and how the model may use them.
+fn add_tools(body: &mut Value, req: &ModelRequest) {
+    if !req.tools.is_empty() {
+        body["tools"] = req
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+            .collect();
+        let mut choice = match &req.tool_choice {
+            ToolChoice::Auto => json!({"type": "auto"}),
+            ToolChoice::Required => json!({"type": "any"}),
+            ToolChoice::None => json!({"type": "none"}),
+            ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
+        };
+        if !req.parallel_tool_calls && req.tool_choice != ToolChoice::None {
+            choice["disable_parallel_tool_use"] = json!(true);
+        }
+        body["tool_choice"] = choice;
+    }
+}
+
+/// The `tool_use` blocks of a reply's content.
+fn tool_uses(content: &[Value]) -> Result<Vec<ToolUse>, ModelError> {
+    let mut tool_uses = Vec::new();
+    for b in content {
+        if b.get("type").and_then(Value::as_str) != Some("tool_use") {
+            continue;
+        }
+        let field = |k: &str| {
+            b.get(k)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .ok_or_else(|| {
+                    ModelError::new(
+                        ErrorClass::Malformed,
+                        format!("a tool_use block has no `{k}`"),
+                    )
+                })
+        };
+        tool_uses.push(ToolUse {
+            id: field("id")?,
+            name: field("name")?,
+            arguments: b.get("input").cloned().unwrap_or_else(|| json!({})),
+        });
+    }
+    Ok(tool_uses)
 }

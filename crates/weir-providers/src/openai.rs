@@ -50,60 +50,9 @@ impl OpenAi {
                 format!("{var} is not set"),
             ));
         }
-        let mut messages = Vec::new();
-        if let Some(s) = &req.system {
-            messages.push(json!({"role": "system", "content": s}));
-        }
-        for m in &req.messages {
-            let role = match m.role {
-                Role::User => "user",
-                Role::Assistant => "assistant",
-            };
-            // Tool results are messages of their own, one per call, in the calls' order.
-            for r in &m.tool_returns {
-                messages.push(json!({"role": "tool", "tool_call_id": r.id, "content": r.content}));
-            }
-            if m.tool_uses.is_empty() {
-                if m.tool_returns.is_empty() || !m.content.is_empty() {
-                    messages.push(json!({"role": role, "content": m.content}));
-                }
-                continue;
-            }
-            let calls: Vec<Value> = m
-                .tool_uses
-                .iter()
-                .map(|u| {
-                    json!({"id": u.id, "type": "function",
-                           "function": {"name": u.name, "arguments": u.arguments.to_string()}})
-                })
-                .collect();
-            let content = if m.content.is_empty() {
-                Value::Null
-            } else {
-                json!(m.content)
-            };
-            messages.push(json!({"role": role, "content": content, "tool_calls": calls}));
-        }
+        let messages = messages(req);
         let mut body = json!({"model": model, "messages": messages});
-        if !req.tools.is_empty() {
-            body["tools"] = req
-                .tools
-                .iter()
-                .map(|t| {
-                    json!({"type": "function", "function": {
-                        "name": t.name, "description": t.description, "parameters": t.parameters}})
-                })
-                .collect();
-            body["tool_choice"] = match &req.tool_choice {
-                ToolChoice::Auto => json!("auto"),
-                ToolChoice::Required => json!("required"),
-                ToolChoice::None => json!("none"),
-                ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
-            };
-            if req.tool_choice != ToolChoice::None {
-                body["parallel_tool_calls"] = json!(req.parallel_tool_calls);
-            }
-        }
+        add_tools(&mut body, req);
         if let Some(t) = req.temperature {
             body["temperature"] = json!(t);
         }
@@ -120,36 +69,7 @@ impl OpenAi {
             call = call.bearer_auth(key);
         }
         let v: Value = http::send_json(call).await?;
-        let mut tool_uses = Vec::new();
-        for c in v
-            .pointer("/choices/0/message/tool_calls")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let malformed = |what: &str| {
-                ModelError::new(ErrorClass::Malformed, format!("a tool call has no {what}"))
-            };
-            let args = c
-                .pointer("/function/arguments")
-                .and_then(Value::as_str)
-                .unwrap_or("{}");
-            tool_uses.push(ToolUse {
-                id: c
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| malformed("`id`"))?
-                    .to_string(),
-                name: c
-                    .pointer("/function/name")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| malformed("`function.name`"))?
-                    .to_string(),
-                // Arguments that are not JSON reach the loop as text, which tells the model.
-                arguments: serde_json::from_str(args)
-                    .unwrap_or_else(|_| Value::String(args.into())),
-            });
-        }
+        let tool_uses = tool_uses(&v)?;
         let text = match v.pointer("/choices/0/message/content") {
             Some(Value::String(t)) => t.clone(),
             Some(Value::Null) | None if !tool_uses.is_empty() => String::new(),
@@ -175,4 +95,101 @@ impl OpenAi {
             },
         })
     }
+}
+
+/// The conversation as Chat Completions takes it: the system prompt first; a turn's tool
+/// results as `tool` messages, one per call; an assistant turn's calls as `tool_calls`.
+fn messages(req: &ModelRequest) -> Vec<Value> {
+    let mut messages = Vec::new();
+    if let Some(s) = &req.system {
+        messages.push(json!({"role": "system", "content": s}));
+    }
+    for m in &req.messages {
+        let role = match m.role {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        };
+        // Tool results are messages of their own, one per call, in the calls' order.
+        for r in &m.tool_returns {
+            messages.push(json!({"role": "tool", "tool_call_id": r.id, "content": r.content}));
+        }
+        if m.tool_uses.is_empty() {
+            if m.tool_returns.is_empty() || !m.content.is_empty() {
+                messages.push(json!({"role": role, "content": m.content}));
+            }
+            continue;
+        }
+        let calls: Vec<Value> = m
+            .tool_uses
+            .iter()
+            .map(|u| {
+                json!({"id": u.id, "type": "function",
+                       "function": {"name": u.name, "arguments": u.arguments.to_string()}})
+            })
+            .collect();
+        let content = if m.content.is_empty() {
+            Value::Null
+        } else {
+            json!(m.content)
+        };
+        messages.push(json!({"role": role, "content": content, "tool_calls": calls}));
+    }
+    messages
+}
+
+/// The tools a request offers, and how the model may use them.
+fn add_tools(body: &mut Value, req: &ModelRequest) {
+    if !req.tools.is_empty() {
+        body["tools"] = req
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.parameters}})
+            })
+            .collect();
+        body["tool_choice"] = match &req.tool_choice {
+            ToolChoice::Auto => json!("auto"),
+            ToolChoice::Required => json!("required"),
+            ToolChoice::None => json!("none"),
+            ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
+        };
+        if req.tool_choice != ToolChoice::None {
+            body["parallel_tool_calls"] = json!(req.parallel_tool_calls);
+        }
+    }
+}
+
+/// The tool calls of a reply (`choices[0].message.tool_calls`).
+fn tool_uses(v: &Value) -> Result<Vec<ToolUse>, ModelError> {
+    let mut tool_uses = Vec::new();
+    for c in v
+        .pointer("/choices/0/message/tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let malformed = |what: &str| {
+            ModelError::new(ErrorClass::Malformed, format!("a tool call has no {what}"))
+        };
+        let args = c
+            .pointer("/function/arguments")
+            .and_then(Value::as_str)
+            .unwrap_or("{}");
+        tool_uses.push(ToolUse {
+            id: c
+                .get("id")
+                .and_then(Value::as_str)
+                .ok_or_else(|| malformed("`id`"))?
+                .to_string(),
+            name: c
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| malformed("`function.name`"))?
+                .to_string(),
+            // Arguments that are not JSON reach the loop as text, which tells the model.
+            arguments: serde_json::from_str(args).unwrap_or_else(|_| Value::String(args.into())),
+        });
+    }
+    Ok(tool_uses)
 }

@@ -311,3 +311,33 @@ fn an_agent_naming_a_tool_that_does_not_exist_is_refused_before_it_runs() {
     assert!(ran.stderr.contains("custom:wether"), "{}", ran.stderr);
     assert!(w.run_ids().is_empty(), "no run was created");
 }
+
+#[test]
+fn weir_test_scripts_an_agent_s_tool_results_by_tool() {
+    let w = Weir::new();
+    w.file(
+        "weir.toml",
+        "[tools.weather]\nkind = \"http\"\nurl = \"http://127.0.0.1:9/weather/{city}\"\n",
+    );
+    w.file("pack.yaml", &FLOW.replace("MODEL", "claude-haiku-4-5"));
+    w.file(
+        "pack.test.yaml",
+        r#"
+tests:
+  - name: rain in Paris means a coat
+    input: {city: Paris}
+    mock:
+      - {match: "What should I wear", times: 1, tool_calls: [{name: weather, arguments: {city: Paris}}]}
+      - {match: rain, reply: "Take a coat."}
+    tools:
+      custom:weather: {result: {sky: rain}}
+    expect:
+      status: succeeded
+      state: {advice: Take a coat.}
+      calls: {model: 2}
+"#,
+    );
+    let ran = w.run(&["test"]);
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stdout.contains("1 passed, 0 failed"), "{}", ran.stdout);
+}

@@ -57,30 +57,7 @@ pub async fn run(
     request: &Request,
     spent: &mut Spent,
 ) -> Result<Answer, Failure> {
-    let mut offered: HashMap<String, Offered> = HashMap::new();
-    let mut defs: Vec<ToolDef> = Vec::new();
-    for tool_ref in &spec.tools.tools {
-        let listed = ctx
-            .services
-            .tools
-            .describe(tool_ref)
-            .await
-            .map_err(|e| tool_failure(&e, request, std::mem::take(spent)))?;
-        for (tool_ref, def) in listed {
-            if offered.contains_key(&def.name) {
-                return Err(Failure::fatal(
-                    "tool",
-                    format!(
-                        "two of the agent's tools are both called `{}` (`{}` and `{tool_ref}`): list one of them",
-                        def.name, offered[&def.name].tool_ref
-                    ),
-                ));
-            }
-            let schema = CompiledSchema::compile(&def.parameters).ok();
-            offered.insert(def.name.clone(), Offered { tool_ref, schema });
-            defs.push(def);
-        }
-    }
+    let (offered, defs) = offer(ctx, spec, request, spent).await?;
     req.tool_choice = match &spec.tools.tool_choice {
         // The model calls a tool by its name for models.
         ToolChoice::Tool(r) => match defs.iter().zip(&spec.tools.tools).find(|(_, t)| *t == r) {
@@ -141,6 +118,40 @@ pub async fn run(
         request: Some(Box::new(request.clone())),
         spent: Some(Box::new(std::mem::take(spent))),
     })
+}
+
+/// Every tool the agent names, described for its model (by the name the model calls it).
+async fn offer(
+    ctx: &NodeCtx,
+    spec: &weir_core::ir::AgentSpec,
+    request: &Request,
+    spent: &mut Spent,
+) -> Result<(HashMap<String, Offered>, Vec<ToolDef>), Failure> {
+    let mut offered: HashMap<String, Offered> = HashMap::new();
+    let mut defs: Vec<ToolDef> = Vec::new();
+    for tool_ref in &spec.tools.tools {
+        let listed = ctx
+            .services
+            .tools
+            .describe(tool_ref)
+            .await
+            .map_err(|e| tool_failure(&e, request, std::mem::take(spent)))?;
+        for (tool_ref, def) in listed {
+            if offered.contains_key(&def.name) {
+                return Err(Failure::fatal(
+                    "tool",
+                    format!(
+                        "two of the agent's tools are both called `{}` (`{}` and `{tool_ref}`): list one of them",
+                        def.name, offered[&def.name].tool_ref
+                    ),
+                ));
+            }
+            let schema = CompiledSchema::compile(&def.parameters).ok();
+            offered.insert(def.name.clone(), Offered { tool_ref, schema });
+            defs.push(def);
+        }
+    }
+    Ok((offered, defs))
 }
 
 /// The model's answer without tool calls: checked against the response schema when the node
@@ -281,7 +292,13 @@ async fn call_one(
         }
     };
     record.duration_ms = started.elapsed().as_millis() as u64;
-    let ret = match outcome {
+    let ret = answer(&u.id, outcome, &mut record);
+    (ret, record)
+}
+
+/// What goes back to the model for a call's outcome, kept in its record too.
+fn answer(id: &str, outcome: Result<Value, String>, record: &mut ToolCallRecord) -> ToolReturn {
+    match outcome {
         Ok(v) => {
             let content = match &v {
                 Value::String(s) => s.clone(),
@@ -295,7 +312,7 @@ async fn call_one(
             };
             record.result = Some(v);
             ToolReturn {
-                id: u.id.clone(),
+                id: id.to_string(),
                 content,
                 is_error: false,
             }
@@ -303,11 +320,10 @@ async fn call_one(
         Err(e) => {
             record.error = Some(e.clone());
             ToolReturn {
-                id: u.id.clone(),
+                id: id.to_string(),
                 content: e,
                 is_error: true,
             }
         }
-    };
-    (ret, record)
+    }
 }
