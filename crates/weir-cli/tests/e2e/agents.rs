@@ -341,3 +341,52 @@ tests:
     assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
     assert!(ran.stdout.contains("1 passed, 0 failed"), "{}", ran.stdout);
 }
+
+#[test]
+fn an_agent_offers_an_mcp_server_s_tools_as_the_server_describes_them() {
+    let fake = Fake::start();
+    let server = std::env::var("WEIR_MCP_EVERYTHING")
+        .expect("WEIR_MCP_EVERYTHING (scripts/test installs the server)");
+    let w = Weir::new()
+        .env("ANTHROPIC_BASE_URL", &fake.url)
+        .env("ANTHROPIC_API_KEY", "sk-ant-TESTKEY");
+    w.file(
+        "weir.toml",
+        &format!("[mcp.servers.everything]\ncommand = \"{server}\"\nargs = [\"stdio\"]\n"),
+    );
+    let flow = w.file(
+        "echo.yaml",
+        &FLOW
+            .replace("MODEL", "claude-haiku-4-5")
+            .replace("[custom:weather, delay]", "[\"mcp:everything/echo\"]"),
+    );
+    fake.queue(
+        "/v1/messages",
+        vec![
+            anthropic(
+                json!([{"type": "tool_use", "id": "toolu_1", "name": "echo", "input": {"message": "hi"}}]),
+                "tool_use",
+            ),
+            anthropic(json!([{"type": "text", "text": "It said hi back."}]), "end_turn"),
+        ],
+    );
+    let ran = w.run(&["run", &flow, "--input", r#"{"city": "Paris"}"#, "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let sent = fake.seen("/v1/messages");
+    let tool = &sent[0].json()["tools"][0];
+    assert_eq!(tool["name"], "echo");
+    assert!(
+        !tool["description"].as_str().unwrap().is_empty(),
+        "the server's description: {tool}"
+    );
+    assert!(
+        tool["input_schema"]["properties"]["message"].is_object(),
+        "the server's schema: {tool}"
+    );
+    let result = &sent[1].json()["messages"][2]["content"][0];
+    assert_eq!(result["content"], "Echo: hi", "{result}");
+    let r = ran.json();
+    let call = &steps(&r, "advise")[0]["attempts"][0]["tool_calls"][0];
+    assert_eq!(call["tool"], "mcp:everything/echo");
+    assert_eq!(call["result"]["text"], "Echo: hi");
+}
