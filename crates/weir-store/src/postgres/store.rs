@@ -59,6 +59,12 @@ impl Postgres {
     /// migrations it lacks.
     pub async fn open(url: &str) -> Result<Self, StoreError> {
         let opts = options(url)?;
+        let unreachable = |e: sqlx::Error| {
+            StoreError::backend(
+                Fault::Unavailable,
+                format!("cannot connect to Postgres: {e}"),
+            )
+        };
         let pool = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(10))
@@ -67,12 +73,7 @@ impl Postgres {
                     .options([("plan_cache_mode", "force_generic_plan")]),
             )
             .await
-            .map_err(|e| {
-                StoreError::backend(
-                    Fault::Unavailable,
-                    format!("cannot connect to Postgres: {e}"),
-                )
-            })?;
+            .map_err(unreachable)?;
         let fast = PgPoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(10))
@@ -81,12 +82,7 @@ impl Postgres {
                 ("plan_cache_mode", "force_generic_plan"),
             ]))
             .await
-            .map_err(|e| {
-                StoreError::backend(
-                    Fault::Unavailable,
-                    format!("cannot connect to Postgres: {e}"),
-                )
-            })?;
+            .map_err(unreachable)?;
         let store = Self {
             notes: notify::Notifier::start(fast.clone()),
             pool,
