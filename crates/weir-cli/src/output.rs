@@ -368,10 +368,32 @@ pub fn summary_into(out: &mut String, r: &RunRecord, db: &Hint) {
         let _ = writeln!(out, "error [{}]: {}", e.code, e.message);
     }
     if let Some(g) = &r.pending_gate {
-        let _ = writeln!(out, "paused at human gate `{}`: {}", g.node_id, g.prompt);
         let id = short(&r.run_id);
-        let _ = writeln!(out, "  approve: weir approve {id}{} [--input JSON]", db.0);
-        let _ = writeln!(out, "  reject:  weir reject {id}{} --reason TEXT", db.1);
+        match g.kind {
+            weir_core::record::GateKind::ToolCall => {
+                let _ = writeln!(
+                    out,
+                    "paused: agent `{}` waits for approval of a tool call\n  {}",
+                    g.node_id,
+                    g.prompt.replace('\n', "\n  ")
+                );
+                let _ = writeln!(
+                    out,
+                    "  approve: weir approve {id}{} [--input '{{\"arguments\": {{…}}}}']",
+                    db.0
+                );
+                let _ = writeln!(
+                    out,
+                    "  reject:  weir reject {id}{} --reason TEXT   (the model reads the reason)",
+                    db.1
+                );
+            }
+            _ => {
+                let _ = writeln!(out, "paused at human gate `{}`: {}", g.node_id, g.prompt);
+                let _ = writeln!(out, "  approve: weir approve {id}{} [--input JSON]", db.0);
+                let _ = writeln!(out, "  reject:  weir reject {id}{} --reason TEXT", db.1);
+            }
+        }
     }
     if r.status == RunStatus::Succeeded && !r.output.is_null() {
         let text = match &r.output {

@@ -318,6 +318,22 @@ pub struct AgentTools {
     pub tool_choice: crate::model::ToolChoice,
     /// Whether the model may ask for several calls in one turn (default true).
     pub parallel_tool_calls: bool,
+    /// Tools whose calls wait for a reviewer (`send_email`, `mcp:github/*`): the run parks
+    /// at a gate of kind `tool_call` before such a call is made.
+    pub approve_tools: Vec<String>,
+}
+
+impl AgentTools {
+    /// Whether a call of `tool_ref` (as the workflow names it: `custom:crm`,
+    /// `mcp:github/create_issue`) waits for a reviewer: it is listed in `approve_tools`, or a
+    /// listed `mcp:SERVER/*` covers it.
+    pub fn needs_approval(&self, tool_ref: &str) -> bool {
+        self.approve_tools.iter().any(|a| {
+            a == tool_ref
+                || a.strip_suffix('*')
+                    .is_some_and(|prefix| prefix.ends_with('/') && tool_ref.starts_with(prefix))
+        })
+    }
 }
 
 /// Default `max_turns` of an agent with tools.
@@ -330,6 +346,7 @@ impl Default for AgentTools {
             max_turns: DEFAULT_MAX_TURNS,
             tool_choice: crate::model::ToolChoice::Auto,
             parallel_tool_calls: true,
+            approve_tools: Vec::new(),
         }
     }
 }

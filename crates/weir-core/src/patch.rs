@@ -57,6 +57,8 @@ pub struct Patch<'a> {
     history: BTreeMap<String, Option<&'a Vec<StepPass>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reuse: Option<&'a BTreeMap<String, Vec<Reused>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resume: Option<&'a BTreeMap<String, crate::record::Resume>>,
     loops: &'a BTreeMap<String, u32>,
     pending: &'a Vec<NodeId>,
     /// Whole, or what changed since the last write.
@@ -102,6 +104,8 @@ pub struct SnapshotPatch {
     pub history: BTreeMap<String, Option<Vec<StepPass>>>,
     #[serde(default)]
     pub reuse: Option<BTreeMap<String, Vec<Reused>>>,
+    #[serde(default)]
+    pub resume: Option<BTreeMap<String, crate::record::Resume>>,
     pub loops: BTreeMap<String, u32>,
     pub pending: Vec<NodeId>,
     /// The completed nodes whole (a driver's first patch, and every patch an earlier weir
@@ -152,6 +156,9 @@ impl SnapshotPatch {
         }
         if let Some(r) = self.reuse {
             to.reuse = r;
+        }
+        if let Some(r) = self.resume {
+            to.resume = r;
         }
         to.loops = self.loops;
         to.pending = self.pending;
@@ -208,6 +215,8 @@ pub struct Tracker {
     /// Pipeline steps whose history changed.
     history: Vec<String>,
     reuse: bool,
+    /// Agents' loops to go on from changed.
+    resume: bool,
     /// Commits since the last whole snapshot.
     since_whole: u32,
     /// A patch was written since the last whole snapshot.
@@ -294,6 +303,11 @@ impl Tracker {
         self.reuse = true;
     }
 
+    /// An agent's loop to go on from was added or taken.
+    pub fn touch_resume(&mut self) {
+        self.resume = true;
+    }
+
     /// The node `id` was marked completed (`was` false) or no longer (`was` true). The first
     /// change since the driver's last write tells what the store holds of it.
     pub fn completed_was(&mut self, id: &NodeId, was: bool) {
@@ -371,6 +385,7 @@ impl Tracker {
         // large (they are seldom left, and an output is typed until read as JSON).
         if (!self.output && !now.output.is_null())
             || (!self.reuse && !now.reuse.is_empty())
+            || (!self.resume && !now.resume.is_empty())
             || now
                 .history
                 .keys()
@@ -442,6 +457,7 @@ impl Tracker {
             output: std::mem::take(&mut self.output).then_some(&*now.output),
             history,
             reuse: std::mem::take(&mut self.reuse).then_some(&now.reuse),
+            resume: std::mem::take(&mut self.resume).then_some(&now.resume),
             loops: &now.loops,
             pending: &now.pending,
             completed: None,
@@ -634,6 +650,26 @@ mod tests {
         s
     }
 
+    /// An agent's loop to go on from, as a decision leaves it.
+    fn resume() -> crate::record::Resume {
+        crate::record::Resume {
+            visit: 1,
+            attempt: crate::record::Attempt {
+                n: 1,
+                status: crate::record::StepStatus::Running,
+                error: None,
+                error_class: None,
+                duration_ms: 3,
+                request: None,
+                response: None,
+                calls: Vec::new(),
+                tool_calls: Vec::new(),
+                cost_usd: 0.0,
+            },
+            decision: None,
+        }
+    }
+
     #[test]
     fn patches_applied_in_order_rebuild_every_commit() {
         let mut now = snap();
@@ -676,7 +712,11 @@ mod tests {
                     node_id: "g".into(),
                     prompt: "ok?".into(),
                     seq: 3,
+                    kind: crate::record::GateKind::ToolCall,
+                    detail: Some(json!({"tool": "custom:crm"})),
                 });
+                now.resume.insert("a".into(), resume());
+                t.touch_resume();
                 now.history.insert(
                     "p".into(),
                     vec![StepPass {
@@ -692,6 +732,8 @@ mod tests {
                 now.loops.remove("l");
                 now.arrivals.remove("m");
                 now.gates.clear();
+                now.resume.clear();
+                t.touch_resume();
                 now.history.remove("p");
                 t.touch_history("p");
                 now.pass = 2;

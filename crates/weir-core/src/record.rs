@@ -276,6 +276,10 @@ pub struct ToolCallRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub duration_ms: u64,
+    /// A reviewer's decision, for a tool listed in `approve_tools`: `{approved, by, at,
+    /// comment?, arguments_edited?}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Value>,
 }
 
 /// A node's type name (`agent`, `tool`, …): the workflow's own `&'static str` while a run
@@ -520,6 +524,69 @@ pub struct PendingGate {
     /// The gate's waiting step.
     #[serde(default)]
     pub seq: u32,
+    /// What waits: a `human_gate` node, an agent's tool call, a budget.
+    #[serde(default, skip_serializing_if = "GateKind::is_human")]
+    pub kind: GateKind,
+    /// For a tool call: `{tool, name, arguments, turn, index}`; for a budget: what it
+    /// allows and what was spent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Value>,
+}
+
+/// What a pending gate waits on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateKind {
+    /// A `human_gate` node (or a machine/pipeline approval step).
+    #[default]
+    Human,
+    /// An agent's call of a tool listed in its `approve_tools`.
+    ToolCall,
+    /// A budget that would be exceeded, with `on_exceeded: pause`.
+    Budget,
+}
+
+impl GateKind {
+    pub fn is_human(&self) -> bool {
+        *self == GateKind::Human
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GateKind::Human => "human",
+            GateKind::ToolCall => "tool_call",
+            GateKind::Budget => "budget",
+        }
+    }
+}
+
+/// Where an agent's tool-use loop goes on from: the conversation its step recorded before
+/// it stopped (its driver died, or it parked for a reviewer), and the reviewer's decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resume {
+    /// The node's visit the loop belongs to (its tool calls' idempotency keys).
+    pub visit: u32,
+    /// The attempt as last committed: its model calls and tool calls.
+    pub attempt: Attempt,
+    /// A reviewer's decision on the tool call the loop parked at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<ToolDecision>,
+}
+
+/// A reviewer's decision on one tool call (a gate of kind `tool_call`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDecision {
+    /// The provider's id of the call decided.
+    pub id: String,
+    pub approved: bool,
+    pub by: String,
+    pub at: String,
+    /// Approve: a comment; reject: the reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// Approve: the arguments to call the tool with instead of the model's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -613,6 +680,9 @@ pub struct Snapshot {
     /// node's next executions reuse instead of running.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub reuse: BTreeMap<String, Vec<Reused>>,
+    /// Agents whose tool-use loop goes on from where it stopped, by node id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resume: BTreeMap<String, Resume>,
 }
 
 /// Empty, its output the shared null (no allocation: every run starts from one).
@@ -635,6 +705,7 @@ impl Default for Snapshot {
             pass: 0,
             history: Default::default(),
             reuse: Default::default(),
+            resume: Default::default(),
         }
     }
 }

@@ -92,7 +92,31 @@ impl Cx {
                 }
             };
         }
-        for key in ["max_turns", "tool_choice", "parallel_tool_calls"] {
+        out.approve_tools = self.strings(node, cfg, "approve_tools").unwrap_or_default();
+        for a in &out.approve_tools {
+            let listed = out.tools.iter().any(|t| {
+                t == a
+                    || a.strip_suffix('*').is_some_and(|p| {
+                        p.ends_with('/') && (t.starts_with(p) || t.as_str() == format!("{p}*"))
+                    })
+                    || (t.ends_with("/*") && a.starts_with(&t[..t.len() - 1]))
+            });
+            if !listed {
+                self.err(
+                    "E011",
+                    Some(node),
+                    cfg.get("approve_tools").and_then(|v| v.span),
+                    format!("`approve_tools` names `{a}`, which is not one of the node's `tools`"),
+                    "list in `approve_tools` only tools the node offers under `tools` (or `mcp:SERVER/*` for a server listed there)",
+                );
+            }
+        }
+        for key in [
+            "max_turns",
+            "tool_choice",
+            "parallel_tool_calls",
+            "approve_tools",
+        ] {
             if out.tools.is_empty()
                 && let Some(v) = cfg.get(key)
             {

@@ -310,6 +310,7 @@ fn check_config_keys(cx: &mut Cx, id: &str, ty: &str, cfg: &tree::Node) {
             "max_turns",
             "tool_choice",
             "parallel_tool_calls",
+            "approve_tools",
         ],
         "tool" => &["tool_name", "params"],
         "condition" => &["expression"],

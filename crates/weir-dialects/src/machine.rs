@@ -195,6 +195,7 @@ fn check_keys(cx: &mut Cx, id: &str, ty: &str, body: &tree::Node) {
             "max_turns",
             "tool_choice",
             "parallel_tool_calls",
+            "approve_tools",
         ],
         "ai_judge" => &[
             "model",

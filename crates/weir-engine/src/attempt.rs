@@ -44,6 +44,7 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
     loop {
         // The first attempt starts when the step was launched: the clock was read then.
         let mut started = if n == 1 { ctx.launched } else { Instant::now() };
+        ctx.attempt.store(n, std::sync::atomic::Ordering::Relaxed);
         // The rare awaits (a lease to renew, a replay) are boxed: a future is as large as
         // all its awaits together, and the common one is moved at every launch.
         if let Some(lease) = &ctx.lease
@@ -88,9 +89,16 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
                 Ok(mut outcome) => {
                     merge(&mut total, &outcome.spent);
                     // The request, reply and calls belong to the attempt record: moved, not copied.
+                    // A loop parked at a tool call waits with its step.
+                    let status = if matches!(outcome.route, nodes::Route::Park { kind, .. } if !kind.is_human())
+                    {
+                        StepStatus::Waiting
+                    } else {
+                        StepStatus::Succeeded
+                    };
                     attempts.push(Attempt {
                         n,
-                        status: StepStatus::Succeeded,
+                        status,
                         error: None,
                         error_class: None,
                         duration_ms,

@@ -7,7 +7,10 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use weir_core::Workflow;
 use weir_core::event::EventKind;
-use weir_core::record::{ErrorCode, PendingGate, RunError, RunStatus, StepStatus};
+use weir_core::record::{
+    ErrorCode, GateKind, PendingGate, Resume, RunError, RunStatus, StepRecord, StepStatus,
+    ToolDecision,
+};
 use weir_core::store::{GateDecision, StoreError};
 
 use crate::{Engine, Error, now, routing};
@@ -120,7 +123,21 @@ impl Engine {
             comment: decision.comment.clone(),
         };
         let mut events = vec![decided_event];
-        let (status, error, finished_at, also) = if decision.approved {
+        let (status, error, finished_at, also) = if pending.kind == GateKind::ToolCall {
+            let resume = self
+                .decide_tool_call(&pending, &mut step, &decision, &at)
+                .await?;
+            snapshot.resume.insert(pending.node_id.clone(), resume);
+            if let Some(at) = wf.position(&pending.node_id) {
+                snapshot.pending.push(wf.node_id(at).clone());
+            }
+            let status = if snapshot.gates.is_empty() {
+                RunStatus::Queued
+            } else {
+                RunStatus::Paused
+            };
+            (status, None, None, Vec::new())
+        } else if decision.approved {
             let mut record = json!({"approved": true, "by": decision.by, "at": at});
             if let Some(c) = &decision.comment {
                 record["comment"] = json!(c);
@@ -213,6 +230,120 @@ impl Engine {
                 Err(Error::Conflict(self.lost_to(run_id, &pending).await))
             }
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A decision on an agent's tool call: the gate's step records it, and the agent's loop
+    /// goes on from its committed turns with it (approved: the call is made, with the
+    /// reviewer's arguments when given, checked against the tool's schema here; rejected:
+    /// the model reads the reason as the call's result).
+    async fn decide_tool_call(
+        &self,
+        pending: &PendingGate,
+        step: &mut StepRecord,
+        decision: &Decision,
+        at: &str,
+    ) -> Result<Resume, Error> {
+        let detail = pending.detail.clone().unwrap_or(Value::Null);
+        let field = |k: &str| detail.get(k).and_then(Value::as_str).unwrap_or_default();
+        let (id, tool, name) = (field("id"), field("tool"), field("name"));
+        let arguments = match &decision.input {
+            _ if !decision.approved => None,
+            None | Some(Value::Null) => None,
+            Some(Value::Object(m)) if m.keys().all(|k| k == "arguments") => {
+                m.get("arguments").cloned()
+            }
+            Some(_) => {
+                return Err(Error::InvalidInput(vec![
+                    "a tool call's approval input is `{\"arguments\": {…}}`: the arguments to call the tool with instead of the model's".into(),
+                ]));
+            }
+        };
+        if let Some(args) = &arguments {
+            self.check_arguments(tool, name, args).await?;
+        }
+        let mut record = json!({"approved": decision.approved, "by": decision.by, "at": at,
+            "tool": tool, "arguments": arguments.clone().unwrap_or_else(|| detail["arguments"].clone())});
+        if let Some(c) = &decision.comment {
+            record[if decision.approved {
+                "comment"
+            } else {
+                "reason"
+            }] = json!(c);
+        }
+        step.status = StepStatus::Succeeded;
+        step.route = Some(
+            if decision.approved {
+                "approved"
+            } else {
+                "rejected"
+            }
+            .into(),
+        );
+        step.output = Arc::new(record.into());
+        let mut attempt =
+            step.attempts
+                .last()
+                .cloned()
+                .unwrap_or_else(|| weir_core::record::Attempt {
+                    n: 1,
+                    status: StepStatus::Succeeded,
+                    error: None,
+                    error_class: None,
+                    duration_ms: 0,
+                    request: None,
+                    response: None,
+                    calls: Vec::new(),
+                    tool_calls: Vec::new(),
+                    cost_usd: 0.0,
+                });
+        if let Some(a) = step.attempts.last_mut() {
+            a.status = StepStatus::Succeeded;
+        }
+        attempt.status = StepStatus::Running;
+        Ok(Resume {
+            visit: step.visit,
+            attempt,
+            decision: Some(ToolDecision {
+                id: id.to_string(),
+                approved: decision.approved,
+                by: decision.by.clone(),
+                at: at.to_string(),
+                comment: decision.comment.clone(),
+                arguments,
+            }),
+        })
+    }
+
+    /// Arguments a reviewer gave a tool call, checked against the tool's schema.
+    async fn check_arguments(&self, tool: &str, name: &str, args: &Value) -> Result<(), Error> {
+        if !args.is_object() {
+            return Err(Error::InvalidInput(vec![format!(
+                "the arguments for `{name}` must be a JSON object"
+            )]));
+        }
+        let described = self
+            .services
+            .tools
+            .describe(tool)
+            .await
+            .map_err(|e| Error::InvalidInput(vec![format!("`{tool}`: {}", e.message)]))?;
+        let Some((_, def)) = described.into_iter().find(|(_, d)| d.name == name) else {
+            return Ok(());
+        };
+        let Ok(schema) = weir_core::schema::CompiledSchema::compile(&def.parameters) else {
+            return Ok(());
+        };
+        let errors = schema.errors(args);
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::InvalidInput(
+                errors
+                    .into_iter()
+                    .map(|e| format!("the arguments for `{name}` do not match its schema: {e}"))
+                    .collect(),
+            ))
         }
     }
 

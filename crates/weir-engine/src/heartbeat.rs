@@ -47,6 +47,11 @@ impl Held {
         now + margin < *self.deadline.lock().expect("heartbeat lock")
     }
 
+    /// The lease as last claimed or renewed (for a write a node makes itself).
+    pub(crate) fn current(&self) -> Lease {
+        self.lease.lock().expect("heartbeat lock").clone()
+    }
+
     fn renewed(&self, lease: Lease, asked: Instant) {
         *self.lease.lock().expect("heartbeat lock") = lease;
         *self.deadline.lock().expect("heartbeat lock") = asked + self.timing.ttl;

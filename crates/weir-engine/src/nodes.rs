@@ -63,6 +63,12 @@ pub struct NodeCtx {
     /// When the step was launched: its first attempt's start (one clock reading for the
     /// step's duration, the attempt's and its deadline).
     pub launched: std::time::Instant,
+    /// The step's start as recorded (an agent's loop writes its step again as it goes).
+    pub started_at: weir_core::store::Stamp,
+    /// The attempt running now (1-based).
+    pub attempt: std::sync::atomic::AtomicU32,
+    /// An agent's tool-use loop to go on from (taken by its first attempt).
+    pub resume: std::sync::Mutex<Option<Box<weir_core::record::Resume>>>,
 }
 
 /// Where the run goes after a node.
@@ -72,10 +78,14 @@ pub enum Route {
     All,
     /// Fire edges whose selector matches (case-insensitively), plus edges without one.
     Key(String),
-    /// Park the run at a human gate.
+    /// Park the run at a gate.
     Park {
         /// What the gate asks its reviewer.
         prompt: String,
+        /// A `human_gate` node's gate, an agent's tool call, a budget.
+        kind: weir_core::record::GateKind,
+        /// What the reviewer decides on (a tool call's tool and arguments).
+        detail: Option<Box<Value>>,
     },
     /// End the run with a status.
     End(EndStatus),
@@ -297,6 +307,73 @@ impl NodeCtx {
     /// that hangs (and says so).
     pub fn tool_timeout(&self) -> std::time::Duration {
         self.node().policy.timeout + std::time::Duration::from_secs(1)
+    }
+
+    /// The loop to go on from, once: the first attempt takes it, a retry starts afresh.
+    pub fn take_resume(&self) -> Option<Box<weir_core::record::Resume>> {
+        self.resume.lock().expect("resume lock").take()
+    }
+
+    /// Commits an agent's loop so far (its model calls and tool calls) as the running
+    /// step's attempt, so that a driver taking the run over goes on from there instead of
+    /// calling the tools again. Not synced (a process that dies leaves it with the OS); a
+    /// lease another driver took refuses it, and the loop must stop.
+    pub async fn checkpoint(&self, request: &Request, spent: &Spent) -> Result<(), Failure> {
+        let Some(held) = &self.lease else {
+            return Ok(());
+        };
+        if self.replay {
+            return Ok(());
+        }
+        let node = self.node();
+        let step = weir_core::record::StepRecord {
+            seq: self.seq,
+            node_id: self.wf.node_id(self.index).clone(),
+            node_type: node.type_name().into(),
+            visit: self.visit,
+            status: weir_core::record::StepStatus::Running,
+            route: None,
+            input: Value::Null,
+            output: weir_core::record::no_output(),
+            error: None,
+            cost_usd: 0.0,
+            tokens: Tokens::default(),
+            attempts: vec![weir_core::record::Attempt {
+                n: self
+                    .attempt
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    .max(1),
+                status: weir_core::record::StepStatus::Running,
+                error: None,
+                error_class: None,
+                duration_ms: self.launched.elapsed().as_millis() as u64,
+                request: Some(request.clone()),
+                response: None,
+                calls: spent.calls.clone(),
+                tool_calls: spent.tool_calls.clone(),
+                cost_usd: spent.cost_usd,
+            }],
+            started_at: self.started_at.clone(),
+            finished_at: None,
+            duration_ms: None,
+        };
+        let lease = held.current();
+        match self
+            .services
+            .store
+            .start_steps(&lease, &[&step], Vec::new())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e @ weir_core::store::StoreError::LeaseLost { .. }) => Err(Failure::fatal(
+                "lease_lost",
+                format!("the agent's loop stopped: {e}"),
+            )),
+            Err(e) => {
+                tracing::warn!(run_id = %self.run_id, node = %node.id, "could not commit the agent's turn: {e}; a takeover would repeat its tool calls");
+                Ok(())
+            }
+        }
     }
 }
 

@@ -214,6 +214,7 @@ impl<'e> Run<'e> {
                 s.error =
                     Some("interrupted: the driver of this step stopped; it runs again".into());
                 s.finished_at = Some(Stamp::now());
+                resume_loop(&mut snapshot, &mut s);
                 s
             })
             .collect();
@@ -611,6 +612,12 @@ impl<'e> Run<'e> {
         });
         self.started.push(seq);
         let loop_count = self.snapshot.loops.get(node_id).copied().unwrap_or(0) + 1;
+        let resume = if matches!(node.kind, NodeKind::Agent(_)) {
+            let id = self.wf.node_id(index).clone();
+            self.take_resume(&id, visit)
+        } else {
+            None
+        };
         let launched = Instant::now();
         let ctx = NodeCtx {
             run_id: self.run_id.clone(),
@@ -636,6 +643,9 @@ impl<'e> Run<'e> {
             tool_request_bytes: self.engine.limits.tool_request_bytes,
             replay: self.engine.replay,
             launched,
+            started_at: step.started_at.clone(),
+            attempt: std::sync::atomic::AtomicU32::new(1),
+            resume: std::sync::Mutex::new(resume),
         };
         self.in_flight.insert(
             index,
@@ -661,6 +671,19 @@ impl<'e> Run<'e> {
                 .await;
             (index, result)
         }))
+    }
+
+    /// The tool-use loop an agent goes on from, if it stopped in this visit (its driver
+    /// died, or it parked at a tool call that was decided since).
+    fn take_resume(&mut self, node_id: &str, visit: u32) -> Option<Box<weir_core::record::Resume>> {
+        if self.snapshot.resume.is_empty() {
+            return None;
+        }
+        let r = self.snapshot.resume.remove(node_id)?;
+        if let Some(t) = &mut self.stored {
+            t.touch_resume();
+        }
+        (r.visit == visit).then(|| Box::new(r))
     }
 
     /// A re-run: the next recorded outcome of this node, if the run reuses one.
@@ -704,7 +727,12 @@ impl<'e> Run<'e> {
             self.snapshot.pending.remove(i);
         }
         self.snapshot.hops += 1;
-        self.count_visit(wf.node_id(index));
+        // An agent parked at a tool call goes on in the same visit once decided (its tool
+        // calls' idempotency keys stay the same).
+        let parked_loop = matches!(&result.result, Ok(o) if matches!(o.route, Route::Park { kind, .. } if !kind.is_human()));
+        if !parked_loop {
+            self.count_visit(wf.node_id(index));
+        }
         // One clock reading: the end is the start plus the time it took on the monotonic
         // clock (which the duration is too), not a second reading of the wall clock.
         let took = started.elapsed().as_millis() as u64;
@@ -767,13 +795,19 @@ impl<'e> Run<'e> {
                         self.set_completed(wf.node_id(index), true);
                         self.ending = Some(Ending::End(*status));
                     }
-                    Route::Park { prompt } => {
+                    Route::Park {
+                        prompt,
+                        kind,
+                        detail,
+                    } => {
                         step.status = StepStatus::Waiting;
                         step.finished_at = None;
                         self.snapshot.gates.push(PendingGate {
                             node_id: node_id.to_string(),
                             prompt: prompt.clone(),
                             seq: step.seq,
+                            kind: *kind,
+                            detail: detail.as_deref().cloned(),
                         });
                     }
                     Route::All | Route::Key(_) => {
@@ -810,6 +844,46 @@ impl<'e> Run<'e> {
         }
         self.unsaved.push(step);
     }
+}
+
+/// An agent step that committed turns of its tool-use loop before its driver stopped: its
+/// next run goes on from them (no tool call made twice), and what its model calls cost is
+/// charged to it, the interrupted step.
+fn resume_loop(snapshot: &mut Snapshot, s: &mut StepRecord) {
+    let Some(attempt) = s.attempts.pop() else {
+        return;
+    };
+    if attempt.tool_calls.is_empty() && attempt.calls.is_empty() {
+        return;
+    }
+    for c in attempt
+        .calls
+        .iter()
+        .filter(|c| c.get("carried_over").is_none())
+    {
+        s.tokens.input += c.get("input_tokens").and_then(Value::as_u64).unwrap_or(0);
+        s.tokens.output += c.get("output_tokens").and_then(Value::as_u64).unwrap_or(0);
+    }
+    s.cost_usd = attempt.cost_usd;
+    snapshot.cost_usd += attempt.cost_usd;
+    s.error = Some(format!(
+        "interrupted: the driver of this step stopped after {} tool call{}; the agent goes on from there",
+        attempt.tool_calls.len(),
+        if attempt.tool_calls.len() == 1 {
+            ""
+        } else {
+            "s"
+        }
+    ));
+    s.attempts.push(attempt.clone());
+    snapshot.resume.insert(
+        String::from(&*s.node_id),
+        weir_core::record::Resume {
+            visit: s.visit,
+            attempt,
+            decision: None,
+        },
+    );
 }
 
 /// The pipeline history of a run that has none, shared: most nodes of most runs see it.

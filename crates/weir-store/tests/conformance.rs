@@ -215,6 +215,7 @@ async fn step_commit_is_atomic_with_snapshot_and_events(f: Fixture) {
         result: Some(json!({"name": "Ada"})),
         error: None,
         duration_ms: 4,
+        approval: Some(json!({"approved": true, "by": "ana", "at": "2026-12-07T10:00:00.000Z"})),
     };
     a.attempts = vec![
         weir_core::Attempt {
@@ -792,6 +793,73 @@ async fn a_crash_between_writes_leaves_a_run_that_continues(f: Fixture) {
     }
 }
 
+/// An agent's loop commits its turns as it goes: its running step is written again with
+/// the attempt so far. A driver taking over finds the step once, with that attempt, and the
+/// step's final commit replaces it.
+async fn a_running_step_written_again_keeps_its_attempt_so_far(f: Fixture) {
+    let s = f.store.clone();
+    let mut n = new_run("loop");
+    n.claim = Some(claim("alice", 60));
+    let lease: Lease = s.create_run(n).await.unwrap().lease.unwrap();
+    let started = step(1, "a", StepStatus::Running);
+    s.start_steps(&lease, &[&started], vec![]).await.unwrap();
+    let mut so_far = started.clone();
+    so_far.attempts = vec![weir_core::Attempt {
+        n: 1,
+        status: StepStatus::Running,
+        error: None,
+        error_class: None,
+        duration_ms: 5,
+        request: None,
+        response: None,
+        calls: Vec::new(),
+        tool_calls: vec![weir_core::record::ToolCallRecord {
+            turn: 1,
+            id: "call_1".into(),
+            name: "lookup".into(),
+            tool: "custom:lookup".into(),
+            arguments: json!({"id": 7}),
+            result: Some(json!("Ada")),
+            error: None,
+            duration_ms: 2,
+            approval: None,
+        }],
+        cost_usd: 0.25,
+    }];
+    s.start_steps(&lease, &[&so_far], vec![]).await.unwrap();
+    let (last, open) = s.open_steps("loop").await.unwrap();
+    assert_eq!(last, 1);
+    assert_eq!(open.len(), 1, "{open:?}");
+    assert_eq!(open[0].attempts.len(), 1);
+    assert_eq!(open[0].attempts[0].tool_calls[0].result, Some(json!("Ada")));
+    let mut done = step(1, "a", StepStatus::Succeeded);
+    done.finished_at = Some(weir_core::store::Stamp::now());
+    let mut two = so_far.attempts[0].clone();
+    two.status = StepStatus::Succeeded;
+    two.tool_calls.push(two.tool_calls[0].clone());
+    done.attempts = vec![two];
+    s.commit_step(
+        &lease,
+        StepCommit {
+            step: &done,
+            started: &[],
+            snapshot: &snap(&["a"], vec![]),
+            patch: None,
+            covers_patches: false,
+            events: vec![],
+        },
+    )
+    .await
+    .unwrap();
+    let (_, open) = s.open_steps("loop").await.unwrap();
+    assert!(open.is_empty(), "{open:?}");
+    let r = s.get_record("loop").await.unwrap();
+    assert_eq!(r.steps.len(), 1);
+    assert_eq!(r.steps[0].status, StepStatus::Succeeded);
+    assert_eq!(r.steps[0].attempts.len(), 1);
+    assert_eq!(r.steps[0].attempts[0].tool_calls.len(), 2);
+}
+
 use futures_util::FutureExt;
 
 /// Writes of many drives at once (what a store may group into one transaction): each is
@@ -963,4 +1031,5 @@ conformance!(
     patched_commits_rebuild_the_snapshot,
     a_record_is_read_at_one_moment,
     a_runs_end_carries_its_last_steps,
+    a_running_step_written_again_keeps_its_attempt_so_far,
 );

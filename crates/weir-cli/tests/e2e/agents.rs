@@ -390,3 +390,215 @@ fn an_agent_offers_an_mcp_server_s_tools_as_the_server_describes_them() {
     assert_eq!(call["tool"], "mcp:everything/echo");
     assert_eq!(call["result"]["text"], "Echo: hi");
 }
+
+#[test]
+fn an_agent_killed_mid_loop_goes_on_without_calling_a_tool_twice() {
+    let fake = Fake::start();
+    let (w, flow) = setup(&fake, "claude-haiku-4-5");
+    w.short_lease(1.0, 0.25);
+    // Oslo's first request hangs: the process is killed while that call is in flight.
+    fake.queue(
+        "/weather/Oslo",
+        vec![
+            Reply::json(200, json!({"sky": "never"})).delayed(std::time::Duration::from_secs(120)),
+        ],
+    );
+    fake.queue(
+        "/v1/messages",
+        vec![
+            anthropic(
+                json!([{"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}}]),
+                "tool_use",
+            ),
+            anthropic(
+                json!([{"type": "tool_use", "id": "toolu_2", "name": "weather", "input": {"city": "Oslo"}}]),
+                "tool_use",
+            ),
+            anthropic(
+                json!([{"type": "text", "text": "Rain in Paris, snow in Oslo."}]),
+                "end_turn",
+            ),
+        ],
+    );
+    let mut child = w.spawn(&["run", &flow, "--input", r#"{"city": "Paris"}"#, "--json"]);
+    crate::support::wait_until("the second turn's tool call to start", || {
+        fake.seen("/weather/Oslo").len() == 1
+    });
+    child.kill().expect("kill -9");
+    child.wait().expect("reap");
+    let id = w.run_ids()[0].clone();
+    let before = w.show(&id);
+    let running = steps(&before, "advise")[0];
+    assert_eq!(running["status"], "running");
+    assert_eq!(
+        running["attempts"][0]["tool_calls"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "turn 1's call was committed when it ended: {running}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let ran = w.run(&["resume", &id, "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let r = ran.json();
+    assert_eq!(r["state"]["advice"], "Rain in Paris, snow in Oslo.");
+    // Paris was called once; Oslo, in flight at the kill, once more with the same key; the
+    // model was not asked turns 1 and 2 again.
+    assert_eq!(fake.seen("/weather/Paris").len(), 1);
+    let oslo = fake.seen("/weather/Oslo");
+    assert_eq!(oslo.len(), 2);
+    assert_eq!(
+        oslo[0].headers["idempotency-key"],
+        format!("{id}:advise:1:2:0")
+    );
+    assert_eq!(
+        oslo[1].headers["idempotency-key"],
+        oslo[0].headers["idempotency-key"]
+    );
+    let sent = fake.seen("/v1/messages");
+    assert_eq!(sent.len(), 3, "one model call per turn, none repeated");
+    let msgs = sent[2].json()["messages"].as_array().unwrap().clone();
+    assert_eq!(msgs.len(), 5, "the whole conversation went on: {msgs:?}");
+    assert!(msgs[2].to_string().contains("rain"));
+    assert!(msgs[4].to_string().contains("snow"));
+    // The record: the interrupted step with what it did and cost, the one that went on.
+    let advise = steps(&r, "advise");
+    assert_eq!(advise.len(), 2);
+    assert_eq!(advise[0]["status"], "cancelled");
+    assert!(
+        advise[0]["cost_usd"].as_f64().unwrap() > 0.0,
+        "{}",
+        advise[0]
+    );
+    assert_eq!(advise[1]["status"], "succeeded");
+    assert_eq!(advise[1]["visit"], 1);
+    let calls = advise[1]["attempts"][0]["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[1]["result"]["sky"], "snow");
+    let total: f64 = advise.iter().map(|s| s["cost_usd"].as_f64().unwrap()).sum();
+    assert!(
+        (r["cost_usd"].as_f64().unwrap() - total).abs() < 1e-9,
+        "each call charged once"
+    );
+}
+
+/// A mock agent whose `custom:weather` calls wait for a reviewer.
+fn gated(fake: &Fake) -> (Weir, String) {
+    let (w, _) = setup(fake, "mock");
+    let flow = w.file(
+        "gated.yaml",
+        &FLOW.replace("MODEL", "mock").replace(
+            "      output_key",
+            "      approve_tools: [custom:weather]\n      output_key",
+        ),
+    );
+    w.file(
+        "gated.mock.json",
+        &json!([
+            {"match": "What should I wear", "times": 1,
+             "tool_calls": [{"name": "weather", "arguments": {"city": "Paris"}}]},
+            {"match": "snow", "reply": "Snow in Oslo: a down jacket."},
+            {"match": "rejected by", "reply": "I was not allowed to check the weather."}
+        ])
+        .to_string(),
+    );
+    (w, flow)
+}
+
+#[test]
+fn a_tool_call_waits_for_approval_and_runs_with_the_reviewers_arguments() {
+    let fake = Fake::start();
+    let (w, flow) = gated(&fake);
+    let ran = w.run(&["run", &flow, "--input", r#"{"city": "Paris"}"#]);
+    assert_eq!(ran.code, 3, "paused: {}\n{}", ran.stdout, ran.stderr);
+    let id = w.run_ids()[0].clone();
+    let paused = w.show(&id);
+    assert_eq!(paused["status"], "paused");
+    let gate = &paused["pending_gate"];
+    assert_eq!(gate["kind"], "tool_call", "{gate}");
+    assert_eq!(gate["node_id"], "advise");
+    assert_eq!(gate["detail"]["tool"], "custom:weather");
+    assert_eq!(gate["detail"]["arguments"], json!({"city": "Paris"}));
+    assert!(
+        gate["prompt"].as_str().unwrap().contains("\"Paris\""),
+        "{gate}"
+    );
+    assert!(
+        fake.seen("/weather/Paris").is_empty(),
+        "nothing called before the decision"
+    );
+    let shown = w.run(&["runs", "show", &id]);
+    assert!(
+        shown
+            .stdout
+            .contains("agent `advise` waits for approval of a tool call"),
+        "{}",
+        shown.stdout
+    );
+    // Arguments that do not match the tool's schema are refused, and the run still waits.
+    let bad = w.run(&[
+        "approve",
+        &id,
+        "--input",
+        r#"{"arguments": {"town": "Oslo"}}"#,
+    ]);
+    assert_eq!(bad.code, 2, "{}\n{}", bad.stdout, bad.stderr);
+    assert!(bad.stderr.contains("city"), "{}", bad.stderr);
+    let ok = w.run(&[
+        "approve",
+        &id,
+        "--input",
+        r#"{"arguments": {"city": "Oslo"}}"#,
+        "--by",
+        "ana",
+        "--json",
+    ]);
+    assert_eq!(ok.code, 0, "{}\n{}", ok.stdout, ok.stderr);
+    let r = ok.json();
+    assert_eq!(r["status"], "succeeded");
+    assert_eq!(r["state"]["advice"], "Snow in Oslo: a down jacket.");
+    assert!(fake.seen("/weather/Paris").is_empty());
+    assert_eq!(fake.seen("/weather/Oslo").len(), 1);
+    let advise = steps(&r, "advise");
+    assert_eq!(advise.len(), 2, "the wait and the loop that went on");
+    assert_eq!(advise[0]["route"], "approved");
+    assert_eq!(advise[0]["output"]["by"], "ana");
+    let call = &advise[1]["attempts"][0]["tool_calls"][0];
+    assert_eq!(call["arguments"], json!({"city": "Oslo"}));
+    assert_eq!(call["approval"]["by"], "ana");
+    assert_eq!(
+        call["approval"]["model_arguments"],
+        json!({"city": "Paris"})
+    );
+    assert_eq!(call["result"]["sky"], "snow");
+}
+
+#[test]
+fn a_rejected_tool_call_is_never_made_and_the_model_reads_why() {
+    let fake = Fake::start();
+    let (w, flow) = gated(&fake);
+    let ran = w.run(&["run", &flow, "--input", r#"{"city": "Paris"}"#]);
+    assert_eq!(ran.code, 3, "{}", ran.stderr);
+    let id = w.run_ids()[0].clone();
+    let no = w.run(&[
+        "reject",
+        &id,
+        "--reason",
+        "no weather lookups today",
+        "--by",
+        "bo",
+        "--json",
+    ]);
+    assert_eq!(no.code, 0, "the run goes on: {}\n{}", no.stdout, no.stderr);
+    let r = no.json();
+    assert_eq!(r["status"], "succeeded");
+    assert_eq!(
+        r["state"]["advice"],
+        "I was not allowed to check the weather."
+    );
+    assert!(fake.seen("/weather/Paris").is_empty());
+    let call = &steps(&r, "advise")[1]["attempts"][0]["tool_calls"][0];
+    assert_eq!(call["error"], "rejected by bo: no weather lookups today");
+    assert_eq!(call["approval"]["approved"], false);
+}

@@ -69,9 +69,29 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
     let mut turns = 0;
     let (response, parsed, repairs) = match &spec.response_schema {
         _ if !spec.tools.tools.is_empty() => {
-            let a = Box::pin(super::agent_loop::run(ctx, spec, req, &request, &mut spent)).await?;
-            turns = a.turns;
-            (a.response, a.parsed, a.repairs)
+            match Box::pin(super::agent_loop::run(ctx, spec, req, &request, &mut spent)).await? {
+                super::agent_loop::Ended::Answered(a) => {
+                    turns = a.turns;
+                    (a.response, a.parsed, a.repairs)
+                }
+                super::agent_loop::Ended::Parked { prompt, detail } => {
+                    let mut output = json!({"waiting_for": "tool_call"});
+                    output["tool_call"] = detail.clone();
+                    output["tool_calls"] = json!(spent.tool_calls.len());
+                    return Ok(Outcome {
+                        write: None,
+                        route: Route::Park {
+                            prompt,
+                            kind: weir_core::record::GateKind::ToolCall,
+                            detail: Some(Box::new(detail)),
+                        },
+                        request: Some(request),
+                        response: None,
+                        output: output.into(),
+                        spent,
+                    });
+                }
+            }
         }
         None => match models.complete(req).await {
             Ok(mut r) => {

@@ -9,14 +9,21 @@
 //! Every model call is in the attempt's `calls` and every tool call in its `tool_calls`
 //! (turn, arguments, result or error, duration). Each tool call carries the idempotency key
 //! `{run}:{node}:{visit}:{turn}:{index}`.
+//!
+//! The loop is durable: after each model turn that asks for tools and after each tool call,
+//! the step's attempt so far is committed ([`NodeCtx::checkpoint`]). A driver that takes
+//! the run over goes on from there (the tool calls made are not made again; one in flight
+//! is sent again with its key). A tool listed in `approve_tools` parks the run at a gate of
+//! kind `tool_call` before it is called; the decision comes back as [`Resume::decision`].
 
 use std::collections::HashMap;
 use std::time::Instant;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde_json::Value;
 use weir_core::ModelRequest;
 use weir_core::model::{Message, ModelResponse, ToolChoice, ToolDef, ToolReturn, ToolUse};
-use weir_core::record::{Request, ToolCallRecord};
+use weir_core::record::{Request, Resume, ToolCallRecord, ToolDecision};
 use weir_core::schema::CompiledSchema;
 use weir_core::{ToolCall, ToolError};
 
@@ -38,6 +45,13 @@ pub struct Answer {
     pub turns: u32,
 }
 
+/// How the loop ended: with the model's answer, or parked before a tool call that waits
+/// for a reviewer.
+pub enum Ended {
+    Answered(Answer),
+    Parked { prompt: String, detail: Value },
+}
+
 fn tool_failure(e: &ToolError, request: &Request, spent: Spent) -> Failure {
     Failure {
         message: e.message.clone(),
@@ -49,6 +63,13 @@ fn tool_failure(e: &ToolError, request: &Request, spent: Spent) -> Failure {
     }
 }
 
+/// A turn whose model call asked for tools: its calls, some of them perhaps made already.
+struct Open {
+    turn: u32,
+    text: String,
+    uses: Vec<ToolUse>,
+}
+
 /// Runs the loop from `req` (the node's prompt), recording into `spent`.
 pub async fn run(
     ctx: &NodeCtx,
@@ -56,7 +77,7 @@ pub async fn run(
     mut req: ModelRequest,
     request: &Request,
     spent: &mut Spent,
-) -> Result<Answer, Failure> {
+) -> Result<Ended, Failure> {
     let (offered, defs) = offer(ctx, spec, request, spent).await?;
     req.tool_choice = match &spec.tools.tool_choice {
         // The model calls a tool by its name for models.
@@ -68,46 +89,71 @@ pub async fn run(
     };
     req.tools = defs;
     req.parallel_tool_calls = spec.tools.parallel_tool_calls;
-    let models = ctx.services.models.as_ref();
-    for turn in 1..=spec.tools.max_turns {
-        let mut response = match models.complete(req.clone()).await {
-            Ok(r) => r,
-            Err(mut e) => {
-                spent.add(std::mem::take(&mut e.calls), &e.events);
-                return Err(model_failure(e, request.clone(), std::mem::take(spent)));
-            }
-        };
-        spent.add(std::mem::take(&mut response.calls), &response.events);
-        if response.tool_uses.is_empty() {
-            return finish(ctx, spec, req, response, turn, request, spent).await;
-        }
-        // A forced choice holds for the first turn; then the model decides.
+    let resume = ctx.take_resume();
+    let (mut turn, mut open) = match &resume {
+        Some(r) => rebuild(r, &mut req, spent),
+        None => (0, None),
+    };
+    if turn > 0 {
         req.tool_choice = ToolChoice::Auto;
-        let uses = std::mem::take(&mut response.tool_uses);
-        let calls = uses
-            .iter()
-            .enumerate()
-            .map(|(i, u)| call_one(ctx, turn, i, u, &offered));
-        let done: Vec<(ToolReturn, ToolCallRecord)> = if spec.tools.parallel_tool_calls {
-            futures_util::future::join_all(calls).await
-        } else {
-            let mut out = Vec::new();
-            for c in calls {
-                out.push(c.await);
+    }
+    let mut decision = resume.and_then(|r| r.decision);
+    let models = ctx.services.models.as_ref();
+    loop {
+        let o = match open.take() {
+            Some(o) => o,
+            None => {
+                turn += 1;
+                if turn > spec.tools.max_turns {
+                    return Err(max_turns(spec, request, spent));
+                }
+                let mut response = match models.complete(req.clone()).await {
+                    Ok(r) => r,
+                    Err(mut e) => {
+                        spent.add(std::mem::take(&mut e.calls), &e.events);
+                        return Err(model_failure(e, request.clone(), std::mem::take(spent)));
+                    }
+                };
+                spent.add(std::mem::take(&mut response.calls), &response.events);
+                if response.tool_uses.is_empty() {
+                    return finish(ctx, spec, req, response, turn, request, spent)
+                        .await
+                        .map(Ended::Answered);
+                }
+                // A forced choice holds for the first turn; then the model decides.
+                req.tool_choice = ToolChoice::Auto;
+                ctx.checkpoint(request, spent).await?;
+                Open {
+                    turn,
+                    text: String::from(&*response.text),
+                    uses: std::mem::take(&mut response.tool_uses),
+                }
             }
-            out
         };
-        let mut assistant = Message::assistant(&*response.text);
-        assistant.tool_uses = uses;
-        let mut results = Message::user("");
-        for (ret, record) in done {
-            results.tool_returns.push(ret);
-            spent.tool_calls.push(record);
+        if let Some((prompt, detail)) =
+            call_tools(ctx, spec, &o, &offered, decision.take(), request, spent).await?
+        {
+            return Ok(Ended::Parked { prompt, detail });
         }
+        let mut assistant = Message::assistant(o.text);
+        let mut results = Message::user("");
+        for u in &o.uses {
+            if let Some(r) = spent
+                .tool_calls
+                .iter()
+                .find(|r| r.turn == o.turn && r.id == u.id)
+            {
+                results.tool_returns.push(returned(r));
+            }
+        }
+        assistant.tool_uses = o.uses;
         req.messages.push(assistant);
         req.messages.push(results);
     }
-    Err(Failure {
+}
+
+fn max_turns(spec: &weir_core::ir::AgentSpec, request: &Request, spent: &mut Spent) -> Failure {
+    Failure {
         message: format!(
             "the model was still calling tools after {} turns (`max_turns`); raise it, or make the prompt say when to answer",
             spec.tools.max_turns
@@ -117,7 +163,175 @@ pub async fn run(
         retry_after: None,
         request: Some(Box::new(request.clone())),
         spent: Some(Box::new(std::mem::take(spent))),
-    })
+    }
+}
+
+/// The conversation a committed attempt recorded, rebuilt into `req`: each turn that asked
+/// for tools, with the results of its calls. Its calls and tool calls are carried into
+/// `spent` for the record (their cost was charged to the step that made them). Returns the
+/// turns done and the last turn when some of its calls are still to make.
+fn rebuild(r: &Resume, req: &mut ModelRequest, spent: &mut Spent) -> (u32, Option<Open>) {
+    let mut turn = 0;
+    let mut open = None;
+    for c in &r.attempt.calls {
+        let mut carried = c.clone();
+        if carried.get("carried_over").is_none() {
+            carried.value_mut()["carried_over"] = Value::Bool(true);
+        }
+        spent.calls.push(carried);
+        let uses: Vec<ToolUse> = c
+            .get("tool_uses")
+            .and_then(|u| serde_json::from_value(u.clone()).ok())
+            .unwrap_or_default();
+        if uses.is_empty() {
+            continue;
+        }
+        turn += 1;
+        let text = c
+            .get("reply")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let done: Vec<&ToolCallRecord> = uses
+            .iter()
+            .filter_map(|u| {
+                r.attempt
+                    .tool_calls
+                    .iter()
+                    .find(|t| t.turn == turn && t.id == u.id)
+            })
+            .collect();
+        if done.len() < uses.len() {
+            open = Some(Open { turn, text, uses });
+            continue;
+        }
+        let mut assistant = Message::assistant(text);
+        let mut results = Message::user("");
+        results.tool_returns = done.into_iter().map(returned).collect();
+        assistant.tool_uses = uses;
+        req.messages.push(assistant);
+        req.messages.push(results);
+    }
+    spent.tool_calls.clone_from(&r.attempt.tool_calls);
+    (turn, open)
+}
+
+/// What a recorded tool call gave the model.
+fn returned(r: &ToolCallRecord) -> ToolReturn {
+    let (content, is_error) = match (&r.error, &r.result) {
+        (Some(e), _) => (e.clone(), true),
+        (None, Some(v)) => (content_of(v), false),
+        (None, None) => (String::new(), false),
+    };
+    ToolReturn {
+        id: r.id.clone(),
+        content,
+        is_error,
+    }
+}
+
+/// A tool's result as the model reads it: a string as it is, an MCP tool's text, or JSON.
+fn content_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Object(o)
+            if o.get("text").is_some_and(Value::is_string) && o.contains_key("content") =>
+        {
+            o["text"].as_str().unwrap_or_default().to_string()
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Makes the calls of turn `o` not made yet, committing each as it ends: first those that
+/// need no reviewer (at once when the model asked for several), then, in order, those that
+/// do: one decided is made (or its rejection recorded); the first undecided parks the loop,
+/// returned as the gate's prompt and detail.
+async fn call_tools(
+    ctx: &NodeCtx,
+    spec: &weir_core::ir::AgentSpec,
+    o: &Open,
+    offered: &HashMap<String, Offered>,
+    mut decision: Option<ToolDecision>,
+    request: &Request,
+    spent: &mut Spent,
+) -> Result<Option<(String, Value)>, Failure> {
+    let gated = |u: &ToolUse| {
+        offered.get(&u.name).is_some_and(|t| {
+            spec.tools.needs_approval(&t.tool_ref)
+                && t.schema
+                    .as_ref()
+                    .is_none_or(|s| s.errors(&u.arguments).is_empty())
+        })
+    };
+    let todo: Vec<(usize, &ToolUse)> = o
+        .uses
+        .iter()
+        .enumerate()
+        .filter(|(_, u)| {
+            !spent
+                .tool_calls
+                .iter()
+                .any(|r| r.turn == o.turn && r.id == u.id)
+        })
+        .collect();
+    let free = todo
+        .iter()
+        .filter(|(_, u)| !gated(u))
+        .map(|(i, u)| call_one(ctx, o.turn, *i, u, offered, None));
+    if spec.tools.parallel_tool_calls {
+        let mut running: FuturesUnordered<_> = free.collect();
+        while let Some(record) = running.next().await {
+            spent.tool_calls.push(record);
+            ctx.checkpoint(request, spent).await?;
+        }
+    } else {
+        for c in free {
+            spent.tool_calls.push(c.await);
+            ctx.checkpoint(request, spent).await?;
+        }
+    }
+    for (i, u) in todo.into_iter().filter(|(_, u)| gated(u)) {
+        match decision.take_if(|d| d.id == u.id) {
+            Some(d) => {
+                let record = call_one(ctx, o.turn, i, u, offered, Some(d)).await;
+                spent.tool_calls.push(record);
+                ctx.checkpoint(request, spent).await?;
+            }
+            None => return Ok(Some(gate(o.turn, i, u, &offered[&u.name].tool_ref))),
+        }
+    }
+    // The turn's calls in the order the model asked for them (they end in any order).
+    let from = spent
+        .tool_calls
+        .iter()
+        .position(|r| r.turn == o.turn)
+        .unwrap_or(spent.tool_calls.len());
+    spent.tool_calls[from..].sort_by_key(|r| {
+        o.uses
+            .iter()
+            .position(|u| u.id == r.id)
+            .unwrap_or(usize::MAX)
+    });
+    Ok(None)
+}
+
+/// The gate a tool call that waits for a reviewer parks at: what it asks, and the call.
+fn gate(turn: u32, index: usize, u: &ToolUse, tool_ref: &str) -> (String, Value) {
+    let args = serde_json::to_string_pretty(&u.arguments).unwrap_or_default();
+    let prompt = format!(
+        "The agent wants to call `{}` ({tool_ref}) with these arguments:\n{args}\nApprove to make the call (you may edit the arguments), or reject it with a reason the model will read.",
+        u.name
+    );
+    let detail = serde_json::json!({
+        "tool": tool_ref,
+        "name": u.name,
+        "arguments": u.arguments,
+        "id": u.id,
+        "turn": turn,
+        "index": index,
+    });
+    (prompt, detail)
 }
 
 /// Every tool the agent names, described for its model (by the name the model calls it).
@@ -232,14 +446,16 @@ async fn finish(
 }
 
 /// One tool call the model asked for: its arguments checked, the call made, and what goes
-/// back to the model (the result, or the error as the result) with the call's record.
+/// back to the model (the result, or the error as the result) with the call's record. With
+/// a reviewer's `decision`: a rejection is the result; an approval may change the arguments.
 async fn call_one(
     ctx: &NodeCtx,
     turn: u32,
     index: usize,
     u: &ToolUse,
     offered: &HashMap<String, Offered>,
-) -> (ToolReturn, ToolCallRecord) {
+    decision: Option<ToolDecision>,
+) -> ToolCallRecord {
     let started = Instant::now();
     let mut record = ToolCallRecord {
         turn,
@@ -250,7 +466,27 @@ async fn call_one(
         result: None,
         error: None,
         duration_ms: 0,
+        approval: None,
     };
+    if let Some(d) = decision {
+        let mut approval = serde_json::json!({"approved": d.approved, "by": d.by, "at": d.at});
+        if let Some(c) = &d.comment {
+            approval["comment"] = Value::String(c.clone());
+        }
+        if let Some(args) = d.arguments.filter(|a| *a != u.arguments) {
+            approval["model_arguments"] = std::mem::replace(&mut record.arguments, args);
+        }
+        record.approval = Some(approval);
+        if !d.approved {
+            record.tool = offered
+                .get(&u.name)
+                .map(|t| t.tool_ref.clone())
+                .unwrap_or_default();
+            let reason = d.comment.unwrap_or_else(|| "no reason given".into());
+            settle(Err(format!("rejected by {}: {reason}", d.by)), &mut record);
+            return record;
+        }
+    }
     let outcome: Result<Value, String> = match offered.get(&u.name) {
         None => {
             let mut names: Vec<&str> = offered.keys().map(String::as_str).collect();
@@ -263,7 +499,7 @@ async fn call_one(
         }
         Some(tool) => {
             record.tool.clone_from(&tool.tool_ref);
-            let problems = match (&tool.schema, &u.arguments) {
+            let problems = match (&tool.schema, &record.arguments) {
                 (_, Value::String(raw)) => {
                     vec![format!("the arguments are not a JSON object: {raw}")]
                 }
@@ -273,7 +509,7 @@ async fn call_one(
             if problems.is_empty() {
                 let call = ToolCall {
                     tool_name: tool.tool_ref.clone(),
-                    params: u.arguments.clone(),
+                    params: record.arguments.clone(),
                     idempotency_key: format!(
                         "{}:{}:{}:{turn}:{index}",
                         ctx.run_id,
@@ -292,38 +528,14 @@ async fn call_one(
         }
     };
     record.duration_ms = started.elapsed().as_millis() as u64;
-    let ret = answer(&u.id, outcome, &mut record);
-    (ret, record)
+    settle(outcome, &mut record);
+    record
 }
 
-/// What goes back to the model for a call's outcome, kept in its record too.
-fn answer(id: &str, outcome: Result<Value, String>, record: &mut ToolCallRecord) -> ToolReturn {
+/// A call's outcome in its record.
+fn settle(outcome: Result<Value, String>, record: &mut ToolCallRecord) {
     match outcome {
-        Ok(v) => {
-            let content = match &v {
-                Value::String(s) => s.clone(),
-                // An MCP tool's text is what its content says.
-                Value::Object(o)
-                    if o.get("text").is_some_and(Value::is_string) && o.contains_key("content") =>
-                {
-                    o["text"].as_str().unwrap_or_default().to_string()
-                }
-                other => other.to_string(),
-            };
-            record.result = Some(v);
-            ToolReturn {
-                id: id.to_string(),
-                content,
-                is_error: false,
-            }
-        }
-        Err(e) => {
-            record.error = Some(e.clone());
-            ToolReturn {
-                id: id.to_string(),
-                content: e,
-                is_error: true,
-            }
-        }
+        Ok(v) => record.result = Some(v),
+        Err(e) => record.error = Some(e),
     }
 }

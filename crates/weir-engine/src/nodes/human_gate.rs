@@ -9,6 +9,10 @@ pub fn execute(ctx: &NodeCtx, spec: &GateSpec) -> Result<Outcome, Failure> {
     let prompt = super::render(ctx, &spec.prompt, "prompt")?;
     Ok(Outcome::new(
         json!({"prompt": prompt}),
-        Route::Park { prompt },
+        Route::Park {
+            prompt,
+            kind: weir_core::record::GateKind::Human,
+            detail: None,
+        },
     ))
 }

@@ -217,6 +217,8 @@ pub async fn paused_run(store: &dyn RunStore, id: &str) -> u64 {
         node_id: "g".into(),
         prompt: "ok?".into(),
         seq: 1,
+        kind: weir_core::record::GateKind::Human,
+        detail: None,
     }];
     store
         .commit_step(
