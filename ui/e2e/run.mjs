@@ -36,6 +36,9 @@ async function startServer() {
       // answers the reflexion example as its own script does.
       WEIR_MOCK: JSON.stringify([
         { match: "flaky", error: "rate_limit", message: "slow down", times: 1 },
+        // An agent that asks for a tool call its reviewer must approve.
+        { match: "Wait a moment", times: 1, tool_calls: [{ name: "delay", arguments: { seconds: 5 } }] },
+        { match: "delayed_ms", reply: "Waited as asked." },
         ...JSON.parse(readFileSync(join(here, "../../examples/pipeline/reflexion.mock.json"), "utf8")),
       ]),
     },
@@ -359,6 +362,32 @@ try {
     if (!/\d+(\.\d)? (ms|s)/.test(first.split("rate_limit")[1] ?? "")) fail(`no backoff shown: ${first}`);
     if (!second.includes("succeeded")) fail(`second attempt: ${second}`);
     await page.screenshot({ path: join(shots, "run-attempts.png"), fullPage: true });
+  });
+
+  await step("an agent's tool call waits for approval; the reviewer edits its arguments; the timeline shows the call", async () => {
+    const agent = { name: "Careful", nodes: [{ id: "waiter", type: "agent", config: { model: "mock", user_message: "Wait a moment, then say so.", tools: ["delay"], approve_tools: ["delay"], output_key: "said" } }], edges: [] };
+    const put = await fetch(`${url}/api/workflows/careful`, { method: "PUT", headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" }, body: JSON.stringify(agent) });
+    if (put.status !== 200) fail(`save: ${put.status} ${await put.text()}`);
+    const run = (await api("POST", "/api/workflows/careful/runs", { input: {} })).json.run_id;
+    const paused = await waitStatus(run, "paused");
+    if (paused.pending_gate?.kind !== "tool_call") fail(`gate: ${JSON.stringify(paused.pending_gate)}`);
+    await page.goto(`${url}/runs/${run}`);
+    await page.getByText("Agent waiter wants to call delay").waitFor();
+    const args = page.getByLabel("tool arguments");
+    if (!(await args.inputValue()).includes('"seconds": 5')) fail(`arguments shown: ${await args.inputValue()}`);
+    await args.fill('{"seconds": 0}');
+    await page.getByText("edited: the tool gets yours").waitFor();
+    await page.screenshot({ path: join(shots, "run-tool-approval.png"), fullPage: true });
+    await page.getByRole("button", { name: "Approve call" }).click();
+    const done = await waitStatus(run, "succeeded");
+    if (done.state.said !== "Waited as asked.") fail(`state: ${JSON.stringify(done.state)}`);
+    await page.locator("h2 .status.succeeded").waitFor({ timeout: 30000 });
+    await page.locator("li.step button.row").last().click();
+    const call = page.locator("tr.tool-call").first();
+    await call.waitFor();
+    const text = await call.textContent();
+    if (!text.includes("delay") || !text.includes('{"seconds":0}') || !text.includes("arguments edited")) fail(`tool call row: ${text}`);
+    await page.screenshot({ path: join(shots, "run-tool-calls.png"), fullPage: true });
   });
 
   await step("re-run from a step reuses the steps before it (the gate asks again)", async () => {

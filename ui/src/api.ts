@@ -76,8 +76,31 @@ export interface Attempt {
   request?: Record<string, unknown>;
   response?: string;
   calls?: Call[];
+  tool_calls?: ToolCall[];
   cost_usd: number;
   backoff_ms?: number;
+}
+
+/** One tool call of an agent's tool-use loop. */
+export interface ToolCall {
+  turn: number;
+  id: string;
+  name: string;
+  tool: string;
+  arguments: unknown;
+  result?: unknown;
+  error?: string;
+  duration_ms: number;
+  approval?: { approved: boolean; by: string; at: string; comment?: string; model_arguments?: unknown };
+}
+
+/** A gate waiting for a decision: a human gate, an agent's tool call, a budget. */
+export interface PendingGate {
+  node_id: string;
+  prompt: string;
+  seq: number;
+  kind?: "tool_call" | "budget";
+  detail?: Record<string, unknown>;
 }
 
 export interface Step {
@@ -114,7 +137,7 @@ export interface RunRecord {
   state: Record<string, unknown>;
   output: unknown;
   error: { code: string; message: string; node_id?: string | null } | null;
-  pending_gate: { node_id: string; prompt: string; seq: number } | null;
+  pending_gate: PendingGate | null;
   cost_usd: number;
   events: RunEvent[];
   started_at: string;

@@ -51,6 +51,41 @@ describe("timeline", () => {
   });
 });
 
+describe("an agent's tool calls", () => {
+  it("sit under the model call of their turn, with what the model read back and any decision", () => {
+    const agent: RunRecord = {
+      ...run,
+      steps: [
+        {
+          seq: 1, node_id: "advise", node_type: "agent", visit: 1, status: "succeeded", route: null,
+          input: null, output: {}, error: null, cost_usd: 0.01, tokens: { input: 30, output: 9 },
+          attempts: [{
+            n: 1, status: "succeeded", error: null, duration_ms: 90, cost_usd: 0.01,
+            calls: [
+              { model: "mock", status: "succeeded", carried_over: true, tool_uses: [{ id: "c1", name: "weather", arguments: {} }] },
+              { model: "mock", status: "succeeded", tool_uses: [{ id: "c2", name: "weather", arguments: {} }, { id: "c3", name: "delay", arguments: {} }] },
+              { model: "mock", status: "succeeded" },
+            ],
+            tool_calls: [
+              { turn: 1, id: "c1", name: "weather", tool: "custom:weather", arguments: { city: "Paris" }, result: { sky: "rain" }, duration_ms: 4 },
+              { turn: 2, id: "c2", name: "weather", tool: "custom:weather", arguments: { city: "Oslo" }, result: "snow", duration_ms: 5,
+                approval: { approved: true, by: "ana", at: "t", model_arguments: { city: "Rome" } } },
+              { turn: 2, id: "c3", name: "delay", tool: "delay", arguments: { seconds: "x" }, error: "the arguments do not match", duration_ms: 0 },
+            ],
+          }],
+          started_at: "t", finished_at: "t", duration_ms: 90,
+        },
+      ],
+    };
+    const calls = timeline(agent)[0].attempts[0].calls;
+    expect(calls.map((c) => c.tools.length)).toEqual([1, 2, 0]);
+    expect(calls[0].carried).toBe(true);
+    expect(calls[0].tools[0]).toMatchObject({ name: "weather", arguments: '{"city":"Paris"}', outcome: '{"sky":"rain"}', failed: false });
+    expect(calls[1].tools[0]).toMatchObject({ outcome: "snow", approval: "approved by ana (arguments edited)" });
+    expect(calls[1].tools[1]).toMatchObject({ failed: true, outcome: "the arguments do not match" });
+  });
+});
+
 describe("SSE", () => {
   it("parses events split across chunks and skips heartbeats", () => {
     const p = new SseParser();

@@ -1,7 +1,7 @@
 // The run timeline: one row per step, inside it one per attempt and per model call, with
 // the backoff before each retry taken from the event log (`attempt_failed`).
 
-import type { Attempt, Call, RunRecord, Step } from "./api";
+import type { Attempt, Call, RunRecord, Step, ToolCall } from "./api";
 
 export interface CallRow {
   model: string;
@@ -14,6 +14,51 @@ export interface CallRow {
   errorClass?: string;
   /** A reply that failed its schema and was repaired (structured output). */
   repair: boolean;
+  /** An agent's turn: the tool calls this reply asked for, as they were made. */
+  tools: ToolRow[];
+  /** Made before the loop stopped and went on (charged to the earlier step). */
+  carried: boolean;
+}
+
+export interface ToolRow {
+  turn: number;
+  name: string;
+  tool: string;
+  arguments: string;
+  /** What the model read back: the result, or the error. */
+  outcome: string;
+  failed: boolean;
+  latencyMs: number;
+  /** `approved by ana`, `rejected by bo: …` for a tool that waited for a reviewer. */
+  approval?: string;
+}
+
+function toolRow(t: ToolCall): ToolRow {
+  const a = t.approval;
+  return {
+    turn: t.turn,
+    name: t.name,
+    tool: t.tool,
+    arguments: JSON.stringify(t.arguments),
+    outcome: t.error ?? (typeof t.result === "string" ? t.result : JSON.stringify(t.result ?? null)),
+    failed: t.error !== undefined,
+    latencyMs: t.duration_ms,
+    approval: a ? `${a.approved ? "approved" : "rejected"} by ${a.by}${a.model_arguments !== undefined ? " (arguments edited)" : ""}` : undefined,
+  };
+}
+
+/** Model calls, each with the tool calls of its turn (a turn is a reply that asked for tools). */
+function callRows(a: Attempt): CallRow[] {
+  const tools = (a.tool_calls ?? []).map(toolRow);
+  let turn = 0;
+  return (a.calls ?? []).map((c, i) => {
+    const row = callRow(c, i);
+    if (Array.isArray(c.tool_uses) && c.tool_uses.length > 0) {
+      turn += 1;
+      row.tools = tools.filter((t) => t.turn === turn);
+    }
+    return row;
+  });
 }
 
 export interface AttemptRow {
@@ -57,6 +102,8 @@ function callRow(c: Call, i: number): CallRow {
     latencyMs: Number(c.duration_ms ?? 0),
     errorClass: (c.error_class as string | undefined) ?? undefined,
     repair: i > 0 && Boolean(c.schema_errors ?? c.validation_errors),
+    tools: [],
+    carried: c.carried_over === true,
   };
 }
 
@@ -89,7 +136,7 @@ export function timeline(run: RunRecord): StepRow[] {
           durationMs: a.duration_ms,
           costUsd: a.cost_usd,
           backoffMs: backoff.get(`${s.seq}/${a.n}`),
-          calls: (a.calls ?? []).map(callRow),
+          calls: callRows(a),
           request: a.request,
           response: a.response,
         }),

@@ -124,6 +124,71 @@ export function RunPage({ id }: { id: string }) {
 }
 
 function Gate({ run, canDecide, onError }: { run: RunRecord; canDecide: boolean; onError: (e: string) => void }) {
+  const gate = run.pending_gate!;
+  if (gate.kind === "tool_call") return <ToolGate run={run} canDecide={canDecide} onError={onError} />;
+  return <HumanGate run={run} canDecide={canDecide} onError={onError} />;
+}
+
+/** An agent's tool call waiting for a reviewer: the tool, its arguments (editable), and the
+ * decision; a rejection's reason is what the model reads. */
+function ToolGate({ run, canDecide, onError }: { run: RunRecord; canDecide: boolean; onError: (e: string) => void }) {
+  const { api } = useSession();
+  const gate = run.pending_gate!;
+  const d = gate.detail ?? {};
+  const proposed = JSON.stringify(d.arguments ?? {}, null, 2);
+  const [args, setArgs] = useState(proposed);
+  const [comment, setComment] = useState("");
+  const [busy, setBusy] = useState(false);
+  let parsed: Record<string, unknown> | null = null;
+  try {
+    const v = JSON.parse(args);
+    parsed = v && typeof v === "object" && !Array.isArray(v) ? v : null;
+  } catch {
+    parsed = null;
+  }
+  const edited = parsed !== null && JSON.stringify(parsed) !== JSON.stringify(d.arguments ?? {});
+  const decide = async (approve: boolean) => {
+    setBusy(true);
+    try {
+      if (approve) await api.approve(run.run_id, gate.node_id, edited ? { arguments: parsed } : {}, comment || undefined);
+      else await api.reject(run.run_id, gate.node_id, comment);
+    } catch (e) {
+      onError(String(e));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <div className="gate" role="region" aria-label="waiting gate">
+      <h3>Agent {gate.node_id} wants to call {String(d.name ?? "a tool")}</h3>
+      <p className="muted">{String(d.tool ?? "")} · turn {String(d.turn ?? "?")}. Nothing is called until you decide.</p>
+      {canDecide ? (
+        <>
+          <label>
+            Arguments {edited && <span className="muted">(edited: the tool gets yours)</span>}
+            <textarea aria-label="tool arguments" value={args} onChange={(e) => setArgs(e.target.value)} rows={Math.min(12, proposed.split("\n").length + 1)} />
+          </label>
+          {parsed === null && <p className="error">The arguments must be a JSON object.</p>}
+          <label>
+            Comment (to reject: the reason, which the model reads as the tool's result)
+            <input aria-label="comment" value={comment} onChange={(e) => setComment(e.target.value)} />
+          </label>
+          <div className="actions">
+            <button className="approve" disabled={busy || parsed === null} onClick={() => void decide(true)}>Approve call</button>
+            <button className="reject" disabled={busy || !comment.trim()} onClick={() => void decide(false)}>Reject call</button>
+          </div>
+        </>
+      ) : (
+        <>
+          <pre>{proposed}</pre>
+          <p className="muted">Your token cannot decide gates (it needs the approve scope).</p>
+        </>
+      )}
+    </div>
+  );
+}
+
+function HumanGate({ run, canDecide, onError }: { run: RunRecord; canDecide: boolean; onError: (e: string) => void }) {
   const { api } = useSession();
   const gate = run.pending_gate!;
   const [input, setInput] = useState("{}");
@@ -240,13 +305,26 @@ function StepItem({ row, canRerun, onRerun }: { row: StepRow; canRerun: boolean;
                       <td>{a.backoffMs !== undefined ? duration(a.backoffMs) : ""}</td>
                     </tr>
                     {a.calls.map((c, i) => (
-                      <tr key={`a${a.n}c${i}`} className="call">
-                        <td />
-                        <td colSpan={2}>{c.repair ? "repair: " : ""}{c.model}{c.provider ? ` (${c.provider})` : ""} {c.status}</td>
-                        <td>{duration(c.latencyMs)}</td>
-                        <td>{money(c.costUsd)}</td>
-                        <td>{c.tokensIn} / {c.tokensOut} tok{c.errorClass ? ` · ${c.errorClass}` : ""}</td>
-                      </tr>
+                      <Fragment key={`a${a.n}c${i}`}>
+                        <tr className={`call${c.carried ? " carried" : ""}`}>
+                          <td />
+                          <td colSpan={2}>{c.repair ? "repair: " : ""}{c.model}{c.provider ? ` (${c.provider})` : ""} {c.status}{c.carried ? " · before the loop went on" : ""}</td>
+                          <td>{duration(c.latencyMs)}</td>
+                          <td>{c.carried ? "" : money(c.costUsd)}</td>
+                          <td>{c.tokensIn} / {c.tokensOut} tok{c.errorClass ? ` · ${c.errorClass}` : ""}</td>
+                        </tr>
+                        {c.tools.map((t, j) => (
+                          <tr key={`a${a.n}c${i}t${j}`} className={`tool-call${t.failed ? " failed" : ""}`} aria-label={`tool call ${t.name}`}>
+                            <td />
+                            <td colSpan={2}>
+                              <span className="muted">turn {t.turn} ·</span> <b>{t.name}</b> <code>{t.arguments}</code>
+                              {t.approval && <span className="muted"> · {t.approval}</span>}
+                            </td>
+                            <td>{duration(t.latencyMs)}</td>
+                            <td colSpan={2} className={t.failed ? "error" : ""}><Clip text={t.outcome} /></td>
+                          </tr>
+                        ))}
+                      </Fragment>
                     ))}
                     {a.error && (
                       <tr key={`a${a.n}e`}><td /><td colSpan={5} className="error">{a.error}</td></tr>
@@ -273,6 +351,12 @@ function StepItem({ row, canRerun, onRerun }: { row: StepRow; canRerun: boolean;
       )}
     </li>
   );
+}
+
+/** One line of a long value, the whole of it on hover. */
+function Clip({ text }: { text: string }) {
+  const short = text.length > 120 ? `${text.slice(0, 120)}…` : text;
+  return <span title={text}>{short}</span>;
 }
 
 function Json({ value }: { value: unknown }) {

@@ -99,10 +99,7 @@ fn a_mock_agent_calls_tools_over_several_turns_and_every_call_is_recorded() {
         "each tool call has the key run:node:visit:turn:index"
     );
     // The record, tool calls and all, is as the published schema says.
-    let text = std::fs::read_to_string(repo_root().join("docs/run-record.schema.json")).unwrap();
-    let schema = jsonschema::validator_for(&serde_json::from_str(&text).unwrap()).unwrap();
-    let problems: Vec<String> = schema.iter_errors(&r).map(|e| e.to_string()).collect();
-    assert!(problems.is_empty(), "{problems:?}");
+    conforms(&r);
     // The trace shows each call with its arguments.
     let show = w.run(&["runs", "show", run_id]);
     assert_eq!(show.code, 0, "{}", show.stderr);
@@ -119,6 +116,14 @@ fn a_mock_agent_calls_tools_over_several_turns_and_every_call_is_recorded() {
         1,
         "the replay called nothing"
     );
+}
+
+/// The record is as the published schema says.
+fn conforms(r: &Value) {
+    let text = std::fs::read_to_string(repo_root().join("docs/run-record.schema.json")).unwrap();
+    let schema = jsonschema::validator_for(&serde_json::from_str(&text).unwrap()).unwrap();
+    let problems: Vec<String> = schema.iter_errors(r).map(|e| e.to_string()).collect();
+    assert!(problems.is_empty(), "{problems:?}");
 }
 
 fn anthropic(content: Value, stop: &str) -> Reply {
@@ -476,6 +481,7 @@ fn an_agent_killed_mid_loop_goes_on_without_calling_a_tool_twice() {
     let calls = advise[1]["attempts"][0]["tool_calls"].as_array().unwrap();
     assert_eq!(calls.len(), 2, "{calls:?}");
     assert_eq!(calls[1]["result"]["sky"], "snow");
+    conforms(&r);
     let total: f64 = advise.iter().map(|s| s["cost_usd"].as_f64().unwrap()).sum();
     assert!(
         (r["cost_usd"].as_f64().unwrap() - total).abs() < 1e-9,
@@ -515,6 +521,7 @@ fn a_tool_call_waits_for_approval_and_runs_with_the_reviewers_arguments() {
     let id = w.run_ids()[0].clone();
     let paused = w.show(&id);
     assert_eq!(paused["status"], "paused");
+    conforms(&paused);
     let gate = &paused["pending_gate"];
     assert_eq!(gate["kind"], "tool_call", "{gate}");
     assert_eq!(gate["node_id"], "advise");
@@ -572,6 +579,7 @@ fn a_tool_call_waits_for_approval_and_runs_with_the_reviewers_arguments() {
         json!({"city": "Paris"})
     );
     assert_eq!(call["result"]["sky"], "snow");
+    conforms(&r);
 }
 
 #[test]
