@@ -18,7 +18,7 @@ const DIAGNOSTICS: &[(&str, &str)] = pages!("": "E001", "E002", "E003", "E004", 
     "W104", "W105", "W106", "W107", "W108", "W109");
 
 /// The `error.code` of a run that ended badly.
-const RUN_ERRORS: &[(&str, &str)] = pages!("runs/": "cancelled", "end_failed", "gate_rejected",
+const RUN_ERRORS: &[(&str, &str)] = pages!("runs/": "budget_exceeded", "cancelled", "end_failed", "gate_rejected",
     "hop_ceiling_exceeded", "internal", "node_failed", "store_error", "takeover_limit");
 
 /// Where the pages are online, for the diagnostics' `= docs:` line.

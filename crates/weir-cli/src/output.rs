@@ -368,32 +368,7 @@ pub fn summary_into(out: &mut String, r: &RunRecord, db: &Hint) {
         let _ = writeln!(out, "error [{}]: {}", e.code, e.message);
     }
     if let Some(g) = &r.pending_gate {
-        let id = short(&r.run_id);
-        match g.kind {
-            weir_core::record::GateKind::ToolCall => {
-                let _ = writeln!(
-                    out,
-                    "paused: agent `{}` waits for approval of a tool call\n  {}",
-                    g.node_id,
-                    g.prompt.replace('\n', "\n  ")
-                );
-                let _ = writeln!(
-                    out,
-                    "  approve: weir approve {id}{} [--input '{{\"arguments\": {{…}}}}']",
-                    db.0
-                );
-                let _ = writeln!(
-                    out,
-                    "  reject:  weir reject {id}{} --reason TEXT   (the model reads the reason)",
-                    db.1
-                );
-            }
-            _ => {
-                let _ = writeln!(out, "paused at human gate `{}`: {}", g.node_id, g.prompt);
-                let _ = writeln!(out, "  approve: weir approve {id}{} [--input JSON]", db.0);
-                let _ = writeln!(out, "  reject:  weir reject {id}{} --reason TEXT", db.1);
-            }
-        }
+        gate_hint(out, g, short(&r.run_id), db);
     }
     if r.status == RunStatus::Succeeded && !r.output.is_null() {
         let text = match &r.output {
@@ -410,6 +385,55 @@ pub fn summary_into(out: &mut String, r: &RunRecord, db: &Hint) {
                 ""
             }
         );
+    }
+}
+
+/// What a paused run waits for, and the commands that decide it.
+fn gate_hint(out: &mut String, g: &weir_core::record::PendingGate, id: &str, db: &Hint) {
+    use std::fmt::Write as _;
+    match g.kind {
+        weir_core::record::GateKind::ToolCall => {
+            let _ = writeln!(
+                out,
+                "paused: agent `{}` waits for approval of a tool call\n  {}",
+                g.node_id,
+                g.prompt.replace('\n', "\n  ")
+            );
+            let _ = writeln!(
+                out,
+                "  approve: weir approve {id}{} [--input '{{\"arguments\": {{…}}}}']",
+                db.0
+            );
+            let _ = writeln!(
+                out,
+                "  reject:  weir reject {id}{} --reason TEXT   (the model reads the reason)",
+                db.1
+            );
+        }
+        weir_core::record::GateKind::Budget => {
+            let _ = writeln!(out, "paused at `{}` by a budget: {}", g.node_id, g.prompt);
+            let what = g
+                .detail
+                .as_ref()
+                .and_then(|d| d["limit"].as_str())
+                .unwrap_or("usd");
+            let _ = writeln!(
+                out,
+                "  raise:  weir approve {id}{} --input '{{\"raise\": {{\"{what}\": {}}}}}'",
+                db.0,
+                if what == "usd" { "1.0" } else { "10" }
+            );
+            let _ = writeln!(
+                out,
+                "  stop:   weir reject {id}{} --reason TEXT   (the run fails)",
+                db.1
+            );
+        }
+        weir_core::record::GateKind::Human => {
+            let _ = writeln!(out, "paused at human gate `{}`: {}", g.node_id, g.prompt);
+            let _ = writeln!(out, "  approve: weir approve {id}{} [--input JSON]", db.0);
+            let _ = writeln!(out, "  reject:  weir reject {id}{} --reason TEXT", db.1);
+        }
     }
 }
 

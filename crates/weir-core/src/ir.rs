@@ -60,6 +60,8 @@ pub struct Workflow {
     /// Explicit entry node (machine `start:`, pipeline's first step); `None` = every node
     /// without an incoming edge (graph).
     pub start: Option<String>,
+    /// What a run may spend in all (`budget:` at the top of the document).
+    pub budget: Option<Budget>,
     /// Lookups by node id, built on first use: `node`, `outgoing` and `incoming` cost the
     /// same on a 100,000-node graph as on a 5-node one. Build `nodes` and `edges` first;
     /// the index does not follow later changes.
@@ -194,6 +196,42 @@ pub struct AttemptPolicy {
     pub timeout: Duration,
     /// Extra attempts after the first.
     pub retry_count: u32,
+    /// What one execution of the node may spend (its attempts and its agent loop together).
+    pub budget: Option<Budget>,
+}
+
+/// A spending limit (`budget:` on a workflow or a node): every limit given must hold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct Budget {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd: Option<f64>,
+    /// Input and output tokens together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_calls: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<u64>,
+    /// `on_exceeded: pause` (a gate of kind `budget`) rather than `fail`.
+    #[serde(default)]
+    pub pause: bool,
+}
+
+impl Budget {
+    /// This budget with `raise` added to each limit it sets (a raise of a limit the budget
+    /// does not set leaves it unset).
+    pub fn raised(mut self, raise: &Budget) -> Self {
+        fn add<T: std::ops::Add<Output = T> + Copy>(a: &mut Option<T>, b: Option<T>) {
+            if let (Some(x), Some(y)) = (a.as_mut(), b) {
+                *x = *x + y;
+            }
+        }
+        add(&mut self.usd, raise.usd);
+        add(&mut self.tokens, raise.tokens);
+        add(&mut self.model_calls, raise.model_calls);
+        add(&mut self.tool_calls, raise.tool_calls);
+        self
+    }
 }
 
 /// Default per-attempt timeout when a node sets none.
@@ -204,6 +242,7 @@ impl Default for AttemptPolicy {
         Self {
             timeout: DEFAULT_TIMEOUT,
             retry_count: 0,
+            budget: None,
         }
     }
 }

@@ -321,6 +321,12 @@ pub trait ModelClient: Send + Sync {
         Ok(())
     }
 
+    /// What a call of `model` with these token counts costs, in US dollars; `None` when the
+    /// model has no price (a budget's worst case counts it as free).
+    fn price(&self, _model: &str, _input_tokens: u64, _output_tokens: u64) -> Option<f64> {
+        None
+    }
+
     /// For a name the client routes but does not know (a provider's name missing from the
     /// price table, likely misspelled): the hint of validation's W105 warning. Default: none.
     fn unknown_model(&self, _model: &str) -> Option<String> {

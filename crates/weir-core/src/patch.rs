@@ -78,6 +78,8 @@ pub struct Patch<'a> {
     visits_del: Vec<NodeId>,
     next_seq: u32,
     cost_usd: f64,
+    #[serde(skip_serializing_if = "crate::record::Usage::is_zero")]
+    usage: crate::record::Usage,
     gates: &'a Vec<PendingGate>,
     pass: u32,
 }
@@ -127,6 +129,8 @@ pub struct SnapshotPatch {
     pub visits_del: Vec<NodeId>,
     pub next_seq: u32,
     pub cost_usd: f64,
+    #[serde(default)]
+    pub usage: crate::record::Usage,
     pub gates: Vec<PendingGate>,
     pub pass: u32,
 }
@@ -180,6 +184,7 @@ impl SnapshotPatch {
         to.visits.extend(self.visits_set);
         to.next_seq = self.next_seq;
         to.cost_usd = self.cost_usd;
+        to.usage = self.usage;
         to.gates = self.gates;
         to.pass = self.pass;
     }
@@ -470,6 +475,7 @@ impl Tracker {
             visits_del: Vec::new(),
             next_seq: now.next_seq,
             cost_usd: now.cost_usd,
+            usage: now.usage,
             gates: &now.gates,
             pass: now.pass,
         };
@@ -700,6 +706,7 @@ mod tests {
             now.hops += 1;
             now.next_seq += 2;
             now.cost_usd += 0.25;
+            now.usage.model_calls += 1;
             if i % 2 == 0 {
                 now.output = Arc::new(json!({"last": i}).into());
                 t.touch_output();

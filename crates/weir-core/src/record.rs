@@ -140,6 +140,9 @@ pub enum ErrorCode {
     EndFailed,
     /// A reviewer rejected a human gate.
     GateRejected,
+    /// A model or tool call would have crossed a budget (`on_exceeded: fail`), or a
+    /// reviewer declined to raise it.
+    BudgetExceeded,
     /// Someone cancelled the run.
     Cancelled,
     /// The run was taken over from dead drivers more times in a row than `[lease]
@@ -158,6 +161,7 @@ impl ErrorCode {
         ErrorCode::HopCeilingExceeded,
         ErrorCode::EndFailed,
         ErrorCode::GateRejected,
+        ErrorCode::BudgetExceeded,
         ErrorCode::Cancelled,
         ErrorCode::TakeoverLimit,
         ErrorCode::StoreError,
@@ -170,6 +174,7 @@ impl ErrorCode {
             ErrorCode::HopCeilingExceeded => "hop_ceiling_exceeded",
             ErrorCode::EndFailed => "end_failed",
             ErrorCode::GateRejected => "gate_rejected",
+            ErrorCode::BudgetExceeded => "budget_exceeded",
             ErrorCode::Cancelled => "cancelled",
             ErrorCode::TakeoverLimit => "takeover_limit",
             ErrorCode::StoreError => "store_error",
@@ -683,6 +688,27 @@ pub struct Snapshot {
     /// Agents whose tool-use loop goes on from where it stopped, by node id.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resume: BTreeMap<String, Resume>,
+    /// Tokens, model calls and tool calls of the run so far (its cost is `cost_usd`).
+    #[serde(default, skip_serializing_if = "Usage::is_zero")]
+    pub usage: Usage,
+    /// Budgets raised at a `budget` gate: the run's under `""`, a node's under its id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub raised: BTreeMap<String, crate::ir::Budget>,
+}
+
+/// What a run (or a step) used, besides its cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Input and output tokens together.
+    pub tokens: u64,
+    pub model_calls: u64,
+    pub tool_calls: u64,
+}
+
+impl Usage {
+    pub fn is_zero(&self) -> bool {
+        *self == Usage::default()
+    }
 }
 
 /// Empty, its output the shared null (no allocation: every run starts from one).
@@ -706,6 +732,8 @@ impl Default for Snapshot {
             history: Default::default(),
             reuse: Default::default(),
             resume: Default::default(),
+            usage: Usage::default(),
+            raised: Default::default(),
         }
     }
 }

@@ -449,7 +449,75 @@ impl Cx {
                 std::time::Duration::from_secs_f64,
             ),
             retry_count: retry_count.unwrap_or(0) as u32,
+            budget: self.budget(node, cfg),
         }
+    }
+
+    /// `budget: {usd, tokens, model_calls, tool_calls, on_exceeded}` of a node (`node` its
+    /// id) or of the document (`node` empty).
+    pub(crate) fn budget(&mut self, node: &str, cfg: &tree::Node) -> Option<weir_core::ir::Budget> {
+        let v = cfg.get("budget")?;
+        let at = (!node.is_empty()).then_some(node);
+        if v.as_map().is_none() {
+            self.err(
+                "E011",
+                at,
+                v.span,
+                format!("`budget` must be a map, found {}", v.type_name()),
+                "write budget: {usd: 0.50, tokens: 20000, model_calls: 10, tool_calls: 20, on_exceeded: fail}",
+            );
+            return None;
+        }
+        const KEYS: &[&str] = &["usd", "tokens", "model_calls", "tool_calls", "on_exceeded"];
+        for (k, kv) in v.as_map().unwrap_or_default() {
+            if !KEYS.contains(&k.as_str()) {
+                self.err(
+                    "E009",
+                    at,
+                    kv.key_span.or(kv.span),
+                    format!(
+                        "unknown budget key `{k}`{}",
+                        weir_core::validate::suggest(k, KEYS.iter().copied())
+                    ),
+                    "a budget has usd, tokens, model_calls, tool_calls and on_exceeded (fail or pause)",
+                );
+            }
+        }
+        let b = weir_core::ir::Budget {
+            usd: self.number(node, v, "usd", 0.0, 1e9),
+            tokens: self.integer(node, v, "tokens", 0, u64::MAX >> 12),
+            model_calls: self.integer(node, v, "model_calls", 0, 1 << 40),
+            tool_calls: self.integer(node, v, "tool_calls", 0, 1 << 40),
+            pause: match self.string(node, v, "on_exceeded").as_deref() {
+                None | Some("fail") => false,
+                Some("pause") => true,
+                Some(other) => {
+                    self.err(
+                        "E011",
+                        at,
+                        v.get("on_exceeded").and_then(|x| x.span),
+                        format!("`on_exceeded` is `{other}`: not fail or pause"),
+                        "write on_exceeded: fail (the run fails with budget_exceeded) or pause (it waits for a raise)",
+                    );
+                    false
+                }
+            },
+        };
+        if b.usd.is_none()
+            && b.tokens.is_none()
+            && b.model_calls.is_none()
+            && b.tool_calls.is_none()
+        {
+            self.err(
+                "E011",
+                at,
+                v.span,
+                "`budget` sets no limit".into(),
+                "set at least one of usd, tokens, model_calls and tool_calls",
+            );
+            return None;
+        }
+        Some(b)
     }
 }
 

@@ -26,7 +26,13 @@ const NODE_TYPES: &[&str] = &[
     "merge",
     "end",
 ];
-const UNIVERSAL: &[&str] = &["label", "timeout_seconds", "retry_count", "output_key"];
+const UNIVERSAL: &[&str] = &[
+    "label",
+    "timeout_seconds",
+    "retry_count",
+    "output_key",
+    "budget",
+];
 const TOP_KEYS: &[&str] = &[
     "dialect",
     "name",
@@ -35,6 +41,7 @@ const TOP_KEYS: &[&str] = &[
     "nodes",
     "edges",
     "hop_ceiling",
+    "budget",
 ];
 
 /// Lowers a parsed graph document. Returns the workflow (when no error prevents building
@@ -61,7 +68,7 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
     cx.top_level(
         doc,
         TOP_KEYS,
-        "a graph document has dialect, name, description, input, nodes, edges and hop_ceiling",
+        "a graph document has dialect, name, description, input, nodes, edges, hop_ceiling and budget",
     );
     let (name, hop_ceiling) = cx.header(doc, default_name, DEFAULT_HOP_CEILING);
     let input_schema = cx.schema(None, doc, "input");
@@ -133,6 +140,7 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
         layout: StateLayout::Flat,
         input_schema,
         start: None,
+        budget: cx.budget("", doc),
         index: Default::default(),
     };
     for d in weir_core::validate::structure(&wf) {
@@ -160,6 +168,7 @@ fn empty_workflow(name: &str) -> Workflow {
         layout: StateLayout::Flat,
         input_schema: None,
         start: None,
+        budget: None,
         index: Default::default(),
     }
 }

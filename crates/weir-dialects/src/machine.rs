@@ -37,6 +37,7 @@ const TOP_KEYS: &[&str] = &[
     "nodes",
     "hopCeiling",
     "hop_ceiling",
+    "budget",
 ];
 const COMMON: &[&str] = &[
     "type",
@@ -44,6 +45,7 @@ const COMMON: &[&str] = &[
     "description",
     "timeout_seconds",
     "retry_count",
+    "budget",
     "next",
     "on",
 ];
@@ -54,7 +56,7 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
     cx.top_level(
         doc,
         TOP_KEYS,
-        "a machine document has name, description, start, input, hopCeiling and nodes",
+        "a machine document has name, description, start, input, hopCeiling, budget and nodes",
     );
     let (name, hop_ceiling) = cx.header(doc, default_name, DEFAULT_HOP_CEILING);
     let input_schema = cx.schema(None, doc, "input");
@@ -100,7 +102,8 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
         },
         None => ids.first().map(ToString::to_string),
     };
-    let wf = workflow(name, nodes, edges, hop_ceiling, input_schema, start);
+    let mut wf = workflow(name, nodes, edges, hop_ceiling, input_schema, start);
+    wf.budget = cx.budget("", doc);
     cx.structure(&wf);
     (wf, cx.diags)
 }
@@ -122,6 +125,7 @@ fn workflow(
         layout: StateLayout::Variables,
         input_schema,
         start,
+        budget: None,
         index: Default::default(),
     }
 }

@@ -25,6 +25,7 @@ const TOP_KEYS: &[&str] = &[
     "model",
     "hopCeiling",
     "hop_ceiling",
+    "budget",
     "steps",
 ];
 const STEP_KEYS: &[&str] = &[
@@ -40,6 +41,7 @@ const STEP_KEYS: &[&str] = &[
     "max_tokens",
     "timeout_seconds",
     "retry_count",
+    "budget",
 ];
 const FIELD_TYPES: &[&str] = &["text", "ingest", "multi_ingest"];
 const CONDITIONS: &[&str] = &[
@@ -57,7 +59,7 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
     cx.top_level(
         doc,
         TOP_KEYS,
-        "a pipeline document has name, description, input, model, hopCeiling and steps",
+        "a pipeline document has name, description, input, model, hopCeiling, budget and steps",
     );
     let (name, hop_ceiling) = cx.header(doc, default_name, DEFAULT_HOP_CEILING);
     let input_schema = cx.schema(None, doc, "input");
@@ -126,6 +128,7 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
     }
     let mut wf = workflow(name, nodes, edges, hop_ceiling);
     wf.input_schema = input_schema;
+    wf.budget = cx.budget("", doc);
     cx.structure(&wf);
     (wf, cx.diags)
 }
@@ -135,6 +138,7 @@ fn workflow(name: String, nodes: Vec<Node>, edges: Vec<Edge>, hop_ceiling: u32) 
         name,
         dialect: Dialect::Pipeline,
         start: nodes.first().map(|n| n.id.clone()),
+        budget: None,
         index: Default::default(),
         nodes,
         edges,

@@ -53,6 +53,24 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
             Box::pin(lease.still_held(ctx.services.store.as_ref())).await;
             started = Instant::now();
         }
+        // A spent budget stops a node that calls models before it starts.
+        if ctx.limits.is_some()
+            && matches!(
+                ctx.node().kind,
+                weir_core::ir::NodeKind::Agent(_)
+                    | weir_core::ir::NodeKind::Judge(_)
+                    | weir_core::ir::NodeKind::Consensus(_)
+                    | weir_core::ir::NodeKind::Step(_)
+            )
+            && let Some(e) = ctx.over_budget(&total, crate::budget::Next::Start)
+        {
+            let result = nodes::budget_stop(e, None, Spent::default()).map(Box::new);
+            return Attempts {
+                result,
+                attempts,
+                spent: total,
+            };
+        }
         // The attempt, and the retry's wait when it failed, in a block of their own: the
         // attempt's result is gone before the wait's await (a future keeps room for every
         // value alive across an await, and this one is moved at every launch).
@@ -161,6 +179,8 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
 
 fn merge(total: &mut Spent, s: &Spent) {
     total.cost_usd += s.cost_usd;
+    total.model_calls += s.model_calls;
+    total.tools_made += s.tools_made;
     total.tokens.input += s.tokens.input;
     total.tokens.output += s.tokens.output;
     total.events.extend(s.events.iter().cloned());

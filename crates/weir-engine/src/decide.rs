@@ -123,10 +123,15 @@ impl Engine {
             comment: decision.comment.clone(),
         };
         let mut events = vec![decided_event];
-        let (status, error, finished_at, also) = if pending.kind == GateKind::ToolCall {
-            let resume = self
-                .decide_tool_call(&pending, &mut step, &decision, &at)
-                .await?;
+        let (status, error, finished_at, also) = if pending.kind == GateKind::ToolCall
+            || (pending.kind == GateKind::Budget && decision.approved)
+        {
+            let resume = if pending.kind == GateKind::ToolCall {
+                self.decide_tool_call(&pending, &mut step, &decision, &at)
+                    .await?
+            } else {
+                raise_budget(&pending, &mut snapshot, &mut step, &decision, &at)?
+            };
             snapshot.resume.insert(pending.node_id.clone(), resume);
             if let Some(at) = wf.position(&pending.node_id) {
                 snapshot.pending.push(wf.node_id(at).clone());
@@ -193,10 +198,21 @@ impl Engine {
                 also.push(s);
             }
             snapshot.pending.clear();
-            let error = RunError {
-                code: ErrorCode::GateRejected,
-                message: format!("rejected at human gate `{}`: {reason}", pending.node_id),
-                node_id: Some(pending.node_id.clone()),
+            let error = if pending.kind == GateKind::Budget {
+                RunError {
+                    code: ErrorCode::BudgetExceeded,
+                    message: format!(
+                        "the budget at `{}` was not raised: {reason}",
+                        pending.node_id
+                    ),
+                    node_id: Some(pending.node_id.clone()),
+                }
+            } else {
+                RunError {
+                    code: ErrorCode::GateRejected,
+                    message: format!("rejected at human gate `{}`: {reason}", pending.node_id),
+                    node_id: Some(pending.node_id.clone()),
+                }
             };
             events.push(EventKind::RunFinished {
                 status: RunStatus::Failed,
@@ -381,6 +397,90 @@ impl Engine {
             Err(e) => format!("run {run_id} changed while deciding ({e})"),
         }
     }
+}
+
+/// An approved `budget` gate: the raise (`{"raise": {"usd": 1.0}}`) added to the budget
+/// that stopped the node, the gate's step recording it, and the node to run again (an
+/// agent's loop going on from its committed turns).
+fn raise_budget(
+    pending: &PendingGate,
+    snapshot: &mut weir_core::record::Snapshot,
+    step: &mut StepRecord,
+    decision: &Decision,
+    at: &str,
+) -> Result<Resume, Error> {
+    let usage = || {
+        Error::InvalidInput(vec![
+            "a budget's approval input is `{\"raise\": {\"usd\": 1.0}}` (any of usd, tokens, model_calls, tool_calls): how much to add to the budget".into(),
+        ])
+    };
+    let raw = decision
+        .input
+        .as_ref()
+        .and_then(|i| i.get("raise"))
+        .ok_or_else(usage)?;
+    let raise: weir_core::ir::Budget = serde_json::from_value(raw.clone()).map_err(|_| usage())?;
+    let positive = |x: Option<f64>| x.is_some_and(|v| v > 0.0);
+    if !(positive(raise.usd)
+        || positive(raise.tokens.map(|t| t as f64))
+        || positive(raise.model_calls.map(|t| t as f64))
+        || positive(raise.tool_calls.map(|t| t as f64)))
+    {
+        return Err(usage());
+    }
+    let detail = pending.detail.clone().unwrap_or(Value::Null);
+    let key = if detail["scope"] == "run" {
+        String::new()
+    } else {
+        pending.node_id.clone()
+    };
+    let total = snapshot.raised.entry(key).or_default();
+    let add = |a: &mut Option<f64>, b: Option<f64>| {
+        if let Some(b) = b {
+            *a = Some(a.unwrap_or(0.0) + b);
+        }
+    };
+    let addn = |a: &mut Option<u64>, b: Option<u64>| {
+        if let Some(b) = b {
+            *a = Some(a.unwrap_or(0) + b);
+        }
+    };
+    add(&mut total.usd, raise.usd);
+    addn(&mut total.tokens, raise.tokens);
+    addn(&mut total.model_calls, raise.model_calls);
+    addn(&mut total.tool_calls, raise.tool_calls);
+    let mut record = json!({"approved": true, "by": decision.by, "at": at, "raise": raw});
+    if let Some(c) = &decision.comment {
+        record["comment"] = json!(c);
+    }
+    step.status = StepStatus::Succeeded;
+    step.route = Some("approved".into());
+    step.output = Arc::new(record.into());
+    let mut attempt = step
+        .attempts
+        .last()
+        .cloned()
+        .unwrap_or_else(|| weir_core::record::Attempt {
+            n: 1,
+            status: StepStatus::Running,
+            error: None,
+            error_class: None,
+            duration_ms: 0,
+            request: None,
+            response: None,
+            calls: Vec::new(),
+            tool_calls: Vec::new(),
+            cost_usd: 0.0,
+        });
+    if let Some(a) = step.attempts.last_mut() {
+        a.status = StepStatus::Succeeded;
+    }
+    attempt.status = StepStatus::Running;
+    Ok(Resume {
+        visit: step.visit,
+        attempt,
+        decision: None,
+    })
 }
 
 /// `gate `review` was already approved by alice at 2026-…`, from a gate step's output.

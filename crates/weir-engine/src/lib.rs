@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 mod attempt;
+mod budget;
 mod decide;
 mod heartbeat;
 pub mod nodes;

@@ -69,6 +69,8 @@ pub struct NodeCtx {
     pub attempt: std::sync::atomic::AtomicU32,
     /// An agent's tool-use loop to go on from (taken by its first attempt).
     pub resume: std::sync::Mutex<Option<Box<weir_core::record::Resume>>>,
+    /// The budgets the node runs under, when the workflow or the node has one.
+    pub(crate) limits: Option<Box<crate::budget::Limits>>,
 }
 
 /// Where the run goes after a node.
@@ -155,6 +157,13 @@ pub struct Spent {
     pub unpriced: Vec<weir_core::model::ModelName>,
     /// An agent's tool calls (its tool-use loop), in the order the model asked for them.
     pub tool_calls: Vec<weir_core::record::ToolCallRecord>,
+    /// Model calls made (not those carried over from before a pause or a crash).
+    pub model_calls: u64,
+    /// Tool calls made (not carried over, nor rejected by a reviewer).
+    pub tools_made: u64,
+    /// What the node spent before a pause or a crash its loop goes on from (counted by the
+    /// node's budget; charged to the step that spent it).
+    pub before: (f64, weir_core::record::Usage),
 }
 
 impl Spent {
@@ -165,6 +174,8 @@ impl Spent {
         self.tokens.output += other.tokens.output;
         self.calls.extend(other.calls);
         self.tool_calls.extend(other.tool_calls);
+        self.model_calls += other.model_calls;
+        self.tools_made += other.tools_made;
         self.events.extend(other.events);
         for m in other.unpriced {
             if !self.unpriced.contains(&m) {
@@ -175,6 +186,7 @@ impl Spent {
 
     /// Adds model calls with the events they raised.
     pub fn add(&mut self, calls: Vec<ModelCall>, events: &[Value]) {
+        self.model_calls += calls.len() as u64;
         for c in calls {
             self.cost_usd += c.cost_usd.unwrap_or(0.0);
             self.tokens.input += c.input_tokens;
@@ -375,6 +387,33 @@ impl NodeCtx {
             }
         }
     }
+}
+
+/// A node stopped by a budget: parked at a gate of kind `budget` (`on_exceeded: pause`), or
+/// failed with `budget_exceeded`.
+pub(crate) fn budget_stop(
+    e: crate::budget::Exceeded,
+    request: Option<&Request>,
+    spent: Spent,
+) -> Result<Outcome, Failure> {
+    if !e.pause {
+        return Err(crate::budget::failure(&e, request, spent));
+    }
+    let prompt = crate::budget::prompt(&e);
+    let mut output = serde_json::json!({"waiting_for": "budget"});
+    output["budget"] = e.detail.clone();
+    Ok(Outcome {
+        output: output.into(),
+        write: None,
+        route: Route::Park {
+            prompt,
+            kind: weir_core::record::GateKind::Budget,
+            detail: Some(Box::new(e.detail)),
+        },
+        request: request.cloned(),
+        response: None,
+        spent,
+    })
 }
 
 /// Renders a template against the node's view of state, naming the field on failure.

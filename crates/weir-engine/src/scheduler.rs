@@ -646,6 +646,7 @@ impl<'e> Run<'e> {
             started_at: step.started_at.clone(),
             attempt: std::sync::atomic::AtomicU32::new(1),
             resume: std::sync::Mutex::new(resume),
+            limits: self.limits(index),
         };
         self.in_flight.insert(
             index,
@@ -670,6 +671,25 @@ impl<'e> Run<'e> {
                 .catch_unwind()
                 .await;
             (index, result)
+        }))
+    }
+
+    /// The budgets node `index` runs under (none when neither it nor the workflow has one).
+    fn limits(&self, index: usize) -> Option<Box<crate::budget::Limits>> {
+        let node = &self.wf.nodes[index];
+        if self.wf.budget.is_none() && node.policy.budget.is_none() {
+            return None;
+        }
+        let raised = |key: &str, b: weir_core::ir::Budget| match self.snapshot.raised.get(key) {
+            Some(r) => b.raised(r),
+            None => b,
+        };
+        Some(Box::new(crate::budget::Limits {
+            run: self
+                .wf
+                .budget
+                .map(|b| (raised("", b), self.snapshot.cost_usd, self.snapshot.usage)),
+            node: node.policy.budget.map(|b| raised(&node.id, b)),
         }))
     }
 
@@ -746,6 +766,10 @@ impl<'e> Run<'e> {
         step.cost_usd = result.spent.cost_usd;
         step.tokens = result.spent.tokens.clone();
         self.snapshot.cost_usd += result.spent.cost_usd;
+        let usage = &mut self.snapshot.usage;
+        usage.tokens += result.spent.tokens.input + result.spent.tokens.output;
+        usage.model_calls += result.spent.model_calls;
+        usage.tool_calls += result.spent.tools_made;
         // Governance events go in the step's own transaction.
         for event in &result.spent.events {
             self.events.push(EventKind::governance(node_id, event));
@@ -770,7 +794,11 @@ impl<'e> Run<'e> {
                 step.status = StepStatus::Failed;
                 step.error = Some(f.message.clone());
                 self.fail(RunError {
-                    code: ErrorCode::NodeFailed,
+                    code: if f.class == "budget_exceeded" {
+                        ErrorCode::BudgetExceeded
+                    } else {
+                        ErrorCode::NodeFailed
+                    },
                     message: format!("node `{node_id}` failed: {}", f.message),
                     node_id: Some(node_id.to_string()),
                 });

@@ -79,6 +79,7 @@ fn setup() -> (
         layout: weir_core::ir::StateLayout::Flat,
         input_schema: None,
         start: None,
+        budget: None,
         index: Default::default(),
     });
     (engine, model, store, wf)

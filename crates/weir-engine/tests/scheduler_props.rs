@@ -106,6 +106,7 @@ fn random_graph(rng: &mut Rng) -> Workflow {
         layout: weir_core::ir::StateLayout::Flat,
         input_schema: None,
         start: None,
+        budget: None,
         index: Default::default(),
     }
 }

@@ -80,6 +80,7 @@ fn fan_out(b_says: &str) -> Arc<Workflow> {
         layout: StateLayout::Flat,
         input_schema: None,
         start: None,
+        budget: None,
         index: Default::default(),
     })
 }

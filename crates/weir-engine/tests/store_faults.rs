@@ -187,6 +187,7 @@ fn chain() -> Arc<Workflow> {
         layout: StateLayout::Flat,
         input_schema: None,
         start: None,
+        budget: None,
         index: Default::default(),
     })
 }

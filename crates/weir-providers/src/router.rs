@@ -148,6 +148,10 @@ impl Router {
 )]
 #[async_trait]
 impl ModelClient for Router {
+    fn price(&self, model: &str, input_tokens: u64, output_tokens: u64) -> Option<f64> {
+        self.pricing.cost(model, input_tokens, output_tokens)
+    }
+
     async fn complete(&self, mut req: ModelRequest) -> Result<ModelResponse, ModelError> {
         if let Some(model) = &self.force {
             req.model = model.clone();

@@ -610,3 +610,104 @@ fn a_rejected_tool_call_is_never_made_and_the_model_reads_why() {
     assert_eq!(call["error"], "rejected by bo: no weather lookups today");
     assert_eq!(call["approval"]["approved"], false);
 }
+
+#[test]
+fn a_call_that_could_cross_the_runs_budget_is_not_made_and_the_run_fails() {
+    let fake = Fake::start();
+    let (w, _) = setup(&fake, "claude-haiku-4-5");
+    let flow = w.file(
+        "budgeted.yaml",
+        &FLOW
+            .replace("MODEL", "claude-haiku-4-5")
+            .replace(
+                "name: Packing advice",
+                "name: Packing advice\nbudget: {usd: 0.0005}",
+            )
+            .replace("      output_key", "      max_tokens: 50\n      output_key"),
+    );
+    fake.queue(
+        "/v1/messages",
+        vec![
+            anthropic(
+                json!([{"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}}]),
+                "tool_use",
+            ),
+            anthropic(json!([{"type": "text", "text": "never asked"}]), "end_turn"),
+        ],
+    );
+    let ran = w.run(&["run", &flow, "--input", r#"{"city": "Paris"}"#, "--json"]);
+    assert_eq!(ran.code, 1, "{}\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    assert_eq!(r["status"], "failed");
+    assert_eq!(r["error"]["code"], "budget_exceeded", "{}", r["error"]);
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("the run's budget of $0.0005 usd"), "{msg}");
+    assert!(msg.contains("$0.0002 spent"), "{msg}");
+    // Turn 1 was made (its worst case fit); turn 2's worst case did not.
+    assert_eq!(fake.seen("/v1/messages").len(), 1);
+    assert_eq!(fake.seen("/weather/Paris").len(), 1);
+    assert!((r["cost_usd"].as_f64().unwrap() - 0.0002).abs() < 1e-9);
+    conforms(&r);
+}
+
+#[test]
+fn a_node_budget_pauses_the_loop_and_a_raise_lets_it_go_on() {
+    let fake = Fake::start();
+    let (w, _) = setup(&fake, "mock");
+    let flow = w.file(
+        "capped.yaml",
+        &FLOW.replace("MODEL", "mock").replace(
+            "      output_key",
+            "      budget: {tool_calls: 1, on_exceeded: pause}\n      output_key",
+        ),
+    );
+    w.file(
+        "capped.mock.json",
+        &json!([
+            {"match": "What should I wear", "times": 1,
+             "tool_calls": [{"name": "weather", "arguments": {"city": "Paris"}}]},
+            {"match": "rain", "times": 1,
+             "tool_calls": [{"name": "weather", "arguments": {"city": "Oslo"}}]},
+            {"match": "snow", "reply": "Rain in Paris, snow in Oslo."}
+        ])
+        .to_string(),
+    );
+    let ran = w.run(&["run", &flow, "--input", r#"{"city": "Paris"}"#]);
+    assert_eq!(ran.code, 3, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stdout.contains("by a budget")
+            && ran.stdout.contains(r#"{"raise": {"tool_calls": 10}}"#),
+        "{}",
+        ran.stdout
+    );
+    let id = w.run_ids()[0].clone();
+    let paused = w.show(&id);
+    assert_eq!(paused["pending_gate"]["kind"], "budget");
+    assert_eq!(paused["pending_gate"]["detail"]["limit"], "tool_calls");
+    assert_eq!(fake.seen("/weather/Paris").len(), 1);
+    assert!(
+        fake.seen("/weather/Oslo").is_empty(),
+        "the call past the budget waits"
+    );
+    conforms(&paused);
+    let nothing = w.run(&["approve", &id]);
+    assert_eq!(nothing.code, 2, "a raise is needed: {}", nothing.stderr);
+    assert!(nothing.stderr.contains("raise"), "{}", nothing.stderr);
+    let ok = w.run(&[
+        "approve",
+        &id,
+        "--input",
+        r#"{"raise": {"tool_calls": 1}}"#,
+        "--json",
+    ]);
+    assert_eq!(ok.code, 0, "{}\n{}", ok.stdout, ok.stderr);
+    let r = ok.json();
+    assert_eq!(r["state"]["advice"], "Rain in Paris, snow in Oslo.");
+    assert_eq!(fake.seen("/weather/Paris").len(), 1, "made once");
+    assert_eq!(fake.seen("/weather/Oslo").len(), 1);
+    let advise = steps(&r, "advise");
+    assert_eq!(advise[0]["route"], "approved");
+    assert_eq!(advise[0]["output"]["raise"], json!({"tool_calls": 1}));
+    assert_eq!(advise[1]["status"], "succeeded");
+    conforms(&r);
+}

@@ -67,12 +67,20 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
     let mut spent = Spent::default();
     let models = ctx.services.models.as_ref();
     let mut turns = 0;
+    if spec.tools.tools.is_empty()
+        && let Some(e) = ctx.over_budget(&spent, crate::budget::Next::Model(&req))
+    {
+        return super::budget_stop(e, Some(&request), spent);
+    }
     let (response, parsed, repairs) = match &spec.response_schema {
         _ if !spec.tools.tools.is_empty() => {
             match Box::pin(super::agent_loop::run(ctx, spec, req, &request, &mut spent)).await? {
                 super::agent_loop::Ended::Answered(a) => {
                     turns = a.turns;
                     (a.response, a.parsed, a.repairs)
+                }
+                super::agent_loop::Ended::Budget(e) => {
+                    return super::budget_stop(*e, Some(&request), spent);
                 }
                 super::agent_loop::Ended::Parked { prompt, detail } => {
                     let mut output = json!({"waiting_for": "tool_call"});

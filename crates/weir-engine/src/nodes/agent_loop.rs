@@ -49,7 +49,12 @@ pub struct Answer {
 /// for a reviewer.
 pub enum Ended {
     Answered(Answer),
-    Parked { prompt: String, detail: Value },
+    Parked {
+        prompt: String,
+        detail: Value,
+    },
+    /// The next call would cross a budget (its turns so far committed).
+    Budget(Box<crate::budget::Exceeded>),
 }
 
 fn tool_failure(e: &ToolError, request: &Request, spent: Spent) -> Failure {
@@ -107,6 +112,10 @@ pub async fn run(
                 if turn > spec.tools.max_turns {
                     return Err(max_turns(spec, request, spent));
                 }
+                if let Some(e) = ctx.over_budget(spent, crate::budget::Next::Model(&req)) {
+                    ctx.checkpoint(request, spent).await?;
+                    return Ok(Ended::Budget(Box::new(e)));
+                }
                 let mut response = match models.complete(req.clone()).await {
                     Ok(r) => r,
                     Err(mut e) => {
@@ -130,10 +139,11 @@ pub async fn run(
                 }
             }
         };
-        if let Some((prompt, detail)) =
-            call_tools(ctx, spec, &o, &offered, decision.take(), request, spent).await?
-        {
-            return Ok(Ended::Parked { prompt, detail });
+        match call_tools(ctx, spec, &o, &offered, decision.take(), request, spent).await? {
+            Stop::No => {}
+            Stop::Gate(prompt, detail) => return Ok(Ended::Parked { prompt, detail }),
+            // What is committed goes on from the turn's next call once raised.
+            Stop::Budget(e) => return Ok(Ended::Budget(e)),
         }
         let mut assistant = Message::assistant(o.text);
         let mut results = Message::user("");
@@ -213,6 +223,24 @@ fn rebuild(r: &Resume, req: &mut ModelRequest, spent: &mut Spent) -> (u32, Optio
         req.messages.push(results);
     }
     spent.tool_calls.clone_from(&r.attempt.tool_calls);
+    // What the loop spent before, for the node's budget.
+    let mut before = weir_core::record::Usage {
+        tool_calls: r
+            .attempt
+            .tool_calls
+            .iter()
+            .filter(|t| t.approval.as_ref().is_none_or(|a| a["approved"] != false))
+            .count() as u64,
+        ..Default::default()
+    };
+    let mut usd = 0.0;
+    for c in &r.attempt.calls {
+        before.model_calls += 1;
+        before.tokens += c.get("input_tokens").and_then(Value::as_u64).unwrap_or(0)
+            + c.get("output_tokens").and_then(Value::as_u64).unwrap_or(0);
+        usd += c.get("cost_usd").and_then(Value::as_f64).unwrap_or(0.0);
+    }
+    spent.before = (usd, before);
     (turn, open)
 }
 
@@ -255,7 +283,7 @@ async fn call_tools(
     mut decision: Option<ToolDecision>,
     request: &Request,
     spent: &mut Spent,
-) -> Result<Option<(String, Value)>, Failure> {
+) -> Result<Stop, Failure> {
     let gated = |u: &ToolUse| {
         offered.get(&u.name).is_some_and(|t| {
             spec.tools.needs_approval(&t.tool_ref)
@@ -275,30 +303,45 @@ async fn call_tools(
                 .any(|r| r.turn == o.turn && r.id == u.id)
         })
         .collect();
-    let free = todo
-        .iter()
-        .filter(|(_, u)| !gated(u))
-        .map(|(i, u)| call_one(ctx, o.turn, *i, u, offered, None));
+    let mut free: Vec<(usize, &ToolUse)> =
+        todo.iter().filter(|(_, u)| !gated(u)).copied().collect();
+    let over = fit_budget(ctx, spent, &mut free);
+    let free = free
+        .into_iter()
+        .map(|(i, u)| call_one(ctx, o.turn, i, u, offered, None));
     if spec.tools.parallel_tool_calls {
         let mut running: FuturesUnordered<_> = free.collect();
         while let Some(record) = running.next().await {
             spent.tool_calls.push(record);
+            spent.tools_made += 1;
             ctx.checkpoint(request, spent).await?;
         }
     } else {
         for c in free {
             spent.tool_calls.push(c.await);
+            spent.tools_made += 1;
             ctx.checkpoint(request, spent).await?;
         }
+    }
+    if let Some(e) = over {
+        return Ok(Stop::Budget(Box::new(e)));
     }
     for (i, u) in todo.into_iter().filter(|(_, u)| gated(u)) {
         match decision.take_if(|d| d.id == u.id) {
             Some(d) => {
+                let made = d.approved;
+                if made && let Some(e) = ctx.over_budget(spent, crate::budget::Next::Tool) {
+                    return Ok(Stop::Budget(Box::new(e)));
+                }
                 let record = call_one(ctx, o.turn, i, u, offered, Some(d)).await;
                 spent.tool_calls.push(record);
+                spent.tools_made += u64::from(made);
                 ctx.checkpoint(request, spent).await?;
             }
-            None => return Ok(Some(gate(o.turn, i, u, &offered[&u.name].tool_ref))),
+            None => {
+                let (prompt, detail) = gate(o.turn, i, u, &offered[&u.name].tool_ref);
+                return Ok(Stop::Gate(prompt, detail));
+            }
         }
     }
     // The turn's calls in the order the model asked for them (they end in any order).
@@ -313,7 +356,35 @@ async fn call_tools(
             .position(|u| u.id == r.id)
             .unwrap_or(usize::MAX)
     });
-    Ok(None)
+    Ok(Stop::No)
+}
+
+/// The calls that fit the budgets (all of them, mostly): `free` is cut before the first
+/// call that would cross one, which is returned (the loop stops before it).
+fn fit_budget(
+    ctx: &NodeCtx,
+    spent: &Spent,
+    free: &mut Vec<(usize, &ToolUse)>,
+) -> Option<crate::budget::Exceeded> {
+    ctx.limits.as_ref()?;
+    let mut fits = spent.clone();
+    for n in 0..free.len() {
+        if let Some(e) = ctx.over_budget(&fits, crate::budget::Next::Tool) {
+            free.truncate(n);
+            return Some(e);
+        }
+        fits.tools_made += 1;
+    }
+    None
+}
+
+/// Why the calls of a turn stopped before all were made.
+enum Stop {
+    No,
+    /// A call waits for a reviewer: the gate's prompt and detail.
+    Gate(String, Value),
+    /// A call would cross a budget.
+    Budget(Box<crate::budget::Exceeded>),
 }
 
 /// The gate a tool call that waits for a reviewer parks at: what it asks, and the call.
