@@ -35,8 +35,14 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         took_over_from: Option<String>,
     },
-    /// The run parked at a human gate; its lease is released.
-    RunPaused { node_id: String, prompt: String },
+    /// The run parked at a gate; its lease is released.
+    RunPaused {
+        node_id: String,
+        prompt: String,
+        /// `tool_call` or `budget`; absent for a human gate.
+        #[serde(default, skip_serializing_if = "crate::record::GateKind::is_human")]
+        kind: crate::record::GateKind,
+    },
     /// The driver let go of the run without ending it (Ctrl-C, drain): it is `queued` again.
     RunReleased { owner: String, reason: String },
     /// Someone asked for the run to be cancelled; its driver stops at its next heartbeat or

@@ -27,6 +27,11 @@ pub struct Metrics {
     pub takeovers: AtomicU64,
     /// Runs ended, by status name.
     pub runs_finished: Mutex<HashMap<&'static str, u64>>,
+    /// Budgets that stopped a call: runs failed with `budget_exceeded`, runs parked at a
+    /// `budget` gate.
+    pub budget_failed: AtomicU64,
+    /// Runs parked at a `budget` gate.
+    pub budget_paused: AtomicU64,
 }
 
 impl Metrics {
@@ -50,7 +55,19 @@ impl Metrics {
                 } => {
                     self.takeovers.fetch_add(1, Ordering::Relaxed);
                 }
-                EventKind::RunFinished { status, .. } => {
+                EventKind::RunPaused {
+                    kind: weir_core::record::GateKind::Budget,
+                    ..
+                } => {
+                    self.budget_paused.fetch_add(1, Ordering::Relaxed);
+                }
+                EventKind::RunFinished { status, error } => {
+                    if error
+                        .as_ref()
+                        .is_some_and(|e| e.code == weir_core::record::ErrorCode::BudgetExceeded)
+                    {
+                        self.budget_failed.fetch_add(1, Ordering::Relaxed);
+                    }
                     *self
                         .runs_finished
                         .lock()

@@ -100,5 +100,17 @@ pub async fn metrics(
     for (status, n) in m.runs_finished.lock().expect("metrics lock").iter() {
         let _ = writeln!(out, "weir_runs_finished_total{{status=\"{status}\"}} {n}");
     }
+    let _ = writeln!(
+        out,
+        "# HELP weir_budget_stops_total Calls a budget stopped, by what it did: failed the run, or paused it for a raise."
+    );
+    let _ = writeln!(out, "# TYPE weir_budget_stops_total counter");
+    for (what, n) in [("fail", &m.budget_failed), ("pause", &m.budget_paused)] {
+        let _ = writeln!(
+            out,
+            "weir_budget_stops_total{{on_exceeded=\"{what}\"}} {}",
+            n.load(Ordering::Relaxed)
+        );
+    }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out))
 }

@@ -126,6 +126,20 @@ export function RunPage({ id }: { id: string }) {
 function Gate({ run, canDecide, onError }: { run: RunRecord; canDecide: boolean; onError: (e: string) => void }) {
   const gate = run.pending_gate!;
   if (gate.kind === "tool_call") return <ToolGate run={run} canDecide={canDecide} onError={onError} />;
+  if (gate.kind === "budget") {
+    const limit = String(gate.detail?.limit ?? "usd");
+    const raise = JSON.stringify({ raise: { [limit]: limit === "usd" ? 1.0 : 10 } });
+    return (
+      <HumanGate
+        run={run}
+        canDecide={canDecide}
+        onError={onError}
+        title={`Budget reached at ${gate.node_id}`}
+        initial={raise}
+        inputLabel="Raise (how much to add to the budget; approve to go on)"
+      />
+    );
+  }
   return <HumanGate run={run} canDecide={canDecide} onError={onError} />;
 }
 
@@ -188,10 +202,17 @@ function ToolGate({ run, canDecide, onError }: { run: RunRecord; canDecide: bool
   );
 }
 
-function HumanGate({ run, canDecide, onError }: { run: RunRecord; canDecide: boolean; onError: (e: string) => void }) {
+function HumanGate({ run, canDecide, onError, title, initial, inputLabel }: {
+  run: RunRecord;
+  canDecide: boolean;
+  onError: (e: string) => void;
+  title?: string;
+  initial?: string;
+  inputLabel?: string;
+}) {
   const { api } = useSession();
   const gate = run.pending_gate!;
-  const [input, setInput] = useState("{}");
+  const [input, setInput] = useState(initial ?? "{}");
   const [comment, setComment] = useState("");
   const [busy, setBusy] = useState(false);
   let parsed: Record<string, unknown> | null = null;
@@ -214,12 +235,12 @@ function HumanGate({ run, canDecide, onError }: { run: RunRecord; canDecide: boo
   };
   return (
     <div className="gate" role="region" aria-label="waiting gate">
-      <h3>Waiting at {gate.node_id}</h3>
+      <h3>{title ?? `Waiting at ${gate.node_id}`}</h3>
       <p className="prompt">{gate.prompt}</p>
       {canDecide ? (
         <>
           <label>
-            Input (a JSON object merged into the run's state)
+            {inputLabel ?? "Input (a JSON object merged into the run's state)"}
             <textarea aria-label="approval input" value={input} onChange={(e) => setInput(e.target.value)} rows={4} />
           </label>
           {parsed === null && <p className="error">The input must be a JSON object.</p>}

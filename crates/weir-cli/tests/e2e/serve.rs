@@ -759,3 +759,73 @@ async fn retention_schedule() {
         "paused"
     );
 }
+
+#[test]
+fn budgets_over_the_api_pause_for_a_raise_or_fail_and_metrics_count_them() {
+    block(budgets_over_the_api());
+}
+
+async fn budgets_over_the_api() {
+    let w = Weir::new();
+    let server = Server::start(&w, &[]);
+    let token = server.first_token().unwrap();
+    let api = Client::new(&server, &token);
+    let flow = |on: &str| {
+        json!({"name": format!("capped-{on}"), "budget": {"model_calls": 0, "on_exceeded": on},
+               "nodes": [{"id": "ask", "type": "agent", "config": {"model": "mock", "user_message": "hello"}}],
+               "edges": []})
+    };
+    for on in ["pause", "fail"] {
+        let (status, saved) = api
+            .send(
+                reqwest::Method::PUT,
+                &format!("/api/workflows/capped-{on}"),
+                Some(flow(on)),
+            )
+            .await;
+        assert_eq!(status, 200, "{saved}");
+    }
+    let (_, paused) = api
+        .post("/api/workflows/capped-pause/runs", json!({"input": {}}))
+        .await;
+    let run = paused["run_id"].as_str().unwrap().to_string();
+    let record = api.wait_for(&run, |s| s == "paused").await;
+    assert_eq!(record["pending_gate"]["kind"], "budget", "{record}");
+    assert_eq!(record["pending_gate"]["detail"]["limit"], "model_calls");
+    let (status, refused) = api
+        .post(
+            &format!("/api/runs/{run}/approve"),
+            json!({"gate": "ask", "input": {"raise": {}}}),
+        )
+        .await;
+    assert_eq!(status, 422, "a raise of nothing: {refused}");
+    let (status, decided) = api
+        .post(
+            &format!("/api/runs/{run}/approve"),
+            json!({"gate": "ask", "input": {"raise": {"model_calls": 1}}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{decided}");
+    api.wait_for(&run, |s| s == "succeeded").await;
+    let (_, failed) = api
+        .post("/api/workflows/capped-fail/runs", json!({"input": {}}))
+        .await;
+    let run = failed["run_id"].as_str().unwrap().to_string();
+    let record = api.wait_for(&run, |s| s == "failed").await;
+    assert_eq!(record["error"]["code"], "budget_exceeded");
+    let metrics = api
+        .http
+        .get(format!("{}/metrics", server.url))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("weir_budget_stops_total{on_exceeded=\"fail\"} 1")
+            && metrics.contains("weir_budget_stops_total{on_exceeded=\"pause\"} 1"),
+        "{metrics}"
+    );
+}

@@ -147,6 +147,7 @@ impl Run<'_> {
             events.extend(self.snapshot.gates.iter().map(|g| EventKind::RunPaused {
                 node_id: g.node_id.clone(),
                 prompt: g.prompt.clone(),
+                kind: g.kind,
             }));
         } else {
             events.push(EventKind::RunFinished {

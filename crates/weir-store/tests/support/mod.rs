@@ -247,6 +247,7 @@ pub async fn paused_run(store: &dyn RunStore, id: &str) -> u64 {
             vec![EventKind::RunPaused {
                 node_id: "g".into(),
                 prompt: "ok?".into(),
+                kind: weir_core::record::GateKind::Human,
             }],
         )
         .await
