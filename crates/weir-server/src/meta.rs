@@ -27,6 +27,22 @@ pub async fn healthz(State(app): State<Arc<App>>) -> impl IntoResponse {
     }
 }
 
+/// `weir_budget_stops_total`: calls a budget stopped, by what it did.
+fn budget_stops(out: &mut String, m: &weir_runtime::Metrics) {
+    let _ = writeln!(
+        out,
+        "# HELP weir_budget_stops_total Calls a budget stopped, by what it did: failed the run, or paused it for a raise."
+    );
+    let _ = writeln!(out, "# TYPE weir_budget_stops_total counter");
+    for (what, n) in [("fail", &m.budget_failed), ("pause", &m.budget_paused)] {
+        let _ = writeln!(
+            out,
+            "weir_budget_stops_total{{on_exceeded=\"{what}\"}} {}",
+            n.load(Ordering::Relaxed)
+        );
+    }
+}
+
 #[utoipa::path(get, path = "/metrics", tag = "meta",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)),
     security(("bearer" = ["read"])))]
@@ -100,17 +116,6 @@ pub async fn metrics(
     for (status, n) in m.runs_finished.lock().expect("metrics lock").iter() {
         let _ = writeln!(out, "weir_runs_finished_total{{status=\"{status}\"}} {n}");
     }
-    let _ = writeln!(
-        out,
-        "# HELP weir_budget_stops_total Calls a budget stopped, by what it did: failed the run, or paused it for a raise."
-    );
-    let _ = writeln!(out, "# TYPE weir_budget_stops_total counter");
-    for (what, n) in [("fail", &m.budget_failed), ("pause", &m.budget_paused)] {
-        let _ = writeln!(
-            out,
-            "weir_budget_stops_total{{on_exceeded=\"{what}\"}} {}",
-            n.load(Ordering::Relaxed)
-        );
-    }
+    budget_stops(&mut out, m);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out))
 }
