@@ -503,10 +503,9 @@ impl Cx {
                 }
             },
         };
-        if b.usd.is_none()
-            && b.tokens.is_none()
-            && b.model_calls.is_none()
-            && b.tool_calls.is_none()
+        if ["usd", "tokens", "model_calls", "tool_calls"]
+            .iter()
+            .all(|k| v.get(k).is_none())
         {
             self.err(
                 "E011",
