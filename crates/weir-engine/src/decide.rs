@@ -297,26 +297,7 @@ impl Engine {
             .into(),
         );
         step.output = Arc::new(record.into());
-        let mut attempt =
-            step.attempts
-                .last()
-                .cloned()
-                .unwrap_or_else(|| weir_core::record::Attempt {
-                    n: 1,
-                    status: StepStatus::Succeeded,
-                    error: None,
-                    error_class: None,
-                    duration_ms: 0,
-                    request: None,
-                    response: None,
-                    calls: Vec::new(),
-                    tool_calls: Vec::new(),
-                    cost_usd: 0.0,
-                });
-        if let Some(a) = step.attempts.last_mut() {
-            a.status = StepStatus::Succeeded;
-        }
-        attempt.status = StepStatus::Running;
+        let attempt = loop_so_far(step);
         Ok(Resume {
             visit: step.visit,
             attempt,
@@ -456,11 +437,19 @@ fn raise_budget(
     step.status = StepStatus::Succeeded;
     step.route = Some("approved".into());
     step.output = Arc::new(record.into());
-    let mut attempt = step
-        .attempts
-        .last()
-        .cloned()
-        .unwrap_or_else(|| weir_core::record::Attempt {
+    let attempt = loop_so_far(step);
+    Ok(Resume {
+        visit: step.visit,
+        attempt,
+        decision: None,
+    })
+}
+
+/// The agent's loop as a parked step committed it (its last attempt, marked decided on the
+/// step), to go on from.
+fn loop_so_far(step: &mut StepRecord) -> weir_core::record::Attempt {
+    let Some(last) = step.attempts.last_mut() else {
+        return weir_core::record::Attempt {
             n: 1,
             status: StepStatus::Running,
             error: None,
@@ -471,16 +460,12 @@ fn raise_budget(
             calls: Vec::new(),
             tool_calls: Vec::new(),
             cost_usd: 0.0,
-        });
-    if let Some(a) = step.attempts.last_mut() {
-        a.status = StepStatus::Succeeded;
-    }
+        };
+    };
+    last.status = StepStatus::Succeeded;
+    let mut attempt = last.clone();
     attempt.status = StepStatus::Running;
-    Ok(Resume {
-        visit: step.visit,
-        attempt,
-        decision: None,
-    })
+    attempt
 }
 
 /// `gate `review` was already approved by alice at 2026-…`, from a gate step's output.
