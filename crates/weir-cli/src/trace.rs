@@ -263,9 +263,26 @@ fn attempt(out: &mut String, a: &Attempt, many: bool, fold: Fold) {
 /// One tool call of an agent's loop: `tool NAME ARGUMENTS · duration`, then what it gave
 /// back, or its error.
 fn tool_call(out: &mut String, indent: usize, t: &weir_core::record::ToolCallRecord, fold: Fold) {
+    // A call that waited for a reviewer says who decided, and whether they changed it.
+    let decided = t.approval.as_ref().map_or(String::new(), |a| {
+        format!(
+            " · {} by {}{}",
+            if a["approved"] == false {
+                "rejected"
+            } else {
+                "approved"
+            },
+            a["by"].as_str().unwrap_or("?"),
+            if a.get("model_arguments").is_some() {
+                " (arguments edited)"
+            } else {
+                ""
+            }
+        )
+    });
     let _ = writeln!(
         out,
-        "{:indent$}tool {} {} · {}",
+        "{:indent$}tool {} {} · {}{decided}",
         "",
         t.name,
         compact(&t.arguments),
@@ -339,6 +356,9 @@ fn call(out: &mut String, indent: usize, c: &Value, more: bool, fold: Fold) {
         " · {}",
         fmt_ms(c["duration_ms"].as_u64().unwrap_or(0))
     );
+    if c["carried_over"] == true {
+        line.push_str(" · before the loop stopped (charged there)");
+    }
     let failed = c["status"].as_str().is_some_and(|s| s != "succeeded");
     if failed {
         let _ = write!(

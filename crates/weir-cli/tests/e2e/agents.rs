@@ -580,6 +580,15 @@ fn a_tool_call_waits_for_approval_and_runs_with_the_reviewers_arguments() {
     );
     assert_eq!(call["result"]["sky"], "snow");
     conforms(&r);
+    let shown = w.run(&["runs", "show", &id]);
+    assert!(
+        shown.stdout.contains("approved by ana (arguments edited)")
+            && shown
+                .stdout
+                .contains("before the loop stopped (charged there)"),
+        "{}",
+        shown.stdout
+    );
 }
 
 #[test]
