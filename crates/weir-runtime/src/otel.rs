@@ -300,6 +300,7 @@ pub fn spans(r: &RunRecord, content: bool) -> Vec<SpanData> {
                 None => None,
             };
             let mut ct = t;
+            let mut turn = 0;
             for (k, c) in a.calls.iter().enumerate() {
                 let c_end = ct + Duration::from_millis(c["duration_ms"].as_u64().unwrap_or(0));
                 let (attrs, events, status) =
@@ -316,6 +317,11 @@ pub fn spans(r: &RunRecord, content: bool) -> Vec<SpanData> {
                     status,
                 );
                 ct = c_end;
+                // The tool calls this turn asked for, made together after it.
+                if c["tool_uses"].as_array().is_some_and(|u| !u.is_empty()) {
+                    turn += 1;
+                    ct = agent_tools(&mut b, attempt, s, a, turn, ct);
+                }
             }
             if s.node_type == "tool"
                 && let Some(Request::Other(v)) = &a.request
@@ -348,6 +354,64 @@ pub fn spans(r: &RunRecord, content: bool) -> Vec<SpanData> {
         }
     }
     b.out
+}
+
+/// The `execute_tool` spans of an agent's tool calls in turn `turn`, all starting at `from`
+/// (a turn's calls run together); returns when the last of them ended.
+fn agent_tools(
+    b: &mut Builder,
+    attempt: SpanId,
+    s: &weir_core::record::StepRecord,
+    a: &weir_core::record::Attempt,
+    turn: u32,
+    from: SystemTime,
+) -> SystemTime {
+    let mut end = from;
+    for (i, t) in a
+        .tool_calls
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.turn == turn)
+    {
+        let t_end = from + Duration::from_millis(t.duration_ms);
+        end = end.max(t_end);
+        let mut attrs = vec![
+            KeyValue::new("gen_ai.operation.name", "execute_tool"),
+            KeyValue::new("gen_ai.tool.name", t.name.clone()),
+            KeyValue::new("gen_ai.tool.call.id", t.id.clone()),
+            KeyValue::new("weir.tool", t.tool.clone()),
+            KeyValue::new("weir.node_id", s.node_id.clone()),
+            KeyValue::new("weir.turn", i64::from(turn)),
+        ];
+        if let Some(d) = &t.approval {
+            attrs.push(KeyValue::new(
+                "weir.approval",
+                if d["approved"] == false {
+                    "rejected"
+                } else {
+                    "approved"
+                },
+            ));
+        }
+        let status = match &t.error {
+            Some(e) => {
+                attrs.push(KeyValue::new("error.type", "tool"));
+                failed(Some(e))
+            }
+            None => Status::Ok,
+        };
+        b.span(
+            &format!("step/{}/attempt/{}/tool/{i}", s.seq, a.n),
+            attempt,
+            format!("execute_tool {}", t.name),
+            SpanKind::Internal,
+            (from, t_end),
+            attrs,
+            Vec::new(),
+            status,
+        );
+    }
+    end
 }
 
 /// A model call's GenAI attributes, its message events (when content is captured) and
@@ -435,4 +499,63 @@ fn model_call(
         failed(c["error"].as_str())
     };
     (attrs, events, status)
+}
+
+#[cfg(test)]
+mod tests {
+    /// An agent's tool calls are `execute_tool` spans under its attempt, each after the
+    /// `chat` span of the turn that asked for it.
+    #[test]
+    fn an_agents_tool_calls_are_execute_tool_spans_after_their_turn() {
+        let record: weir_core::record::RunRecord = serde_json::from_str(r#"{
+            "run_id": "6f1c2a3e-0000-4000-8000-000000000001", "workflow": "w", "dialect": "graph",
+            "status": "succeeded", "input": {}, "state": {}, "output": null, "error": null,
+            "pending_gate": null, "cost_usd": 0.0, "events": [],
+            "started_at": "2026-12-07T10:00:00.000Z", "finished_at": "2026-12-07T10:00:01.000Z",
+            "duration_ms": 1000,
+            "steps": [{"seq": 1, "node_id": "advise", "node_type": "agent", "visit": 1,
+                "status": "succeeded", "route": null, "input": null, "output": {}, "error": null,
+                "cost_usd": 0.0, "tokens": {"input": 0, "output": 0},
+                "started_at": "2026-12-07T10:00:00.000Z", "finished_at": "2026-12-07T10:00:01.000Z",
+                "duration_ms": 1000,
+                "attempts": [{"n": 1, "status": "succeeded", "error": null, "duration_ms": 1000,
+                    "request": {"model": "mock", "system": null, "user": "hi"}, "response": "ok",
+                    "cost_usd": 0.0,
+                    "calls": [
+                        {"model": "mock", "provider": "mock", "status": "succeeded", "input_tokens": 1,
+                         "output_tokens": 1, "cost_usd": 0.0, "priced": true, "duration_ms": 10,
+                         "reply": "", "tool_uses": [{"id": "c1", "name": "weather", "arguments": {}},
+                                                    {"id": "c2", "name": "delay", "arguments": {}}]},
+                        {"model": "mock", "provider": "mock", "status": "succeeded", "input_tokens": 1,
+                         "output_tokens": 1, "cost_usd": 0.0, "priced": true, "duration_ms": 10,
+                         "reply": "ok"}],
+                    "tool_calls": [
+                        {"turn": 1, "id": "c1", "name": "weather", "tool": "custom:weather",
+                         "arguments": {}, "result": "rain", "duration_ms": 30},
+                        {"turn": 1, "id": "c2", "name": "delay", "tool": "delay",
+                         "arguments": {}, "error": "bad seconds", "duration_ms": 5}]}]}]
+        }"#)
+        .unwrap();
+        let spans = super::spans(&record, false);
+        let names: Vec<String> = spans.iter().map(|s| s.name.to_string()).collect();
+        assert_eq!(
+            &names[3..],
+            [
+                "chat mock",
+                "execute_tool weather",
+                "execute_tool delay",
+                "chat mock"
+            ],
+            "{names:?}"
+        );
+        let attempt = spans[2].span_context.span_id();
+        assert!(spans[3..].iter().all(|s| s.parent_span_id == attempt));
+        // The next turn starts once the slower of the two calls ended.
+        assert_eq!(spans[4].start_time, spans[5].start_time);
+        assert_eq!(spans[6].start_time, spans[4].end_time);
+        assert!(matches!(
+            spans[5].status,
+            opentelemetry::trace::Status::Error { .. }
+        ));
+    }
 }
