@@ -360,6 +360,9 @@ pub struct AgentTools {
     /// Tools whose calls wait for a reviewer (`send_email`, `mcp:github/*`): the run parks
     /// at a gate of kind `tool_call` before such a call is made.
     pub approve_tools: Vec<String>,
+    /// Tools whose error fails the node (its retries apply) instead of going back to the
+    /// model as the call's result.
+    pub fatal_tools: Vec<String>,
 }
 
 impl AgentTools {
@@ -367,12 +370,22 @@ impl AgentTools {
     /// `mcp:github/create_issue`) waits for a reviewer: it is listed in `approve_tools`, or a
     /// listed `mcp:SERVER/*` covers it.
     pub fn needs_approval(&self, tool_ref: &str) -> bool {
-        self.approve_tools.iter().any(|a| {
-            a == tool_ref
-                || a.strip_suffix('*')
-                    .is_some_and(|prefix| prefix.ends_with('/') && tool_ref.starts_with(prefix))
-        })
+        covers(&self.approve_tools, tool_ref)
     }
+
+    /// Whether an error of `tool_ref` fails the node (`fatal_tools`, matched the same way).
+    pub fn is_fatal(&self, tool_ref: &str) -> bool {
+        covers(&self.fatal_tools, tool_ref)
+    }
+}
+
+/// Whether a list of tools names `tool_ref`, itself or by its server's `mcp:SERVER/*`.
+fn covers(list: &[String], tool_ref: &str) -> bool {
+    list.iter().any(|a| {
+        a == tool_ref
+            || a.strip_suffix('*')
+                .is_some_and(|prefix| prefix.ends_with('/') && tool_ref.starts_with(prefix))
+    })
 }
 
 /// Default `max_turns` of an agent with tools.
@@ -386,6 +399,7 @@ impl Default for AgentTools {
             tool_choice: crate::model::ToolChoice::Auto,
             parallel_tool_calls: true,
             approve_tools: Vec::new(),
+            fatal_tools: Vec::new(),
         }
     }
 }

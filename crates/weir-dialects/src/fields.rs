@@ -45,6 +45,37 @@ impl Cx {
         }
     }
 
+    /// A list of some of the node's `tools` (`approve_tools`, `fatal_tools`): each must be
+    /// one of them, or covered by a listed `mcp:SERVER/*` (E011).
+    fn tool_list(
+        &mut self,
+        node: &str,
+        cfg: &tree::Node,
+        key: &str,
+        tools: &[String],
+    ) -> Vec<String> {
+        let list = self.strings(node, cfg, key).unwrap_or_default();
+        for a in &list {
+            let listed = tools.iter().any(|t| {
+                t == a
+                    || a.strip_suffix('*').is_some_and(|p| {
+                        p.ends_with('/') && (t.starts_with(p) || t.as_str() == format!("{p}*"))
+                    })
+                    || (t.ends_with("/*") && a.starts_with(&t[..t.len() - 1]))
+            });
+            if !listed {
+                self.err(
+                    "E011",
+                    Some(node),
+                    cfg.get(key).and_then(|v| v.span),
+                    format!("`{key}` names `{a}`, which is not one of the node's `tools`"),
+                    &format!("list in `{key}` only tools the node offers under `tools` (or `mcp:SERVER/*` for a server listed there)"),
+                );
+            }
+        }
+        list
+    }
+
     /// An agent's `tools`, `max_turns`, `tool_choice` and `parallel_tool_calls`.
     pub(crate) fn agent_tools(
         &mut self,
@@ -92,30 +123,14 @@ impl Cx {
                 }
             };
         }
-        out.approve_tools = self.strings(node, cfg, "approve_tools").unwrap_or_default();
-        for a in &out.approve_tools {
-            let listed = out.tools.iter().any(|t| {
-                t == a
-                    || a.strip_suffix('*').is_some_and(|p| {
-                        p.ends_with('/') && (t.starts_with(p) || t.as_str() == format!("{p}*"))
-                    })
-                    || (t.ends_with("/*") && a.starts_with(&t[..t.len() - 1]))
-            });
-            if !listed {
-                self.err(
-                    "E011",
-                    Some(node),
-                    cfg.get("approve_tools").and_then(|v| v.span),
-                    format!("`approve_tools` names `{a}`, which is not one of the node's `tools`"),
-                    "list in `approve_tools` only tools the node offers under `tools` (or `mcp:SERVER/*` for a server listed there)",
-                );
-            }
-        }
+        out.approve_tools = self.tool_list(node, cfg, "approve_tools", &out.tools);
+        out.fatal_tools = self.tool_list(node, cfg, "fatal_tools", &out.tools);
         for key in [
             "max_turns",
             "tool_choice",
             "parallel_tool_calls",
             "approve_tools",
+            "fatal_tools",
         ] {
             if out.tools.is_empty()
                 && let Some(v) = cfg.get(key)

@@ -320,6 +320,7 @@ fn check_config_keys(cx: &mut Cx, id: &str, ty: &str, cfg: &tree::Node) {
             "tool_choice",
             "parallel_tool_calls",
             "approve_tools",
+            "fatal_tools",
         ],
         "tool" => &["tool_name", "params"],
         "condition" => &["expression"],

@@ -200,6 +200,7 @@ fn check_keys(cx: &mut Cx, id: &str, ty: &str, body: &tree::Node) {
             "tool_choice",
             "parallel_tool_calls",
             "approve_tools",
+            "fatal_tools",
         ],
         "ai_judge" => &[
             "model",

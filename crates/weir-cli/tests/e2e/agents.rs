@@ -720,3 +720,45 @@ fn a_node_budget_pauses_the_loop_and_a_raise_lets_it_go_on() {
     assert_eq!(advise[1]["status"], "succeeded");
     conforms(&r);
 }
+
+#[test]
+fn an_error_of_a_fatal_tool_fails_the_node_instead_of_going_back_to_the_model() {
+    let fake = Fake::start();
+    fake.always(
+        "/weather/Lima",
+        Reply::json(500, json!({"error": "weather service down"})),
+    );
+    let (w, _) = setup(&fake, "mock");
+    let flow = w.file(
+        "strict.yaml",
+        &FLOW.replace("MODEL", "mock").replace(
+            "      output_key",
+            "      fatal_tools: [custom:weather]\n      output_key",
+        ),
+    );
+    w.file(
+        "strict.mock.json",
+        &json!([
+            {"match": "What should I wear", "times": 1,
+             "tool_calls": [{"name": "weather", "arguments": {"city": "Lima"}}]},
+            {"match": "weather", "reply": "never asked"}
+        ])
+        .to_string(),
+    );
+    let ran = w.run(&["run", &flow, "--input", r#"{"city": "Lima"}"#, "--json"]);
+    assert_eq!(ran.code, 1, "{}\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    assert_eq!(r["error"]["code"], "node_failed");
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("`fatal_tools`"), "{msg}");
+    let attempt = &steps(&r, "advise")[0]["attempts"][0];
+    assert_eq!(attempt["error_class"], "tool");
+    assert_eq!(
+        attempt["calls"].as_array().unwrap().len(),
+        1,
+        "the model read no error"
+    );
+    assert_eq!(attempt["tool_calls"][0]["tool"], "custom:weather");
+    assert!(attempt["tool_calls"][0]["error"].is_string());
+    conforms(&r);
+}

@@ -17,6 +17,7 @@
 //! kind `tool_call` before it is called; the decision comes back as [`Resume::decision`].
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::time::Instant;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -309,20 +310,7 @@ async fn call_tools(
     let free = free
         .into_iter()
         .map(|(i, u)| call_one(ctx, o.turn, i, u, offered, None));
-    if spec.tools.parallel_tool_calls {
-        let mut running: FuturesUnordered<_> = free.collect();
-        while let Some(record) = running.next().await {
-            spent.tool_calls.push(record);
-            spent.tools_made += 1;
-            ctx.checkpoint(request, spent).await?;
-        }
-    } else {
-        for c in free {
-            spent.tool_calls.push(c.await);
-            spent.tools_made += 1;
-            ctx.checkpoint(request, spent).await?;
-        }
-    }
+    make_all(ctx, spec, free, request, spent).await?;
     if let Some(e) = over {
         return Ok(Stop::Budget(Box::new(e)));
     }
@@ -333,10 +321,16 @@ async fn call_tools(
                 if made && let Some(e) = ctx.over_budget(spent, crate::budget::Next::Tool) {
                     return Ok(Stop::Budget(Box::new(e)));
                 }
-                let record = call_one(ctx, o.turn, i, u, offered, Some(d)).await;
+                let (record, failed) = call_one(ctx, o.turn, i, u, offered, Some(d)).await;
+                let fatal = fatal_error(spec, &record, failed);
                 spent.tool_calls.push(record);
                 spent.tools_made += u64::from(made);
                 ctx.checkpoint(request, spent).await?;
+                if let Some(e) = fatal {
+                    let mut f = tool_failure(&e, request, std::mem::take(spent));
+                    f.message = e.message;
+                    return Err(f);
+                }
             }
             None => {
                 let (prompt, detail) = gate(o.turn, i, u, &offered[&u.name].tool_ref);
@@ -376,6 +370,59 @@ fn fit_budget(
         fits.tools_made += 1;
     }
     None
+}
+
+/// Makes calls that need no reviewer (at once when the model asked for several), each
+/// committed as it ends; a `fatal_tools` error fails the node once they ended.
+async fn make_all<F: Future<Output = (ToolCallRecord, Option<ToolError>)>>(
+    ctx: &NodeCtx,
+    spec: &weir_core::ir::AgentSpec,
+    free: impl Iterator<Item = F>,
+    request: &Request,
+    spent: &mut Spent,
+) -> Result<(), Failure> {
+    let mut fatal = None;
+    if spec.tools.parallel_tool_calls {
+        let mut running: FuturesUnordered<_> = free.collect();
+        while let Some((record, failed)) = running.next().await {
+            fatal = fatal.or_else(|| fatal_error(spec, &record, failed));
+            spent.tool_calls.push(record);
+            spent.tools_made += 1;
+            ctx.checkpoint(request, spent).await?;
+        }
+    } else {
+        for c in free {
+            let (record, failed) = c.await;
+            fatal = fatal_error(spec, &record, failed);
+            spent.tool_calls.push(record);
+            spent.tools_made += 1;
+            ctx.checkpoint(request, spent).await?;
+            if fatal.is_some() {
+                break;
+            }
+        }
+    }
+    if let Some(e) = fatal {
+        let mut f = tool_failure(&e, request, std::mem::take(spent));
+        f.message = e.message;
+        return Err(f);
+    }
+    Ok(())
+}
+
+/// A tool's own error (the call was made and failed) when the tool is in `fatal_tools`:
+/// it fails the node instead of going back to the model.
+fn fatal_error(
+    spec: &weir_core::ir::AgentSpec,
+    record: &ToolCallRecord,
+    failed: Option<ToolError>,
+) -> Option<ToolError> {
+    let mut e = failed.filter(|_| spec.tools.is_fatal(&record.tool))?;
+    e.message = format!(
+        "tool `{}` failed, and it is one of the agent's `fatal_tools`: {}",
+        record.name, e.message
+    );
+    Some(e)
 }
 
 /// Why the calls of a turn stopped before all were made.
@@ -526,7 +573,7 @@ async fn call_one(
     u: &ToolUse,
     offered: &HashMap<String, Offered>,
     decision: Option<ToolDecision>,
-) -> ToolCallRecord {
+) -> (ToolCallRecord, Option<ToolError>) {
     let started = Instant::now();
     let mut record = ToolCallRecord {
         turn,
@@ -539,25 +586,12 @@ async fn call_one(
         duration_ms: 0,
         approval: None,
     };
-    if let Some(d) = decision {
-        let mut approval = serde_json::json!({"approved": d.approved, "by": d.by, "at": d.at});
-        if let Some(c) = &d.comment {
-            approval["comment"] = Value::String(c.clone());
-        }
-        if let Some(args) = d.arguments.filter(|a| *a != u.arguments) {
-            approval["model_arguments"] = std::mem::replace(&mut record.arguments, args);
-        }
-        record.approval = Some(approval);
-        if !d.approved {
-            record.tool = offered
-                .get(&u.name)
-                .map(|t| t.tool_ref.clone())
-                .unwrap_or_default();
-            let reason = d.comment.unwrap_or_else(|| "no reason given".into());
-            settle(Err(format!("rejected by {}: {reason}", d.by)), &mut record);
-            return record;
-        }
+    if let Some(d) = decision
+        && !apply_decision(d, u, offered, &mut record)
+    {
+        return (record, None);
     }
+    let mut failed = None;
     let outcome: Result<Value, String> = match offered.get(&u.name) {
         None => {
             let mut names: Vec<&str> = offered.keys().map(String::as_str).collect();
@@ -589,7 +623,14 @@ async fn call_one(
                     ),
                     timeout: ctx.tool_timeout(),
                 };
-                ctx.services.tools.call(call).await.map_err(|e| e.message)
+                match ctx.services.tools.call(call).await {
+                    Ok(v) => Ok(v),
+                    Err(e) => {
+                        let message = e.message.clone();
+                        failed = Some(e);
+                        Err(message)
+                    }
+                }
             } else {
                 Err(format!(
                     "the arguments do not match the tool's schema:\n- {}",
@@ -600,7 +641,35 @@ async fn call_one(
     };
     record.duration_ms = started.elapsed().as_millis() as u64;
     settle(outcome, &mut record);
-    record
+    (record, failed)
+}
+
+/// A reviewer's decision on the call, in its record (the reviewer's arguments replace the
+/// model's). Whether the call is to be made: false when it was rejected (the rejection is
+/// then its error, which the model reads).
+fn apply_decision(
+    d: ToolDecision,
+    u: &ToolUse,
+    offered: &HashMap<String, Offered>,
+    record: &mut ToolCallRecord,
+) -> bool {
+    let mut approval = serde_json::json!({"approved": d.approved, "by": d.by, "at": d.at});
+    if let Some(c) = &d.comment {
+        approval["comment"] = Value::String(c.clone());
+    }
+    if let Some(args) = d.arguments.filter(|a| *a != u.arguments) {
+        approval["model_arguments"] = std::mem::replace(&mut record.arguments, args);
+    }
+    record.approval = Some(approval);
+    if !d.approved {
+        record.tool = offered
+            .get(&u.name)
+            .map(|t| t.tool_ref.clone())
+            .unwrap_or_default();
+        let reason = d.comment.unwrap_or_else(|| "no reason given".into());
+        settle(Err(format!("rejected by {}: {reason}", d.by)), record);
+    }
+    d.approved
 }
 
 /// A call's outcome in its record.
