@@ -153,13 +153,7 @@ function ToolGate({ run, canDecide, onError }: { run: RunRecord; canDecide: bool
   const [args, setArgs] = useState(proposed);
   const [comment, setComment] = useState("");
   const [busy, setBusy] = useState(false);
-  let parsed: Record<string, unknown> | null = null;
-  try {
-    const v = JSON.parse(args);
-    parsed = v && typeof v === "object" && !Array.isArray(v) ? v : null;
-  } catch {
-    parsed = null;
-  }
+  const parsed = jsonObject(args);
   const edited = parsed !== null && JSON.stringify(parsed) !== JSON.stringify(d.arguments ?? {});
   const decide = async (approve: boolean) => {
     setBusy(true);
@@ -175,7 +169,7 @@ function ToolGate({ run, canDecide, onError }: { run: RunRecord; canDecide: bool
   return (
     <div className="gate" role="region" aria-label="waiting gate">
       <h3>Agent {gate.node_id} wants to call {String(d.name ?? "a tool")}</h3>
-      <p className="muted">{String(d.tool ?? "")} · turn {String(d.turn ?? "?")}. Nothing is called until you decide.</p>
+      <p className="muted">{d.tool && d.tool !== d.name ? `${String(d.tool)} · asked` : "Asked"} in turn {String(d.turn ?? "?")}. Nothing is called until you decide.</p>
       {canDecide ? (
         <>
           <label>
@@ -215,13 +209,7 @@ function HumanGate({ run, canDecide, onError, title, initial, inputLabel }: {
   const [input, setInput] = useState(initial ?? "{}");
   const [comment, setComment] = useState("");
   const [busy, setBusy] = useState(false);
-  let parsed: Record<string, unknown> | null = null;
-  try {
-    const v = JSON.parse(input);
-    parsed = v && typeof v === "object" && !Array.isArray(v) ? v : null;
-  } catch {
-    parsed = null;
-  }
+  const parsed = jsonObject(input);
   const decide = async (approve: boolean) => {
     setBusy(true);
     try {
@@ -372,6 +360,16 @@ function StepItem({ row, canRerun, onRerun }: { row: StepRow; canRerun: boolean;
       )}
     </li>
   );
+}
+
+/** The JSON object `text` holds, or null (not JSON, or not an object). */
+function jsonObject(text: string): Record<string, unknown> | null {
+  try {
+    const v = JSON.parse(text);
+    return v && typeof v === "object" && !Array.isArray(v) ? v : null;
+  } catch {
+    return null;
+  }
 }
 
 /** One line of a long value, the whole of it on hover. */

@@ -20,6 +20,18 @@ nodes:
 edges: []
 "#;
 
+/// The packing agent on `model` with `config` (YAML lines of the agent's config) added,
+/// written to `file`.
+fn flow_with(w: &Weir, file: &str, model: &str, config: &str) -> String {
+    w.file(
+        file,
+        &FLOW.replace("MODEL", model).replace(
+            "      output_key",
+            &format!("      {config}\n      output_key"),
+        ),
+    )
+}
+
 /// A scratch folder whose weir.toml registers `custom:weather`, served by `fake`.
 fn setup(fake: &Fake, model: &str) -> (Weir, String) {
     fake.always(
@@ -269,13 +281,7 @@ fn an_openai_agent_calls_tools_and_its_results_go_back_as_tool_messages() {
 fn an_agent_that_keeps_calling_tools_stops_at_max_turns() {
     let fake = Fake::start();
     let (w, _) = setup(&fake, "mock");
-    let flow = w.file(
-        "loop.yaml",
-        &FLOW.replace("MODEL", "mock").replace(
-            "      output_key: advice",
-            "      max_turns: 3\n      output_key: advice",
-        ),
-    );
+    let flow = flow_with(&w, "loop.yaml", "mock", "max_turns: 3");
     w.file(
         "loop.mock.json",
         &json!([{"tool_calls": [{"name": "weather", "arguments": {"city": "Paris"}}]}]).to_string(),
@@ -492,13 +498,7 @@ fn an_agent_killed_mid_loop_goes_on_without_calling_a_tool_twice() {
 /// A mock agent whose `custom:weather` calls wait for a reviewer.
 fn gated(fake: &Fake) -> (Weir, String) {
     let (w, _) = setup(fake, "mock");
-    let flow = w.file(
-        "gated.yaml",
-        &FLOW.replace("MODEL", "mock").replace(
-            "      output_key",
-            "      approve_tools: [custom:weather]\n      output_key",
-        ),
-    );
+    let flow = flow_with(&w, "gated.yaml", "mock", "approve_tools: [custom:weather]");
     w.file(
         "gated.mock.json",
         &json!([
@@ -663,12 +663,11 @@ fn a_call_that_could_cross_the_runs_budget_is_not_made_and_the_run_fails() {
 fn a_node_budget_pauses_the_loop_and_a_raise_lets_it_go_on() {
     let fake = Fake::start();
     let (w, _) = setup(&fake, "mock");
-    let flow = w.file(
+    let flow = flow_with(
+        &w,
         "capped.yaml",
-        &FLOW.replace("MODEL", "mock").replace(
-            "      output_key",
-            "      budget: {tool_calls: 1, on_exceeded: pause}\n      output_key",
-        ),
+        "mock",
+        "budget: {tool_calls: 1, on_exceeded: pause}",
     );
     w.file(
         "capped.mock.json",
@@ -729,13 +728,7 @@ fn an_error_of_a_fatal_tool_fails_the_node_instead_of_going_back_to_the_model() 
         Reply::json(500, json!({"error": "weather service down"})),
     );
     let (w, _) = setup(&fake, "mock");
-    let flow = w.file(
-        "strict.yaml",
-        &FLOW.replace("MODEL", "mock").replace(
-            "      output_key",
-            "      fatal_tools: [custom:weather]\n      output_key",
-        ),
-    );
+    let flow = flow_with(&w, "strict.yaml", "mock", "fatal_tools: [custom:weather]");
     w.file(
         "strict.mock.json",
         &json!([

@@ -118,6 +118,19 @@ impl Client {
         )
     }
 
+    /// `/metrics`, as text.
+    pub(crate) async fn metrics(&self) -> String {
+        self.http
+            .get(format!("{}/metrics", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub(crate) async fn get(&self, path: &str) -> Value {
         self.send(reqwest::Method::GET, path, None).await.1
     }
@@ -312,16 +325,7 @@ async fn first_start() {
         .await
         .unwrap();
     assert_eq!(health.status().as_u16(), 200);
-    let metrics = api
-        .http
-        .get(format!("{}/metrics", server.url))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = api.metrics().await;
     assert!(
         metrics.contains("weir_runs{status=\"succeeded\"} 1"),
         "{metrics}"
@@ -813,16 +817,7 @@ async fn budgets_over_the_api() {
     let run = failed["run_id"].as_str().unwrap().to_string();
     let record = api.wait_for(&run, |s| s == "failed").await;
     assert_eq!(record["error"]["code"], "budget_exceeded");
-    let metrics = api
-        .http
-        .get(format!("{}/metrics", server.url))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = api.metrics().await;
     assert!(
         metrics.contains("weir_budget_stops_total{on_exceeded=\"fail\"} 1")
             && metrics.contains("weir_budget_stops_total{on_exceeded=\"pause\"} 1"),
