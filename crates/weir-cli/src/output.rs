@@ -33,6 +33,9 @@ struct Live {
 struct LiveState {
     /// Running steps by step number.
     running: std::collections::BTreeMap<u32, ProgressBar>,
+    /// The reply a running step's model is writing, by step number: its last lines under
+    /// the step's line.
+    replies: std::collections::BTreeMap<u32, Writing>,
     cost_usd: f64,
     done: u32,
 }
@@ -193,7 +196,76 @@ impl Progress {
     }
 }
 
+/// A reply being written: the lines under its step, which reply of which attempt it is, and
+/// its text so far (the end of it).
+struct Writing {
+    bar: ProgressBar,
+    key: (u32, u32),
+    text: String,
+}
+
+/// How many lines of a reply being written are shown.
+const REPLY_LINES: usize = 3;
+
+/// The last `lines` lines of `text` as a terminal `width` wide shows them, each indented.
+fn tail(text: &str, width: usize, lines: usize) -> String {
+    let width = width.saturating_sub(6).max(20);
+    let mut rows: Vec<String> = Vec::new();
+    for line in text.split('\n') {
+        let chars: Vec<char> = line.chars().filter(|c| !c.is_control()).collect();
+        if chars.is_empty() {
+            rows.push(String::new());
+        }
+        for row in chars.chunks(width) {
+            rows.push(row.iter().collect());
+        }
+    }
+    while rows.last().is_some_and(String::is_empty) {
+        rows.pop();
+    }
+    let from = rows.len().saturating_sub(lines);
+    rows[from..]
+        .iter()
+        .map(|r| format!("    {r}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 impl Live {
+    /// A piece of the reply a running step's model is writing.
+    fn delta(&self, d: &weir_core::event::Delta<'_>, color: bool) {
+        let mut st = self.state();
+        let Some(step) = st.running.get(&d.step).cloned() else {
+            return;
+        };
+        let area = &self.area;
+        let w = st.replies.entry(d.step).or_insert_with(|| {
+            let bar = area.insert_after(&step, ProgressBar::new_spinner());
+            let template = if color { "{msg:.dim}" } else { "{msg}" };
+            bar.set_style(ProgressStyle::with_template(template).expect("a valid template"));
+            Writing {
+                bar,
+                key: (d.attempt, d.reply),
+                text: String::new(),
+            }
+        });
+        if w.key != (d.attempt, d.reply) {
+            w.key = (d.attempt, d.reply);
+            w.text.clear();
+        }
+        w.text.push_str(d.text);
+        // Only the end is shown: keep a few screens of it.
+        if w.text.len() > 16_384 {
+            let mut cut = w.text.len() - 8_192;
+            while !w.text.is_char_boundary(cut) {
+                cut += 1;
+            }
+            w.text.drain(..cut);
+        }
+        let width = console::Term::stderr().size().1 as usize;
+        w.bar.set_message(tail(&w.text, width, REPLY_LINES));
+    }
+
     fn new() -> Self {
         let area = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(10));
         let footer = area.add(ProgressBar::new_spinner());
@@ -241,6 +313,10 @@ impl Live {
                 bar.finish_and_clear();
                 self.area.remove(&bar);
             }
+            if let Some(w) = st.replies.remove(&step) {
+                w.bar.finish_and_clear();
+                self.area.remove(&w.bar);
+            }
             st.cost_usd += cost_usd;
             st.done += 1;
         }
@@ -262,6 +338,9 @@ impl Live {
         let mut st = self.state();
         for (_, bar) in std::mem::take(&mut st.running) {
             bar.finish_and_clear();
+        }
+        for (_, w) in std::mem::take(&mut st.replies) {
+            w.bar.finish_and_clear();
         }
         self.footer.finish_and_clear();
         let _ = self.area.clear();
@@ -288,6 +367,17 @@ impl EventSink for Progress {
     fn publish(&self, run_id: &str, events: &[EventKind]) {
         for e in events {
             self.event(run_id, e);
+        }
+    }
+
+    /// Replies are shown as they are written on a terminal only.
+    fn streams(&self) -> bool {
+        self.live.is_some()
+    }
+
+    fn delta(&self, _run_id: &str, delta: &weir_core::event::Delta<'_>) {
+        if let Some(l) = &self.live {
+            l.delta(delta, self.color);
         }
     }
 }

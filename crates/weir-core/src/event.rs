@@ -7,6 +7,25 @@ use serde_json::Value;
 
 use crate::record::{RunError, RunStatus, StepStatus};
 
+/// A piece of the reply a model is writing in a running step: sent to live views as it
+/// arrives (`delta` events of the event stream), never written to the log; the committed step
+/// holds the whole reply.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename = "delta")]
+pub struct Delta<'a> {
+    /// The step's sequence number in the run.
+    pub step: u32,
+    pub node_id: &'a str,
+    /// The step's attempt (1-based).
+    pub attempt: u32,
+    /// Which of the attempt's replies with text it belongs to (1-based): a model call that
+    /// starts writing (the next turn of an agent, a repair, a fallback) takes the next
+    /// number, and a live view starts the text over.
+    pub reply: u32,
+    /// The text written since the last piece.
+    pub text: &'a str,
+}
+
 /// One entry of a run's log: `{"seq", "at", "type", …fields}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunEvent {

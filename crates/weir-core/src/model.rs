@@ -148,6 +148,24 @@ pub struct ModelRequest {
     /// Whether the model may ask for several calls in one turn (default true).
     #[serde(skip)]
     pub parallel_tool_calls: bool,
+    /// Told each piece of the reply's text as the provider streams it: when set, the providers
+    /// ask for a stream (server-sent events) instead of one JSON reply.
+    #[serde(skip)]
+    pub on_delta: Option<OnDelta>,
+}
+
+/// What [`OnDelta`] calls: the text just written, and whether it is the first piece of a
+/// reply (a new model call, or a call after a fallback or a retry).
+pub type DeltaFn = dyn Fn(&str, bool) + Send + Sync;
+
+/// See [`ModelRequest::on_delta`].
+#[derive(Clone)]
+pub struct OnDelta(pub std::sync::Arc<DeltaFn>);
+
+impl std::fmt::Debug for OnDelta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnDelta")
+    }
 }
 
 /// What [`OnFallback`] calls: the failed model, its error class, the model tried next.
@@ -189,6 +207,7 @@ impl ModelRequest {
             tools: Vec::new(),
             tool_choice: ToolChoice::Auto,
             parallel_tool_calls: true,
+            on_delta: None,
         }
     }
 }
@@ -293,6 +312,10 @@ pub struct ModelError {
     /// Every model reached before giving up.
     pub calls: Vec<ModelCall>,
     pub events: Vec<Value>,
+    /// The reply was cut after its first piece of text reached the live views: the call does
+    /// not fail over to another model (its text was seen), the attempt fails and the node's
+    /// retries apply.
+    pub after_output: bool,
 }
 
 impl ModelError {
@@ -305,6 +328,7 @@ impl ModelError {
             retryable: class != ErrorClass::Auth,
             calls: Vec::new(),
             events: Vec::new(),
+            after_output: false,
         }
     }
 }

@@ -45,6 +45,7 @@ pub async fn run(ctx: &NodeCtx) -> Attempts {
         // The first attempt starts when the step was launched: the clock was read then.
         let mut started = if n == 1 { ctx.launched } else { Instant::now() };
         ctx.attempt.store(n, std::sync::atomic::Ordering::Relaxed);
+        ctx.replies.store(0, std::sync::atomic::Ordering::Relaxed);
         // The rare awaits (a lease to renew, a replay) are boxed: a future is as large as
         // all its awaits together, and the common one is moved at every launch.
         if let Some(lease) = &ctx.lease

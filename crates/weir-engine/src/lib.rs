@@ -60,6 +60,15 @@ pub struct Services {
 pub trait EventSink: Send + Sync {
     /// Called with each batch of events once it is written.
     fn publish(&self, run_id: &str, events: &[EventKind]);
+
+    /// Whether this sink shows replies as models write them: then model calls of agent
+    /// nodes and pipeline steps stream, and each piece comes to [`EventSink::delta`].
+    fn streams(&self) -> bool {
+        false
+    }
+
+    /// A piece of a reply being written (see [`weir_core::event::Delta`]); not in the log.
+    fn delta(&self, _run_id: &str, _delta: &weir_core::event::Delta<'_>) {}
 }
 
 /// A sink that ignores everything.
@@ -224,7 +233,7 @@ pub struct CreatedRun {
 /// Creates, drives, decides and cancels runs over the [`Services`] it is given.
 pub struct Engine {
     services: Arc<Services>,
-    sink: Arc<dyn EventSink>,
+    pub(crate) sink: Arc<dyn EventSink>,
     /// Nodes of one run that may execute at once.
     pub max_concurrency: usize,
     /// Who this driver is, in leases and messages.

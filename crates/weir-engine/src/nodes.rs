@@ -71,6 +71,10 @@ pub struct NodeCtx {
     pub resume: std::sync::Mutex<Option<Box<weir_core::record::Resume>>>,
     /// The budgets the node runs under, when the workflow or the node has one.
     pub(crate) limits: Option<Box<crate::budget::Limits>>,
+    /// Where the pieces of a streamed reply go.
+    pub(crate) sink: Arc<dyn crate::EventSink>,
+    /// Replies begun in this attempt (see [`weir_core::event::Delta::reply`]).
+    pub(crate) replies: Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// Where the run goes after a node.
@@ -300,6 +304,38 @@ pub async fn execute(ctx: &NodeCtx) -> Result<Box<Outcome>, Failure> {
 }
 
 impl NodeCtx {
+    /// Where a model call of this step sends its reply as it is written, when the sink shows
+    /// replies live (never while replaying a record).
+    pub fn on_delta(&self) -> Option<weir_core::model::OnDelta> {
+        use std::sync::atomic::Ordering;
+        if self.replay || !self.sink.streams() {
+            return None;
+        }
+        let sink = self.sink.clone();
+        let run_id = self.run_id.clone();
+        let node_id = self.node().id.clone();
+        let step = self.seq;
+        let attempt = self.attempt.load(Ordering::Relaxed);
+        let replies = self.replies.clone();
+        Some(weir_core::model::OnDelta(Arc::new(move |text, first| {
+            let reply = if first {
+                replies.fetch_add(1, Ordering::Relaxed) + 1
+            } else {
+                replies.load(Ordering::Relaxed)
+            };
+            sink.delta(
+                &run_id,
+                &weir_core::event::Delta {
+                    step,
+                    node_id: &node_id,
+                    attempt,
+                    reply,
+                    text,
+                },
+            );
+        })))
+    }
+
     /// The node being run.
     pub fn node(&self) -> &Node {
         &self.wf.nodes[self.index]

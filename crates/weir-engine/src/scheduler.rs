@@ -647,6 +647,8 @@ impl<'e> Run<'e> {
             attempt: std::sync::atomic::AtomicU32::new(1),
             resume: std::sync::Mutex::new(resume),
             limits: self.limits(index),
+            sink: self.engine.sink.clone(),
+            replies: Arc::default(),
         };
         self.in_flight.insert(
             index,

@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 use weir_core::model::{Message, Role, ToolChoice, ToolUse, Usage};
 use weir_core::{ErrorClass, ModelError, ModelRequest};
 
-use crate::http::{self, Reply};
+use crate::http::{self, Flow, Reply, Sent, Streamed};
 
 /// The Anthropic Messages API client.
 pub struct Anthropic {
@@ -48,6 +48,9 @@ impl Anthropic {
         if let Some(t) = req.temperature {
             body["temperature"] = json!(t);
         }
+        if req.on_delta.is_some() {
+            body["stream"] = json!(true);
+        }
         let request = self
             .client
             .get_or_init(http::client)
@@ -56,32 +59,151 @@ impl Anthropic {
             .header("anthropic-version", "2023-06-01")
             .timeout(req.timeout)
             .json(&body);
-        let v: Value = http::send_json(request).await?;
-        let content = v
-            .get("content")
-            .and_then(Value::as_array)
-            .ok_or_else(|| ModelError::new(ErrorClass::Malformed, "reply has no `content` list"))?;
-        let text: String = content
-            .iter()
-            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
-            .filter_map(|b| b.get("text").and_then(Value::as_str))
-            .collect();
-        let tool_uses = tool_uses(content)?;
-        Ok(Reply {
-            tool_uses,
-            text,
-            usage: Usage {
-                input_tokens: v
-                    .pointer("/usage/input_tokens")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0),
-                output_tokens: v
-                    .pointer("/usage/output_tokens")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0),
+        match http::send(request).await? {
+            Sent::Json(v) => whole(&v),
+            Sent::Stream(resp) => {
+                let mut reading = Reading::new(req);
+                let read = http::read_stream(resp, |_, data| reading.event(data)).await;
+                match read {
+                    Ok(()) => reading.finish(),
+                    Err(e) => Err(reading.text.fail(e)),
+                }
+            }
+        }
+    }
+}
+
+/// A reply read whole.
+fn whole(v: &Value) -> Result<Reply, ModelError> {
+    let content = v
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ModelError::new(ErrorClass::Malformed, "reply has no `content` list"))?;
+    let text: String = content
+        .iter()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+        .filter_map(|b| b.get("text").and_then(Value::as_str))
+        .collect();
+    let tool_uses = tool_uses(content)?;
+    let count = |k: &str| v.pointer(k).and_then(Value::as_u64).unwrap_or(0);
+    Ok(Reply {
+        tool_uses,
+        text,
+        usage: Usage {
+            input_tokens: count("/usage/input_tokens"),
+            output_tokens: count("/usage/output_tokens"),
+        },
+    })
+}
+
+/// A streamed reply as its events arrive (`message_start`, `content_block_start`,
+/// `content_block_delta` of `text_delta` or `input_json_delta`, `message_delta` with the
+/// output tokens so far, `message_stop`; `error` mid-stream).
+struct Reading<'a> {
+    text: Streamed<'a>,
+    /// Tool-use blocks by their index: id, name and the arguments' JSON text so far.
+    tools: std::collections::BTreeMap<u64, (String, String, String)>,
+    usage: Usage,
+}
+
+impl<'a> Reading<'a> {
+    fn new(req: &'a ModelRequest) -> Self {
+        Self {
+            text: Streamed::new(req.on_delta.as_ref()),
+            tools: Default::default(),
+            usage: Usage::default(),
+        }
+    }
+
+    fn event(&mut self, data: &str) -> Result<Flow, ModelError> {
+        let v: Value = serde_json::from_str(data).map_err(|e| http::malformed_event(&e))?;
+        let str_at = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or_default();
+        let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
+        match str_at("/type") {
+            "message_start" => {
+                let count = |k: &str| v.pointer(k).and_then(Value::as_u64).unwrap_or(0);
+                self.usage.input_tokens = count("/message/usage/input_tokens");
+                self.usage.output_tokens = count("/message/usage/output_tokens");
+            }
+            "content_block_start" if str_at("/content_block/type") == "tool_use" => {
+                let (id, name) = (str_at("/content_block/id"), str_at("/content_block/name"));
+                if id.is_empty() || name.is_empty() {
+                    return Err(ModelError::new(
+                        ErrorClass::Malformed,
+                        "a tool_use block has no `id` or `name`",
+                    ));
+                }
+                self.tools
+                    .insert(index, (id.into(), name.into(), String::new()));
+            }
+            "content_block_start" => self.text.push(str_at("/content_block/text")),
+            "content_block_delta" => match str_at("/delta/type") {
+                "text_delta" => self.text.push(str_at("/delta/text")),
+                "input_json_delta" => {
+                    if let Some(t) = self.tools.get_mut(&index) {
+                        t.2.push_str(str_at("/delta/partial_json"));
+                    }
+                }
+                _ => {}
             },
+            // Counts so far: the last one is the call's.
+            "message_delta" => {
+                if let Some(n) = v.pointer("/usage/output_tokens").and_then(Value::as_u64) {
+                    self.usage.output_tokens = n;
+                }
+                if let Some(n) = v.pointer("/usage/input_tokens").and_then(Value::as_u64) {
+                    self.usage.input_tokens = n;
+                }
+            }
+            "message_stop" => return Ok(Flow::Done),
+            "error" => return Err(stream_error(&v)),
+            _ => {}
+        }
+        Ok(Flow::More)
+    }
+
+    fn finish(self) -> Result<Reply, ModelError> {
+        let tool_uses = self
+            .tools
+            .into_values()
+            .map(|(id, name, args)| ToolUse {
+                id,
+                name,
+                arguments: if args.trim().is_empty() {
+                    json!({})
+                } else {
+                    // Arguments that are not JSON reach the loop as text, which tells the model.
+                    serde_json::from_str(&args).unwrap_or(Value::String(args))
+                },
+            })
+            .collect();
+        Ok(Reply {
+            text: self.text.text,
+            usage: self.usage,
+            tool_uses,
         })
     }
+}
+
+/// An `error` event in a stream (`overloaded_error`, `rate_limit_error`, `api_error`, …),
+/// classified like the status it stands for.
+fn stream_error(v: &Value) -> ModelError {
+    let kind = v
+        .pointer("/error/type")
+        .and_then(Value::as_str)
+        .unwrap_or("error");
+    let message = v
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .unwrap_or("the provider ended the stream with an error");
+    let class = match kind {
+        "rate_limit_error" => ErrorClass::RateLimit,
+        "overloaded_error" | "api_error" => ErrorClass::ServerError,
+        "authentication_error" | "permission_error" => ErrorClass::Auth,
+        "timeout_error" => ErrorClass::Timeout,
+        _ => ErrorClass::HttpError,
+    };
+    ModelError::new(class, format!("{kind}: {message}"))
 }
 
 /// One message as the Messages API takes it: text, or content blocks for tool calls

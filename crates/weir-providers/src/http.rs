@@ -138,19 +138,124 @@ pub fn status_error(status: u16, headers: &reqwest::header::HeaderMap, body: &st
     err
 }
 
-/// Sends a provider request and reads its JSON reply; a non-2xx status, a transport failure
-/// or a body that is not JSON becomes a classified error. 5xx (Anthropic's 529 overloaded
-/// included) are server errors.
-pub async fn send_json(req: reqwest::RequestBuilder) -> Result<serde_json::Value, ModelError> {
+/// A provider's reply before it is read: one JSON document, or a stream of server-sent events
+/// (asked for with `stream: true`; a server that ignores the flag answers with JSON, which is
+/// read as such).
+pub enum Sent {
+    Json(serde_json::Value),
+    Stream(reqwest::Response),
+}
+
+/// Sends a provider request; a non-2xx status or a transport failure becomes a classified
+/// error, a JSON body is read, an event stream is handed back to be read as it arrives.
+pub async fn send(req: reqwest::RequestBuilder) -> Result<Sent, ModelError> {
     let resp = req.send().await.map_err(|e| classify_transport(&e))?;
     let status = resp.status().as_u16();
+    let streamed = resp
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if (200..300).contains(&status) && streamed {
+        return Ok(Sent::Stream(resp));
+    }
     let headers = resp.headers().clone();
     let text = resp.text().await.map_err(|e| classify_transport(&e))?;
     if !(200..300).contains(&status) {
         return Err(status_error(status, &headers, &text));
     }
     serde_json::from_str(&text)
+        .map(Sent::Json)
         .map_err(|e| ModelError::new(ErrorClass::Malformed, format!("reply is not JSON: {e}")))
+}
+
+/// Whether a stream reader has read the reply's end.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Flow {
+    More,
+    Done,
+}
+
+/// The text of a streamed reply as it arrives: each piece goes to the request's
+/// [`OnDelta`](weir_core::model::OnDelta), and whether any did decides how a cut stream fails.
+pub struct Streamed<'a> {
+    pub text: String,
+    on_delta: Option<&'a weir_core::model::OnDelta>,
+}
+
+impl<'a> Streamed<'a> {
+    pub fn new(on_delta: Option<&'a weir_core::model::OnDelta>) -> Self {
+        Self {
+            text: String::new(),
+            on_delta,
+        }
+    }
+
+    /// A piece of the reply's text.
+    pub fn push(&mut self, piece: &str) {
+        if piece.is_empty() {
+            return;
+        }
+        if let Some(tell) = self.on_delta {
+            (tell.0)(piece, self.text.is_empty());
+        }
+        self.text.push_str(piece);
+    }
+
+    /// `e`, marked as coming after the first piece of text when one was written: such a
+    /// call does not fail over (its text was seen), its attempt's retries apply.
+    pub fn fail(&self, mut e: ModelError) -> ModelError {
+        if !self.text.is_empty() {
+            e.after_output = true;
+            e.message.push_str(" (after the reply had begun)");
+        }
+        e
+    }
+}
+
+/// Reads a stream of server-sent events, handing each event's type and data to `each` until
+/// it reads the reply's end. A stream that is cut first (the connection drops, the time is
+/// up, the server closes it early) is a `network` (or `timeout`) error.
+pub async fn read_stream(
+    resp: reqwest::Response,
+    mut each: impl FnMut(Option<&str>, &str) -> Result<Flow, ModelError>,
+) -> Result<(), ModelError> {
+    use futures_util::StreamExt as _;
+    let mut events = sse_stream::SseStream::from_bytes_stream(resp.bytes_stream());
+    while let Some(item) = events.next().await {
+        let sse = item.map_err(|e| match &e {
+            sse_stream::Error::Body(inner) => match inner.downcast_ref::<reqwest::Error>() {
+                Some(r) if r.is_timeout() => ModelError::new(
+                    ErrorClass::Timeout,
+                    format!("the reply stream timed out: {}", r.without_url_ref()),
+                ),
+                _ => ModelError::new(
+                    ErrorClass::Network,
+                    format!("the reply stream was cut: {inner}"),
+                ),
+            },
+            other => ModelError::new(
+                ErrorClass::Malformed,
+                format!("the reply stream is not server-sent events: {other}"),
+            ),
+        })?;
+        let Some(data) = sse.data else { continue };
+        if each(sse.event.as_deref(), &data)? == Flow::Done {
+            return Ok(());
+        }
+    }
+    Err(ModelError::new(
+        ErrorClass::Network,
+        "the reply stream ended before the reply was complete",
+    ))
+}
+
+/// An event of a stream that is not the JSON it should be.
+pub fn malformed_event(e: &serde_json::Error) -> ModelError {
+    ModelError::new(
+        ErrorClass::Malformed,
+        format!("a reply stream event is not JSON: {e}"),
+    )
 }
 
 #[cfg(test)]

@@ -13,6 +13,9 @@
 //!  {"match": "slow", "reply": "done", "delay_ms": 5000}]
 //! ```
 //!
+//! When the run's reply is watched as it is written (`weir run` on a terminal, a client of the
+//! event stream), a rule's reply streams word by word, its `delay_ms` spread over the words.
+//!
 //! A rule may answer with tool calls instead (`"tool_calls": [{"name": "lookup",
 //! "arguments": {"id": 7}}]`), for agents with tools. In the turns that follow, rules match
 //! the tool results the model is sent (the last message), not the whole conversation, so a
@@ -164,7 +167,8 @@ impl Mock {
             };
             return Ok(reply_with(reply.clone(), approx(&sent), approx(&reply)));
         };
-        if rule.delay_ms > 0 {
+        let streams = req.on_delta.is_some() && rule.error.is_none();
+        if rule.delay_ms > 0 && !streams {
             tokio::time::sleep(Duration::from_millis(rule.delay_ms)).await;
         }
         if let Some(class) = rule.error.as_deref().and_then(ErrorClass::parse) {
@@ -175,6 +179,9 @@ impl Mock {
             return Err(ModelError::new(class, msg));
         }
         let reply = rule.reply.clone().unwrap_or_default();
+        if let Some(tell) = req.on_delta.as_ref().filter(|_| streams) {
+            stream(&reply, rule.delay_ms, tell).await;
+        }
         let mut out = reply_with(
             reply.clone(),
             rule.input_tokens.unwrap_or_else(|| approx(&sent)),
@@ -194,6 +201,21 @@ impl Mock {
                 .collect();
         }
         Ok(out)
+    }
+}
+
+/// A scripted reply as a stream: word by word, its delay spread over the words.
+async fn stream(reply: &str, delay_ms: u64, tell: &weir_core::model::OnDelta) {
+    let words: Vec<&str> = reply.split_inclusive(char::is_whitespace).collect();
+    let gap = Duration::from_millis(delay_ms) / (words.len().max(1) as u32);
+    for (i, w) in words.iter().enumerate() {
+        if !gap.is_zero() {
+            tokio::time::sleep(gap).await;
+        }
+        (tell.0)(w, i == 0);
+    }
+    if words.is_empty() && !gap.is_zero() {
+        tokio::time::sleep(gap).await;
     }
 }
 

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use weir_core::model::{Role, ToolChoice, ToolUse, Usage};
 use weir_core::{ErrorClass, ModelError, ModelRequest};
 
-use crate::http::{self, Reply};
+use crate::http::{self, Flow, Reply, Sent, Streamed};
 
 /// The OpenAI Chat Completions client (and any OpenAI-compatible server).
 pub struct OpenAi {
@@ -59,6 +59,11 @@ impl OpenAi {
         if let Some(m) = req.max_tokens {
             body["max_tokens"] = json!(m);
         }
+        if req.on_delta.is_some() {
+            body["stream"] = json!(true);
+            // The usage comes in a last chunk of its own.
+            body["stream_options"] = json!({"include_usage": true});
+        }
         let mut call = self
             .client
             .get_or_init(http::client)
@@ -68,33 +73,146 @@ impl OpenAi {
         if let Some(key) = &self.api_key {
             call = call.bearer_auth(key);
         }
-        let v: Value = http::send_json(call).await?;
-        let tool_uses = tool_uses(&v)?;
-        let text = match v.pointer("/choices/0/message/content") {
-            Some(Value::String(t)) => t.clone(),
-            Some(Value::Null) | None if !tool_uses.is_empty() => String::new(),
-            _ => {
-                return Err(ModelError::new(
-                    ErrorClass::Malformed,
-                    "reply has no choices[0].message.content",
-                ));
+        match http::send(call).await? {
+            Sent::Json(v) => whole(&v),
+            Sent::Stream(resp) => {
+                let mut reading = Reading::new(req);
+                let read = http::read_stream(resp, |_, data| reading.chunk(data)).await;
+                match read {
+                    Ok(()) => Ok(reading.finish()),
+                    Err(e) => Err(reading.text.fail(e)),
+                }
             }
-        };
-        Ok(Reply {
-            tool_uses,
-            text,
-            usage: Usage {
-                input_tokens: v
-                    .pointer("/usage/prompt_tokens")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0),
-                output_tokens: v
-                    .pointer("/usage/completion_tokens")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0),
-            },
-        })
+        }
     }
+}
+
+/// A reply read whole.
+fn whole(v: &Value) -> Result<Reply, ModelError> {
+    let tool_uses = tool_uses(v)?;
+    let text = match v.pointer("/choices/0/message/content") {
+        Some(Value::String(t)) => t.clone(),
+        Some(Value::Null) | None if !tool_uses.is_empty() => String::new(),
+        _ => {
+            return Err(ModelError::new(
+                ErrorClass::Malformed,
+                "reply has no choices[0].message.content",
+            ));
+        }
+    };
+    Ok(Reply {
+        tool_uses,
+        text,
+        usage: usage(v).unwrap_or_default(),
+    })
+}
+
+/// A reply's (or a stream's last chunk's) `usage`.
+fn usage(v: &Value) -> Option<Usage> {
+    let u = v.get("usage").filter(|u| u.is_object())?;
+    let count = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+    Some(Usage {
+        input_tokens: count("prompt_tokens"),
+        output_tokens: count("completion_tokens"),
+    })
+}
+
+/// A streamed reply as its chunks arrive: `choices[0].delta.content` pieces, tool calls
+/// assembled by their `index` (the id and name first, the arguments' JSON in pieces), the
+/// usage in the last chunk, `[DONE]` at the end.
+struct Reading<'a> {
+    text: Streamed<'a>,
+    tools: std::collections::BTreeMap<u64, (String, String, String)>,
+    usage: Usage,
+}
+
+impl<'a> Reading<'a> {
+    fn new(req: &'a ModelRequest) -> Self {
+        Self {
+            text: Streamed::new(req.on_delta.as_ref()),
+            tools: Default::default(),
+            usage: Usage::default(),
+        }
+    }
+
+    fn chunk(&mut self, data: &str) -> Result<Flow, ModelError> {
+        if data.trim() == "[DONE]" {
+            return Ok(Flow::Done);
+        }
+        let v: Value = serde_json::from_str(data).map_err(|e| http::malformed_event(&e))?;
+        if let Some(e) = v.get("error").filter(|e| e.is_object()) {
+            return Err(stream_error(e));
+        }
+        if let Some(u) = usage(&v) {
+            self.usage = u;
+        }
+        let Some(choice) = v.pointer("/choices/0") else {
+            return Ok(Flow::More);
+        };
+        if let Some(t) = choice.pointer("/delta/content").and_then(Value::as_str) {
+            self.text.push(t);
+        }
+        for c in choice
+            .pointer("/delta/tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let index = c.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let call = self.tools.entry(index).or_default();
+            if let Some(id) = c.get("id").and_then(Value::as_str) {
+                call.0 = id.to_string();
+            }
+            if let Some(name) = c.pointer("/function/name").and_then(Value::as_str) {
+                call.1.push_str(name);
+            }
+            if let Some(args) = c.pointer("/function/arguments").and_then(Value::as_str) {
+                call.2.push_str(args);
+            }
+        }
+        Ok(Flow::More)
+    }
+
+    fn finish(self) -> Reply {
+        let tool_uses = self
+            .tools
+            .into_values()
+            .map(|(id, name, args)| ToolUse {
+                id,
+                name,
+                arguments: if args.trim().is_empty() {
+                    json!({})
+                } else {
+                    serde_json::from_str(&args).unwrap_or(Value::String(args))
+                },
+            })
+            .collect();
+        Reply {
+            text: self.text.text,
+            usage: self.usage,
+            tool_uses,
+        }
+    }
+}
+
+/// An `error` object in a stream's chunk, classified by its type or code.
+fn stream_error(e: &Value) -> ModelError {
+    let field = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or_default();
+    let kind = [field("type"), field("code")].join(" ");
+    let class = if kind.contains("rate_limit") {
+        ErrorClass::RateLimit
+    } else if kind.contains("server_error") || kind.contains("overloaded") {
+        ErrorClass::ServerError
+    } else if kind.contains("auth") || kind.contains("permission") {
+        ErrorClass::Auth
+    } else {
+        ErrorClass::HttpError
+    };
+    let message = match field("message") {
+        "" => "the provider ended the stream with an error",
+        m => m,
+    };
+    ModelError::new(class, message.to_string())
 }
 
 /// The conversation as Chat Completions takes it: the system prompt first; a turn's tool

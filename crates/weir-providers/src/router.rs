@@ -264,7 +264,9 @@ impl ModelClient for Router {
                         reply: None,
                         tool_uses: Vec::new(),
                     });
-                    let fail_over = approved.contains(&e.class);
+                    // A reply cut after its text was seen is not answered again by another
+                    // model: the attempt fails, and its retries apply.
+                    let fail_over = approved.contains(&e.class) && !e.after_output;
                     if fail_over && let Some(next) = candidates.get(i + 1) {
                         match &req.on_fallback {
                             Some(tell) => (tell.0)(model, e.class, next),

@@ -92,4 +92,12 @@ impl EventSink for Sink {
         self.metrics.observe(events);
         self.hub.changed(run_id);
     }
+
+    fn streams(&self) -> bool {
+        true
+    }
+
+    fn delta(&self, run_id: &str, delta: &weir_core::event::Delta<'_>) {
+        self.hub.delta(run_id, delta);
+    }
 }

@@ -6,6 +6,10 @@
 //! what it missed. A comment line every 15 s keeps proxies from closing a quiet stream; the
 //! stream ends after the run's final event, and a client that connects after the run ended
 //! gets the whole log and the end.
+//!
+//! While a model writes a reply, `event: delta` frames carry its pieces as they arrive
+//! (`{"type": "delta", "step", "node_id", "attempt", "reply", "text"}`, without an `id:`):
+//! they are not in the log, so a client that reconnects gets the committed step instead.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -41,21 +45,32 @@ struct Follow {
     run_id: String,
     after: u64,
     wake: broadcast::Receiver<Arc<str>>,
+    /// Pieces of replies being written, of every run this process drives.
+    deltas: broadcast::Receiver<(Arc<str>, Arc<str>)>,
     closing: tokio::sync::watch::Receiver<bool>,
     queue: std::collections::VecDeque<RunEvent>,
     ended: bool,
 }
 
+/// What the stream sends next.
+enum Item {
+    /// An event of the log.
+    Event(RunEvent),
+    /// A piece of a reply being written, as JSON.
+    Delta(Arc<str>),
+}
+
 impl Follow {
-    /// The next event, reading the log again when nothing is queued; `None` after the end.
-    async fn next(&mut self) -> Option<RunEvent> {
+    /// The next event (or piece of a reply), reading the log again when nothing is queued;
+    /// `None` after the end.
+    async fn next(&mut self) -> Option<Item> {
         loop {
             if let Some(e) = self.queue.pop_front() {
                 self.after = e.seq;
                 if e.kind.is_final() {
                     self.ended = true;
                 }
-                return Some(e);
+                return Some(Item::Event(e));
             }
             if self.ended || *self.closing.borrow() {
                 return None;
@@ -113,6 +128,12 @@ impl Follow {
                         Err(broadcast::error::RecvError::Lagged(_)) => break,
                         Err(broadcast::error::RecvError::Closed) => break,
                     },
+                    got = self.deltas.recv() => match got {
+                        Ok((id, delta)) if *id == *self.run_id => return Some(Item::Delta(delta)),
+                        // Pieces missed are in the step once it commits.
+                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    },
                 }
             }
         }
@@ -167,6 +188,7 @@ pub async fn events(
     }
     // Subscribe before the first read, so no wake-up falls between the two.
     let wake = app.rt.hub.subscribe();
+    let deltas = app.rt.hub.subscribe_deltas();
     app.rt.store.load_run(&id).await?;
     let closing = app.closing.subscribe();
     let follow = Follow {
@@ -175,16 +197,21 @@ pub async fn events(
         run_id: id,
         after,
         wake,
+        deltas,
         queue: Default::default(),
         ended: false,
     };
     let stream = futures_util::stream::unfold(follow, |mut f| async move {
-        let e = f.next().await?;
-        let data = serde_json::to_string(&e).unwrap_or_else(|_| "{}".into());
-        let event = Event::default()
-            .id(e.seq.to_string())
-            .event(e.kind.name())
-            .data(data);
+        let event = match f.next().await? {
+            Item::Event(e) => {
+                let data = serde_json::to_string(&e).unwrap_or_else(|_| "{}".into());
+                Event::default()
+                    .id(e.seq.to_string())
+                    .event(e.kind.name())
+                    .data(data)
+            }
+            Item::Delta(json) => Event::default().event("delta").data(&*json),
+        };
         Some((Ok(event), f))
     });
     Ok(Sse::new(stream).keep_alive(

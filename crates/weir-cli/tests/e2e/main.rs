@@ -31,6 +31,7 @@ mod replay;
 mod scheduling;
 mod secrets;
 mod serve;
+mod streaming;
 mod support;
 mod testing;
 mod tools;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use axum::body::{Body, to_bytes};
 use axum::http::{Request, Response, StatusCode};
+use futures_util::StreamExt as _;
 use serde_json::Value;
 
 /// A recorded request.
@@ -53,6 +54,10 @@ pub struct Reply {
     pub content_type: &'static str,
     pub headers: Vec<(String, String)>,
     pub delay: Duration,
+    /// A streamed body: each piece sent after its pause (then `body`, when not empty).
+    pub pieces: Vec<(Duration, String)>,
+    /// The connection drops after the pieces, without the rest of the body.
+    pub cut: bool,
 }
 
 impl Reply {
@@ -63,6 +68,8 @@ impl Reply {
             content_type: "application/json",
             headers: Vec::new(),
             delay: Duration::ZERO,
+            pieces: Vec::new(),
+            cut: false,
         }
     }
 
@@ -73,7 +80,37 @@ impl Reply {
             content_type: "text/plain",
             headers: Vec::new(),
             delay: Duration::ZERO,
+            pieces: Vec::new(),
+            cut: false,
         }
+    }
+
+    /// Server-sent events (`(event type, data)` each; no type: data only), `gap` apart.
+    pub fn sse(events: &[(Option<&str>, Value)], gap: Duration) -> Self {
+        let mut r = Self::text(200, "");
+        r.content_type = "text/event-stream";
+        r.pieces = events
+            .iter()
+            .map(|(kind, data)| {
+                let data = match data {
+                    Value::String(s) => s.clone(),
+                    v => v.to_string(),
+                };
+                let frame = match kind {
+                    Some(k) => format!("event: {k}\ndata: {data}\n\n"),
+                    None => format!("data: {data}\n\n"),
+                };
+                (gap, frame)
+            })
+            .collect();
+        r
+    }
+
+    /// Only the first `n` pieces are sent, then the connection drops.
+    pub fn cut_after(mut self, n: usize) -> Self {
+        self.pieces.truncate(n);
+        self.cut = true;
+        self
     }
 
     pub fn delayed(mut self, d: Duration) -> Self {
@@ -205,7 +242,92 @@ async fn handle(script: Arc<Mutex<Script>>, req: Request<Body>) -> Response<Body
     for (k, v) in &reply.headers {
         b = b.header(k, v);
     }
-    b.body(Body::from(reply.body)).unwrap()
+    if reply.pieces.is_empty() {
+        return b.body(Body::from(reply.body)).unwrap();
+    }
+    let cut = reply.cut;
+    let pieces = futures_util::stream::iter(reply.pieces)
+        .then(|(gap, piece)| async move {
+            tokio::time::sleep(gap).await;
+            Ok::<_, std::io::Error>(axum::body::Bytes::from(piece))
+        })
+        .chain(futures_util::stream::iter(cut.then(|| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "the fake drops the connection",
+            ))
+        })));
+    b.body(Body::from_stream(pieces)).unwrap()
+}
+
+/// An Anthropic Messages stream of `pieces` of text, `gap` apart, with its usage: the input
+/// tokens in `message_start`, the output tokens in the closing `message_delta`.
+pub fn anthropic_stream(pieces: &[&str], input: u64, output: u64, gap: Duration) -> Reply {
+    let mut events = vec![
+        (
+            Some("message_start"),
+            serde_json::json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+                "role": "assistant", "content": [], "model": "claude", "stop_reason": null,
+                "usage": {"input_tokens": input, "output_tokens": 1}}}),
+        ),
+        (
+            Some("content_block_start"),
+            serde_json::json!({"type": "content_block_start", "index": 0,
+                               "content_block": {"type": "text", "text": ""}}),
+        ),
+        (Some("ping"), serde_json::json!({"type": "ping"})),
+    ];
+    for p in pieces {
+        events.push((
+            Some("content_block_delta"),
+            serde_json::json!({"type": "content_block_delta", "index": 0,
+                               "delta": {"type": "text_delta", "text": p}}),
+        ));
+    }
+    events.extend([
+        (
+            Some("content_block_stop"),
+            serde_json::json!({"type": "content_block_stop", "index": 0}),
+        ),
+        (
+            Some("message_delta"),
+            serde_json::json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                               "usage": {"output_tokens": output}}),
+        ),
+        (
+            Some("message_stop"),
+            serde_json::json!({"type": "message_stop"}),
+        ),
+    ]);
+    Reply::sse(&events, gap)
+}
+
+/// An OpenAI Chat Completions stream of `pieces` of text, `gap` apart, ending with the usage
+/// chunk (`stream_options.include_usage`) and `[DONE]`.
+pub fn openai_stream(pieces: &[&str], prompt: u64, completion: u64, gap: Duration) -> Reply {
+    let chunk = |delta: Value, finish: Value| {
+        (
+            None,
+            serde_json::json!({"id": "c1", "object": "chat.completion.chunk", "model": "gpt-4o",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}),
+        )
+    };
+    let mut events = vec![chunk(
+        serde_json::json!({"role": "assistant", "content": ""}),
+        Value::Null,
+    )];
+    for p in pieces {
+        events.push(chunk(serde_json::json!({"content": p}), Value::Null));
+    }
+    events.push(chunk(serde_json::json!({}), serde_json::json!("stop")));
+    events.push((
+        None,
+        serde_json::json!({"id": "c1", "object": "chat.completion.chunk", "model": "gpt-4o",
+            "choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion}}),
+    ));
+    events.push((None, Value::String("[DONE]".into())));
+    Reply::sse(&events, gap)
 }
 
 /// A scratch directory with its own database; runs `weir` with a clean environment.

@@ -63,6 +63,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &AgentSpec) -> Result<Outcome, Failure
         tools: Vec::new(),
         tool_choice: weir_core::model::ToolChoice::Auto,
         parallel_tool_calls: true,
+        on_delta: ctx.on_delta(),
     };
     let mut spent = Spent::default();
     let models = ctx.services.models.as_ref();

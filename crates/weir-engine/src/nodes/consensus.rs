@@ -60,6 +60,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &ConsensusSpec) -> Result<Outcome, Fai
         tools: Vec::new(),
         tool_choice: weir_core::model::ToolChoice::Auto,
         parallel_tool_calls: true,
+        on_delta: None,
     };
     // The agents ask at once; their results are taken in agent order, so the record lists
     // each agent's calls together and in that order (and a replay, which asks one agent

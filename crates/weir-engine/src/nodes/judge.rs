@@ -40,6 +40,7 @@ pub async fn execute(ctx: &NodeCtx, spec: &JudgeSpec) -> Result<Outcome, Failure
         tools: Vec::new(),
         tool_choice: weir_core::model::ToolChoice::Auto,
         parallel_tool_calls: true,
+        on_delta: None,
     };
     let mut spent = Spent::default();
     let answer = match structured::ask(
