@@ -23,6 +23,8 @@ bin="${CARGO_TARGET_DIR:-target}/release"
 for i in $(seq 1 "$runs"); do
   "$bin/weir-bench" > "$out/weir-$i.jsonl"
   "$venv/bin/python" "$peer_dir/langgraph_bench.py" > "$out/lg-$i.jsonl"
+  # The agent loop: LangGraph's prebuilt ReAct agent on the script weir's `react` plays.
+  "$venv/bin/python" "$peer_dir/langgraph_agent_bench.py" react >> "$out/lg-$i.jsonl"
 done
 
 # Whole-process start-up: `weir run` of a two-node workflow on the mock model.

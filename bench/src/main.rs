@@ -8,9 +8,12 @@
 //! model client that returns a fixed reply after an optional delay, as the peer's fake does.
 //! Prints JSON lines `{"bench", "metric", "value", "unit"}` with the peer's names.
 //!
+//! `react` is the agent loop (`agents.rs`), on the peer's agent script.
+//!
 //! `cargo run --release -p weir-bench [-- BENCH...]` (default: all; also `paused` and `api`,
 //! the HTTP server end to end; `pg`, Postgres with `weir worker` processes, only when named).
 
+mod agents;
 mod fakes;
 mod pg;
 mod server;
@@ -663,6 +666,7 @@ fn main() {
         if want("durable_state") { bench_durable_state().await; }
         if want("durable_long") { bench_durable_long().await; }
         if want("paused") { bench_paused().await; }
+        if want("react") { agents::bench_react().await; }
         if want("api") { server::bench_api().await; }
         if args.iter().any(|a| a == "pg") { pg::bench_pg().await; }
         if args.iter().any(|a| a == "follow") { bench_follow().await; }

@@ -39,6 +39,8 @@ async function startServer() {
         // An agent that asks for a tool call its reviewer must approve.
         { match: "Wait a moment", times: 1, tool_calls: [{ name: "delay", arguments: { seconds: 5 } }] },
         { match: "delayed_ms", reply: "Waited as asked." },
+        // A long reply written word by word over four seconds: the run page shows it grow.
+        { match: "Tell a long story", reply: Array.from({ length: 60 }, (_, i) => `word${i + 1}`).join(" ") + ".", delay_ms: 4000 },
         ...JSON.parse(readFileSync(join(here, "../../examples/pipeline/reflexion.mock.json"), "utf8")),
       ]),
     },
@@ -388,6 +390,26 @@ try {
     const text = await call.textContent();
     if (!text.includes("delay") || !text.includes('{"seconds":0}') || !text.includes("arguments edited")) fail(`tool call row: ${text}`);
     await page.screenshot({ path: join(shots, "run-tool-calls.png"), fullPage: true });
+  });
+
+  await step("an agent's reply grows on the run page as the model writes it, and the step keeps it whole", async () => {
+    const teller = { name: "Teller", nodes: [{ id: "story", type: "agent", config: { model: "mock", user_message: "Tell a long story.", output_key: "story" } }], edges: [] };
+    const put = await fetch(`${url}/api/workflows/teller`, { method: "PUT", headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" }, body: JSON.stringify(teller) });
+    if (put.status !== 200) fail(`save: ${put.status} ${await put.text()}`);
+    const run = (await api("POST", "/api/workflows/teller/runs", { input: {} })).json.run_id;
+    await page.goto(`${url}/runs/${run}`);
+    const box = page.getByLabel("reply being written");
+    await box.waitFor({ timeout: 10000 });
+    const words = async () => ((await box.textContent()) ?? "").trim().split(/\s+/).length;
+    const before = await words();
+    await page.waitForTimeout(1200);
+    const after = await words();
+    if (!(after > before)) fail(`the reply did not grow: ${before} → ${after} words`);
+    await page.screenshot({ path: join(shots, "run-reply-streaming.png"), fullPage: true });
+    await waitStatus(run, "succeeded");
+    await page.locator("h2 .status.succeeded").waitFor({ timeout: 30000 });
+    if ((await box.count()) !== 0) fail("the live reply stayed after the step committed");
+    if (!(await page.getByText("word60.").count())) fail("the committed reply is not shown");
   });
 
   await step("re-run from a step reuses the steps before it (the gate asks again)", async () => {

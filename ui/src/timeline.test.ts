@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { SseParser, allows, type RunRecord } from "./api";
-import { consensusVotes, nodeStatus, pipelinePass, timeline } from "./timeline";
+import { consensusVotes, grow, nodeStatus, pipelinePass, timeline } from "./timeline";
 
 const run: RunRecord = {
   run_id: "r1",
@@ -115,5 +115,27 @@ describe("pipeline passes and consensus votes", () => {
     expect(b).toMatchObject({ quorum: 2, agents: 2, decision: "rejected", votes: [{ agent: 1, vote: "true" }, { agent: 2, vote: "false", reasoning: "no" }] });
     const a = consensusVotes({ ...base, node_type: "consensus", output: { votes: [{ answer: "db", reasoning: "r", agent: 1 }], quorum: 1, agent_count: 1, answer: "db", decision: "decided" } });
     expect(a?.answer).toBe("db");
+  });
+});
+
+describe("a reply being written", () => {
+  it("grows piece by piece and starts over on a new reply or attempt", () => {
+    const d = (attempt: number, reply: number, text: string, offset = 0) => ({ step: 3, node_id: "a", attempt, reply, offset, text });
+    let w = grow({}, d(1, 1, "Hel"));
+    w = grow(w, d(1, 1, "lo", 3));
+    expect(w[3].text).toBe("Hello");
+    w = grow(w, d(1, 2, "Next"));
+    expect(w[3].text).toBe("Next");
+    w = grow(w, d(2, 1, "Again"));
+    expect(w[3]).toEqual({ attempt: 2, reply: 1, text: "Again" });
+    // A view that joins after the reply began says it missed the start.
+    expect(grow({}, d(1, 1, "middle", 40))[3].text).toBe("… middle");
+  });
+
+  it("comes from delta frames without an id", () => {
+    const p = new SseParser();
+    const [e] = p.push('event: delta\ndata: {"type":"delta","step":1,"node_id":"a","attempt":1,"reply":1,"text":"hi"}\n\n');
+    expect(e.type).toBe("delta");
+    expect(e.seq).toBeUndefined();
   });
 });

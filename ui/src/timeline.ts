@@ -203,3 +203,30 @@ export function consensusVotes(step: Step): VotesView | null {
     answer: o.answer === undefined ? undefined : String(o.answer),
   };
 }
+
+/** A piece of a reply being written, as the event stream sends it. */
+export interface Delta {
+  step: number;
+  node_id: string;
+  attempt: number;
+  reply: number;
+  /** Characters of the reply before this piece. */
+  offset: number;
+  text: string;
+}
+
+/** A step's reply so far: which reply of which attempt, and its text. */
+export interface Writing {
+  attempt: number;
+  reply: number;
+  text: string;
+}
+
+/** The replies being written with `d` added: a new reply (or attempt) starts its text over. */
+export function grow(w: Record<number, Writing>, d: Delta): Record<number, Writing> {
+  const cur = w[d.step];
+  const same = cur && cur.attempt === d.attempt && cur.reply === d.reply;
+  // Joined after the reply began: its start is not known here (the step will have it).
+  const text = (same ? cur.text : d.offset > 0 ? "… " : "") + d.text;
+  return { ...w, [d.step]: { attempt: d.attempt, reply: d.reply, text } };
+}

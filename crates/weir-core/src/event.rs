@@ -22,6 +22,9 @@ pub struct Delta<'a> {
     /// starts writing (the next turn of an agent, a repair, a fallback) takes the next
     /// number, and a live view starts the text over.
     pub reply: u32,
+    /// How many characters of the reply came before this piece: a view that joins late
+    /// (more than 0 on the first piece it sees) knows it missed the start.
+    pub offset: usize,
     /// The text written since the last piece.
     pub text: &'a str,
 }

@@ -154,9 +154,10 @@ pub struct ModelRequest {
     pub on_delta: Option<OnDelta>,
 }
 
-/// What [`OnDelta`] calls: the text just written, and whether it is the first piece of a
-/// reply (a new model call, or a call after a fallback or a retry).
-pub type DeltaFn = dyn Fn(&str, bool) + Send + Sync;
+/// What [`OnDelta`] calls: the text just written, and how many characters of the reply came
+/// before it (0: the first piece of a reply, of a new model call or a call after a fallback
+/// or a retry).
+pub type DeltaFn = dyn Fn(&str, usize) + Send + Sync;
 
 /// See [`ModelRequest::on_delta`].
 #[derive(Clone)]

@@ -317,8 +317,8 @@ impl NodeCtx {
         let step = self.seq;
         let attempt = self.attempt.load(Ordering::Relaxed);
         let replies = self.replies.clone();
-        Some(weir_core::model::OnDelta(Arc::new(move |text, first| {
-            let reply = if first {
+        Some(weir_core::model::OnDelta(Arc::new(move |text, at| {
+            let reply = if at == 0 {
                 replies.fetch_add(1, Ordering::Relaxed) + 1
             } else {
                 replies.load(Ordering::Relaxed)
@@ -330,6 +330,7 @@ impl NodeCtx {
                     node_id: &node_id,
                     attempt,
                     reply,
+                    offset: at,
                     text,
                 },
             );

@@ -180,6 +180,8 @@ pub enum Flow {
 /// [`OnDelta`](weir_core::model::OnDelta), and whether any did decides how a cut stream fails.
 pub struct Streamed<'a> {
     pub text: String,
+    /// Characters of `text`.
+    chars: usize,
     on_delta: Option<&'a weir_core::model::OnDelta>,
 }
 
@@ -187,6 +189,7 @@ impl<'a> Streamed<'a> {
     pub fn new(on_delta: Option<&'a weir_core::model::OnDelta>) -> Self {
         Self {
             text: String::new(),
+            chars: 0,
             on_delta,
         }
     }
@@ -197,8 +200,9 @@ impl<'a> Streamed<'a> {
             return;
         }
         if let Some(tell) = self.on_delta {
-            (tell.0)(piece, self.text.is_empty());
+            (tell.0)(piece, self.chars);
         }
+        self.chars += piece.chars().count();
         self.text.push_str(piece);
     }
 

@@ -208,11 +208,13 @@ impl Mock {
 async fn stream(reply: &str, delay_ms: u64, tell: &weir_core::model::OnDelta) {
     let words: Vec<&str> = reply.split_inclusive(char::is_whitespace).collect();
     let gap = Duration::from_millis(delay_ms) / (words.len().max(1) as u32);
-    for (i, w) in words.iter().enumerate() {
+    let mut at = 0;
+    for w in &words {
         if !gap.is_zero() {
             tokio::time::sleep(gap).await;
         }
-        (tell.0)(w, i == 0);
+        (tell.0)(w, at);
+        at += w.chars().count();
     }
     if words.is_empty() && !gap.is_zero() {
         tokio::time::sleep(gap).await;

@@ -146,12 +146,14 @@ impl Follow {
 #[allow(dead_code)]
 pub struct StreamEvent {
     /// The event's sequence number in the run's log: `Last-Event-ID` (or `?after=`) resumes
-    /// after it.
+    /// after it. Absent on a `delta`, which is not in the log.
     #[schema(pattern = "^[0-9]+$")]
-    id: String,
-    /// The event's type: `run_created`, `step_started`, `step_finished`, … (DESIGN §8).
+    id: Option<String>,
+    /// The event's type: `run_created`, `step_started`, `step_finished`, …, or `delta` (a
+    /// piece of a reply being written).
     event: String,
-    /// The event as JSON, `{"seq", "at", "type", …}`: one of the run record's `events`.
+    /// The event as JSON, `{"seq", "at", "type", …}`: one of the run record's `events`; for
+    /// a `delta`, `{"type": "delta", "step", "node_id", "attempt", "reply", "text"}`.
     #[schema(content_media_type = "application/json")]
     data: String,
 }

@@ -7,12 +7,14 @@ import { useSession } from "../App";
 import { duration, money, traceId } from "../format";
 import { Canvas } from "../Canvas";
 import { parseDocument, toGraph, type Graph } from "../graph";
-import { consensusVotes, live, nodeStatus, pipelinePass, timeline, type StepRow } from "../timeline";
+import { consensusVotes, grow, live, nodeStatus, pipelinePass, timeline, type Delta, type StepRow, type Writing } from "../timeline";
 
 export function RunPage({ id }: { id: string }) {
   const { api, session, go } = useSession();
   const [run, setRun] = useState<RunRecord | null>(null);
   const [error, setError] = useState<string | null>(null);
+  // Replies being written, by step: the stream's `delta` events (not in the log).
+  const [writing, setWriting] = useState<Record<number, Writing>>({});
   const last = useRef(0);
 
   useEffect(() => {
@@ -20,6 +22,7 @@ export function RunPage({ id }: { id: string }) {
     // A re-run navigates to another run on this same page: its log starts from the beginning.
     last.current = 0;
     setRun(null);
+    setWriting({});
     const ctl = new AbortController();
     let pending: ReturnType<typeof setTimeout> | null = null;
     // Loads can overlap (an event's reload and the stream's end) and answer out of order: a
@@ -54,6 +57,10 @@ export function RunPage({ id }: { id: string }) {
       while (!stop && r && live(r.status)) {
         try {
           await api.follow(id, last.current, (e) => {
+            if (e.type === "delta") {
+              setWriting((w) => grow(w, e as unknown as Delta));
+              return;
+            }
             last.current = Math.max(last.current, e.seq);
             changed();
           }, ctl.signal);
@@ -110,7 +117,7 @@ export function RunPage({ id }: { id: string }) {
       <h3>Timeline</h3>
       <ol className="timeline">
         {rows.map((r) => (
-          <StepItem key={r.seq} row={r} canRerun={can("run") && !live(run.status)} onRerun={async () => go(`/runs/${(await api.rerun(run.run_id, r.nodeId)).run_id}`)} />
+          <StepItem key={r.seq} row={r} writing={r.status === "running" ? writing[r.seq]?.text : undefined} canRerun={can("run") && !live(run.status)} onRerun={async () => go(`/runs/${(await api.rerun(run.run_id, r.nodeId)).run_id}`)} />
         ))}
       </ol>
       {run.output !== null && run.output !== undefined && (
@@ -248,7 +255,7 @@ function HumanGate({ run, canDecide, onError, title, initial, inputLabel }: {
   );
 }
 
-function StepItem({ row, canRerun, onRerun }: { row: StepRow; canRerun: boolean; onRerun: () => void }) {
+function StepItem({ row, writing, canRerun, onRerun }: { row: StepRow; writing?: string; canRerun: boolean; onRerun: () => void }) {
   const [open, setOpen] = useState(false);
   const pass = pipelinePass(row.step);
   const votes = consensusVotes(row.step);
@@ -265,6 +272,14 @@ function StepItem({ row, canRerun, onRerun }: { row: StepRow; canRerun: boolean;
         <span>{money(row.costUsd)}</span>
       </button>
       {row.error && <p className="error">{row.error}</p>}
+      {writing && (
+        <div className="writing" aria-label="reply being written" aria-live="polite">
+          <p>
+            {writing}
+            <span className="caret" aria-hidden="true" />
+          </p>
+        </div>
+      )}
       {open && (
         <div className="detail">
           {pass && (

@@ -10,6 +10,10 @@ use serde_json::{Value, json};
 use crate::serve::{Client, Server, block};
 use crate::support::{Fake, Reply, Weir, anthropic_stream, openai_stream, steps};
 
+/// How long a fake waits before it answers a streamed call: the test's event-stream client,
+/// which connects once the run exists, is listening by then.
+const SETTLE: Duration = Duration::from_secs(1);
+
 /// Twenty pieces of a reply: "Piece 1. Piece 2. …".
 fn twenty() -> Vec<String> {
     (1..=20).map(|i| format!("Piece {i}. ")).collect()
@@ -17,7 +21,8 @@ fn twenty() -> Vec<String> {
 
 /// One agent asking `model` about a topic.
 fn ask(model: &str, config: Value) -> Value {
-    let mut cfg = json!({"model": model, "user_message": "Tell me about {topic}", "output_key": "answer"});
+    let mut cfg =
+        json!({"model": model, "user_message": "Tell me about {topic}", "output_key": "answer"});
     for (k, v) in config.as_object().into_iter().flatten() {
         cfg[k] = v.clone();
     }
@@ -76,11 +81,18 @@ async fn frames(server: &Server, token: &str, run: &str) -> Vec<Frame> {
 /// Saves `flow` as `ask` and starts a run of it on `topic`.
 async fn start(api: &Client, flow: &Value, topic: &str) -> String {
     let (status, saved) = api
-        .send(reqwest::Method::PUT, "/api/workflows/ask", Some(flow.clone()))
+        .send(
+            reqwest::Method::PUT,
+            "/api/workflows/ask",
+            Some(flow.clone()),
+        )
         .await;
     assert_eq!(status, 200, "{saved}");
     let (status, r) = api
-        .post("/api/workflows/ask/runs", json!({"input": {"topic": topic}}))
+        .post(
+            "/api/workflows/ask/runs",
+            json!({"input": {"topic": topic}}),
+        )
         .await;
     assert_eq!(status, 202, "{r}");
     r["run_id"].as_str().unwrap().to_string()
@@ -106,12 +118,8 @@ fn an_anthropic_reply_streams_to_sse_clients_before_its_step_commits() {
     let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
     fake.queue(
         "/v1/messages",
-        vec![anthropic_stream(
-            &pieces,
-            31,
-            47,
-            Duration::from_millis(40),
-        )],
+        // (A second before the reply begins: the test's client connects in the meantime.)
+        vec![anthropic_stream(&pieces, 31, 47, Duration::from_millis(40)).delayed(SETTLE)],
     );
     let w = Weir::new()
         .env("ANTHROPIC_BASE_URL", &fake.url)
@@ -128,9 +136,17 @@ fn an_anthropic_reply_streams_to_sse_clients_before_its_step_commits() {
             "{} deltas before the commit",
             deltas.len()
         );
-        assert!(frames.iter().filter(|f| f.kind == "delta").all(|f| f.id.is_none()));
+        assert!(
+            frames
+                .iter()
+                .filter(|f| f.kind == "delta")
+                .all(|f| f.id.is_none())
+        );
         let written: String = deltas.iter().map(|d| d["text"].as_str().unwrap()).collect();
         assert_eq!(written, pieces.concat());
+        // Each piece says where it goes in the reply.
+        assert_eq!(deltas[0]["offset"], 0);
+        assert_eq!(deltas[3]["offset"], pieces[..3].concat().chars().count());
         assert!(deltas.iter().all(|d| d["node_id"] == "answer"
             && d["attempt"] == 1
             && d["reply"] == 1
@@ -199,7 +215,7 @@ fn an_openai_agent_streams_tool_calls_and_its_answer_and_counts_the_usage_chunks
         "/v1/chat/completions",
         vec![
             openai_tool_stream(),
-            openai_stream(&pieces, 80, 30, Duration::from_millis(30)),
+            openai_stream(&pieces, 80, 30, Duration::from_millis(30)).delayed(SETTLE),
         ],
     );
     let w = Weir::new()
@@ -238,7 +254,10 @@ fn an_openai_agent_streams_tool_calls_and_its_answer_and_counts_the_usage_chunks
             .find(|m| m["role"] == "tool")
             .expect("the tool's result is sent back");
         assert_eq!(tool_msg["tool_call_id"], "call_w1");
-        assert!(tool_msg["content"].as_str().unwrap().contains("snow"), "{tool_msg}");
+        assert!(
+            tool_msg["content"].as_str().unwrap().contains("snow"),
+            "{tool_msg}"
+        );
         assert_eq!(fake.seen("/weather/Oslo").len(), 1);
 
         let record = api.get(&format!("/api/runs/{run}")).await;
@@ -246,7 +265,10 @@ fn an_openai_agent_streams_tool_calls_and_its_answer_and_counts_the_usage_chunks
         assert_eq!(record["state"]["answer"], pieces.concat());
         let step = steps(&record, "answer")[0];
         let attempt = &step["attempts"][0];
-        assert_eq!(attempt["tool_calls"][0]["arguments"], json!({"city": "Oslo"}));
+        assert_eq!(
+            attempt["tool_calls"][0]["arguments"],
+            json!({"city": "Oslo"})
+        );
         // Each call's usage is the stream's last chunk's.
         assert_eq!(step["tokens"]["input"], 130, "{step}");
         assert_eq!(step["tokens"]["output"], 42, "{step}");
@@ -264,7 +286,12 @@ fn a_stream_cut_before_its_first_piece_fails_over_and_one_cut_after_it_is_retrie
     );
     fake.queue(
         "/v1/chat/completions",
-        vec![openai_stream(&["Fallback ", "answer."], 9, 3, Duration::from_millis(5))],
+        vec![openai_stream(
+            &["Fallback ", "answer."],
+            9,
+            3,
+            Duration::from_millis(5),
+        )],
     );
     let w = Weir::new()
         .env("ANTHROPIC_BASE_URL", &fake.url)
@@ -296,7 +323,9 @@ fn a_stream_cut_before_its_first_piece_fails_over_and_one_cut_after_it_is_retrie
         fake.queue(
             "/v1/messages",
             vec![
-                anthropic_stream(&pieces, 5, 5, Duration::from_millis(5)).cut_after(5),
+                anthropic_stream(&pieces, 5, 5, Duration::from_millis(5))
+                    .cut_after(5)
+                    .delayed(SETTLE),
                 anthropic_stream(&["Whole ", "answer."], 7, 2, Duration::from_millis(5)),
             ],
         );
@@ -312,7 +341,10 @@ fn a_stream_cut_before_its_first_piece_fails_over_and_one_cut_after_it_is_retrie
         assert_eq!(first.len(), 1, "no fallback after text was written: {step}");
         assert_eq!(first[0]["error_class"], "network");
         assert!(
-            first[0]["error"].as_str().unwrap().contains("after the reply had begun"),
+            first[0]["error"]
+                .as_str()
+                .unwrap()
+                .contains("after the reply had begun"),
             "{step}"
         );
         // The second attempt's reply starts over in the live view.
@@ -321,7 +353,11 @@ fn a_stream_cut_before_its_first_piece_fails_over_and_one_cut_after_it_is_retrie
             .filter(|f| f.kind == "delta")
             .map(|f| &f.data)
             .collect();
-        assert!(deltas.iter().any(|d| d["attempt"] == 1 && d["text"] == "The first "));
+        assert!(
+            deltas
+                .iter()
+                .any(|d| d["attempt"] == 1 && d["text"] == "The first ")
+        );
         let second: String = deltas
             .iter()
             .filter(|d| d["attempt"] == 2)
@@ -346,10 +382,7 @@ fn weir_run_on_a_terminal_shows_the_reply_as_it_is_written() {
         .env("ANTHROPIC_BASE_URL", &fake.url)
         .env("ANTHROPIC_API_KEY", "sk-ant-TESTKEY")
         .env("TERM", "xterm-256color");
-    let flow = w.file(
-        "ask.json",
-        &ask("claude-sonnet-4-5", json!({})).to_string(),
-    );
+    let flow = w.file("ask.json", &ask("claude-sonnet-4-5", json!({})).to_string());
     // stderr on a pseudo-terminal: the live view is drawn.
     let size = nix::pty::Winsize {
         ws_row: 40,
@@ -379,7 +412,11 @@ fn weir_run_on_a_terminal_shows_the_reply_as_it_is_written() {
     }
     let screen = String::from_utf8_lossy(&screen);
     // The reply's words were drawn while the step ran, the later ones after the earlier.
-    let at = |word: &str| screen.find(word).unwrap_or_else(|| panic!("{word} not drawn:\n{screen}"));
+    let at = |word: &str| {
+        screen
+            .find(word)
+            .unwrap_or_else(|| panic!("{word} not drawn:\n{screen}"))
+    };
     assert!(at("word3 ") < at("word12 "));
     assert!(at("word12 ") < at("word19 "));
     // The step's line follows once it has committed.

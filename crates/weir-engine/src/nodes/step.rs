@@ -164,7 +164,11 @@ pub async fn execute(ctx: &NodeCtx, spec: &StepSpec) -> Result<Outcome, Failure>
             tool_choice: weir_core::model::ToolChoice::Auto,
             parallel_tool_calls: true,
             // One call's reply streams; several at once would interleave.
-            on_delta: if spec.nodes == 1 { ctx.on_delta() } else { None },
+            on_delta: if spec.nodes == 1 {
+                ctx.on_delta()
+            } else {
+                None
+            },
         });
     }
     let request = json!({"model": spec.model, "system": spec.system_prompt, "nodes": requests});
