@@ -4,7 +4,8 @@
 //! weir runs it as a user would write it: one graph `agent` node with three tools, on the
 //! real `mock` model scripted by rules (the provider router, pricing and all), tools that
 //! answer at once, in memory (`react`) and durable on SQLite with full sync
-//! (`react_durable`, like the peer's SQLite checkpointer).
+//! (`react_durable`, like the peer's SQLite checkpointer); `react_streamed` is `react` with
+//! every reply streamed to a watcher, as `weir serve` streams them.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -77,7 +78,23 @@ impl ToolRunner for ShopTools {
     }
 }
 
-fn engine(store: Arc<dyn RunStore>) -> Engine {
+/// A sink that watches replies as they are written (as `weir serve`'s does), counting pieces.
+struct Watching(std::sync::atomic::AtomicUsize);
+
+impl weir_engine::EventSink for Watching {
+    fn publish(&self, _: &str, _: &[weir_core::event::EventKind]) {}
+
+    fn streams(&self) -> bool {
+        true
+    }
+
+    fn delta(&self, _: &str, d: &weir_core::event::Delta<'_>) {
+        self.0
+            .fetch_add(d.text.len(), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+fn engine(store: Arc<dyn RunStore>, sink: Arc<dyn weir_engine::EventSink>) -> Engine {
     let mock = weir_providers::mock::Mock::from_rules(SCRIPT, "react").expect("mock rules");
     let settings = weir_core::settings::Settings::default();
     Engine::new(
@@ -88,7 +105,7 @@ fn engine(store: Arc<dyn RunStore>) -> Engine {
             store,
             secrets: Arc::new(settings),
         },
-        Arc::new(Quiet),
+        sink,
     )
 }
 
@@ -101,7 +118,12 @@ pub async fn bench_react() {
         .to_string(),
     );
     let r = runs_or(200);
-    for (name, durable) in [("react", false), ("react_durable", true)] {
+    for (name, durable, streamed) in [
+        ("react", false, false),
+        ("react_durable", true, false),
+        // The same, every reply streamed to a watcher: what streaming adds.
+        ("react_streamed", false, true),
+    ] {
         let dir = tempfile::tempdir().expect("temp dir");
         let store: Arc<dyn RunStore> = if durable {
             Arc::new(
@@ -112,12 +134,21 @@ pub async fn bench_react() {
         } else {
             Arc::new(weir_store::Memory::ephemeral())
         };
-        let e = engine(store.clone());
+        let watcher = Arc::new(Watching(Default::default()));
+        let sink: Arc<dyn weir_engine::EventSink> = if streamed {
+            watcher.clone()
+        } else {
+            Arc::new(Quiet)
+        };
+        let e = engine(store, sink);
+        // The script is played as the peer plays it: four turns, four tool calls, the answer.
         let first = run(&e, &wf, json!({})).await;
-        let record = store.get_record(&first.run_id).await.expect("the run");
-        let attempt = &record.steps[0].attempts[0];
-        assert_eq!(record.state["answer"], "final answer", "{:?}", record.error);
-        assert_eq!((attempt.calls.len(), attempt.tool_calls.len()), (TURNS, 4));
+        let out: &Value = &first.output;
+        assert_eq!(
+            (&out["text"], &out["turns"], &out["tool_calls"]),
+            (&json!("final answer"), &json!(TURNS), &json!(4)),
+            "{out}"
+        );
         let t = Instant::now();
         for _ in 0..r {
             run(&e, &wf, json!({})).await;
@@ -130,5 +161,10 @@ pub async fn bench_react() {
             "us",
         );
         emit(name, "per_run", took.as_secs_f64() / r as f64 * 1e6, "us");
+        if streamed {
+            // Every run's answer reached the watcher.
+            let bytes = watcher.0.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(bytes, (r + 1) * "final answer".len());
+        }
     }
 }

@@ -253,6 +253,9 @@ pub enum CustomTool {
         /// the whole response.
         response: Option<String>,
         description: Option<String>,
+        /// The JSON Schema of its params, as an agent's model is told them (with a
+        /// `description` per property); default: each placeholder of the templates, a string.
+        parameters: Option<serde_json::Value>,
     },
     /// A tool on a configured MCP server; the node's params are its arguments.
     Mcp {
@@ -260,6 +263,79 @@ pub enum CustomTool {
         tool: String,
         description: Option<String>,
     },
+}
+
+impl CustomTool {
+    /// Checks what the definition's fields cannot say by their types: declared `parameters`
+    /// are a JSON Schema of an object that names every placeholder of the templates.
+    pub fn check(&self, name: &str) -> Result<(), String> {
+        let CustomTool::Http {
+            parameters: Some(schema),
+            ..
+        } = self
+        else {
+            return Ok(());
+        };
+        let at = format!("[tools.{name}] parameters");
+        if schema.get("type").and_then(serde_json::Value::as_str) != Some("object") {
+            return Err(format!(
+                "{at}: give the JSON Schema of an object (`type = \"object\"` with `properties`)"
+            ));
+        }
+        jsonschema::validator_for(schema).map_err(|e| format!("{at}: not a JSON Schema: {e}"))?;
+        let declared = schema
+            .get("properties")
+            .and_then(serde_json::Value::as_object);
+        for p in self.placeholders() {
+            if !declared.is_some_and(|d| d.contains_key(&p)) {
+                return Err(format!(
+                    "{at}: the templates use `{{{p}}}`, which `properties` does not declare; add it (a model fills only what it is told)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The `{name}` placeholders of an HTTP tool's templates (not `{secrets.…}`), in order.
+    pub fn placeholders(&self) -> Vec<String> {
+        let CustomTool::Http {
+            url, headers, body, ..
+        } = self
+        else {
+            return Vec::new();
+        };
+        let mut texts: Vec<String> = vec![url.clone()];
+        texts.extend(headers.values().cloned());
+        if let Some(b) = body {
+            // The body's strings, wherever they sit in it.
+            let mut stack = vec![b];
+            while let Some(v) = stack.pop() {
+                match v {
+                    toml::Value::String(t) => texts.push(t.clone()),
+                    toml::Value::Array(items) => stack.extend(items.iter().rev()),
+                    toml::Value::Table(t) => stack.extend(t.values().rev()),
+                    _ => {}
+                }
+            }
+        }
+        let mut names = Vec::new();
+        for text in texts {
+            let mut rest = text.as_str();
+            while let Some(open) = rest.find('{') {
+                rest = &rest[open + 1..];
+                let Some(close) = rest.find('}') else { break };
+                let name = rest[..close].trim();
+                let ok = !name.is_empty()
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    && !names.iter().any(|n| n == name);
+                if ok {
+                    names.push(name.to_string());
+                }
+                rest = &rest[close + 1..];
+            }
+        }
+        names
+    }
 }
 
 fn default_method() -> String {
@@ -370,6 +446,7 @@ impl Settings {
             }
         }
         for (name, tool) in &s.tools {
+            tool.check(name)?;
             if let CustomTool::Mcp { server, .. } = tool
                 && !s.mcp.servers.contains_key(server)
             {

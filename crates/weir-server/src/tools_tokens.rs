@@ -125,7 +125,16 @@ impl utoipa::PartialSchema for NewTool {
                  default: the whole response.",
             ),
         )
-        .property("description", what());
+        .property("description", what())
+        .property(
+            "parameters",
+            ObjectBuilder::new()
+                .schema_type(SchemaType::from_iter([Type::Object, Type::Null]))
+                .description(Some(
+                    "The JSON Schema of its params (an object naming every placeholder), as an \
+                     agent's model is told them; default: each placeholder, a string.",
+                )),
+        );
         let mcp = form(
             "mcp",
             "A tool on an MCP server of `weir.toml`; the node's params are its arguments.",
@@ -270,11 +279,14 @@ pub async fn create_tool(
         ));
     }
     let definition = Value::Object(req.definition);
-    serde_json::from_value::<CustomTool>(definition.clone()).map_err(|e| {
-        ApiError::invalid(format!(
-            "not a custom tool definition ({e}); give `kind` (`http` with `url`, or `mcp` with `server` and `tool`)"
-        ))
-    })?;
+    serde_json::from_value::<CustomTool>(definition.clone())
+        .map_err(|e| {
+            ApiError::invalid(format!(
+                "not a custom tool definition ({e}); give `kind` (`http` with `url`, or `mcp` with `server` and `tool`)"
+            ))
+        })?
+        .check(&req.name)
+        .map_err(ApiError::invalid)?;
     app.rt
         .catalog
         .put_tool(&ToolRow {

@@ -53,47 +53,6 @@ fn built_in(name: &str) -> Option<ToolDef> {
     })
 }
 
-/// The `{name}` placeholders of a custom HTTP tool's templates (not `{secrets.…}`), in order.
-fn placeholders(tool: &CustomTool) -> Vec<String> {
-    let CustomTool::Http {
-        url, headers, body, ..
-    } = tool
-    else {
-        return Vec::new();
-    };
-    let mut texts: Vec<String> = vec![url.clone()];
-    texts.extend(headers.values().cloned());
-    if let Some(b) = body {
-        // The body's strings, wherever they sit in it.
-        let mut stack = vec![b];
-        while let Some(v) = stack.pop() {
-            match v {
-                toml::Value::String(t) => texts.push(t.clone()),
-                toml::Value::Array(items) => stack.extend(items.iter().rev()),
-                toml::Value::Table(t) => stack.extend(t.values().rev()),
-                _ => {}
-            }
-        }
-    }
-    let mut names = Vec::new();
-    for text in texts {
-        let mut rest = text.as_str();
-        while let Some(open) = rest.find('{') {
-            rest = &rest[open + 1..];
-            let Some(close) = rest.find('}') else { break };
-            let name = rest[..close].trim();
-            let ok = !name.is_empty()
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !names.iter().any(|n| n == name);
-            if ok {
-                names.push(name.to_string());
-            }
-            rest = &rest[close + 1..];
-        }
-    }
-    names
-}
-
 /// A name a model accepts (letters, digits, `_` and `-`, at most 64 characters).
 pub(crate) fn model_name(name: &str) -> String {
     let mut out: String = name
@@ -123,12 +82,19 @@ impl Registry {
                 ToolError::fatal(format!("custom tool `{name}` is not registered"))
             })?;
             return match tool {
-                CustomTool::Http { description, .. } => {
-                    let names = placeholders(tool);
+                CustomTool::Http {
+                    description,
+                    parameters,
+                    ..
+                } => {
+                    let names = tool.placeholders();
                     let properties: serde_json::Map<String, Value> = names
                         .iter()
                         .map(|n| (n.clone(), json!({"type": "string"})))
                         .collect();
+                    let parameters = parameters.clone().unwrap_or_else(
+                        || json!({"type": "object", "required": names, "properties": properties}),
+                    );
                     Ok(vec![(
                         tool_ref.to_string(),
                         ToolDef {
@@ -136,8 +102,7 @@ impl Registry {
                             description: description
                                 .clone()
                                 .unwrap_or_else(|| format!("The `{name}` HTTP endpoint.")),
-                            parameters: json!({"type": "object", "required": names,
-                                               "properties": properties}),
+                            parameters,
                         },
                     )])
                 }
@@ -216,8 +181,9 @@ mod tests {
             body: None,
             response: None,
             description: None,
+            parameters: None,
         };
-        assert_eq!(placeholders(&tool), ["lead_id", "query"]);
+        assert_eq!(tool.placeholders(), ["lead_id", "query"]);
         assert_eq!(model_name("mcp:docs/get-sum"), "mcp_docs_get-sum");
         assert!(
             built_in("mcp_call").is_none(),

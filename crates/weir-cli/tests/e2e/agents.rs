@@ -755,3 +755,94 @@ fn an_error_of_a_fatal_tool_fails_the_node_instead_of_going_back_to_the_model() 
     assert!(attempt["tool_calls"][0]["error"].is_string());
     conforms(&r);
 }
+
+#[test]
+fn declared_parameters_are_what_the_model_is_told_and_its_arguments_are_checked_against() {
+    let fake = Fake::start();
+    fake.always(
+        "/weather/Oslo",
+        Reply::json(200, json!({"city": "Oslo", "sky": "snow"})),
+    );
+    let w = Weir::new()
+        .env("ANTHROPIC_BASE_URL", &fake.url)
+        .env("ANTHROPIC_API_KEY", "sk-ant-TESTKEY");
+    let toml = format!(
+        r#"[tools.weather]
+kind = "http"
+url = "{}/weather/{{city}}?days={{days}}"
+description = "The weather in a city for some days"
+
+[tools.weather.parameters]
+type = "object"
+required = ["city"]
+properties.city = {{ type = "string", description = "A city's name" }}
+properties.days = {{ type = "integer", minimum = 1, maximum = 7 }}
+"#,
+        fake.url
+    );
+    w.file("weir.toml", &toml);
+    let flow = w.file(
+        "pack.yaml",
+        &FLOW
+            .replace("MODEL", "claude-haiku-4-5")
+            .replace("[custom:weather, delay]", "[custom:weather]"),
+    );
+    fake.queue(
+        "/v1/messages",
+        vec![
+            anthropic(
+                json!([{"type": "tool_use", "id": "toolu_1", "name": "weather",
+                        "input": {"city": "Oslo", "days": "many"}}]),
+                "tool_use",
+            ),
+            anthropic(
+                json!([{"type": "tool_use", "id": "toolu_2", "name": "weather",
+                        "input": {"city": "Oslo", "days": 2}}]),
+                "tool_use",
+            ),
+            anthropic(
+                json!([{"type": "text", "text": "Snow: boots."}]),
+                "end_turn",
+            ),
+        ],
+    );
+    let ran = w.run(&["run", &flow, "--input", r#"{"city": "Oslo"}"#, "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert_eq!(ran.json()["state"]["advice"], "Snow: boots.");
+    let sent = fake.seen("/v1/messages");
+    let offered = &sent[0].json()["tools"][0];
+    assert_eq!(
+        offered["description"],
+        "The weather in a city for some days"
+    );
+    assert_eq!(
+        offered["input_schema"],
+        json!({"type": "object", "required": ["city"], "properties": {
+            "city": {"type": "string", "description": "A city's name"},
+            "days": {"type": "integer", "minimum": 1, "maximum": 7}}})
+    );
+    // The argument that did not match went back to the model, not to the endpoint.
+    let second = sent[1].json();
+    let result = &second["messages"][2]["content"][0];
+    assert_eq!(result["is_error"], true, "{second}");
+    assert!(
+        result["content"].as_str().unwrap().contains("integer"),
+        "{result}"
+    );
+    let called = fake.seen("/weather/Oslo");
+    assert_eq!(called.len(), 1);
+    assert_eq!(called[0].query, "days=2");
+
+    // Parameters that leave out a placeholder are refused, naming both.
+    w.file(
+        "weir.toml",
+        &toml.replace("required = [\"city\"]\nproperties.city = { type = \"string\", description = \"A city's name\" }\n", ""),
+    );
+    let ran = w.run(&["validate", &flow]);
+    assert_ne!(ran.code, 0);
+    assert!(
+        ran.stderr.contains("[tools.weather] parameters") && ran.stderr.contains("{city}"),
+        "{}",
+        ran.stderr
+    );
+}

@@ -143,7 +143,8 @@ async fn the_event_stream_is_documented_event_by_event() {
         &doc["paths"]["/api/runs/{id}/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]
             ["schema"],
     );
-    assert_eq!(required(event), ["data", "event", "id"], "{event}");
+    // A `delta` (a piece of a reply being written) has no id: it is not in the log.
+    assert_eq!(required(event), ["data", "event"], "{event}");
     assert_eq!(event["properties"]["id"]["pattern"], "^[0-9]+$", "{event}");
     assert_eq!(
         event["properties"]["data"]["contentMediaType"], "application/json",
@@ -208,4 +209,32 @@ async fn the_documented_tool_body_is_the_one_the_server_takes() {
         "{}",
         extra.text
     );
+    // Declared parameters are taken when they name every placeholder, refused otherwise.
+    let declared = api
+        .as_(
+            "admin",
+            Method::POST,
+            "/api/tools",
+            r#"{"kind": "http", "name": "lead", "url": "https://example.com/leads/{id}",
+                "parameters": {"type": "object", "required": ["id"],
+                               "properties": {"id": {"type": "string", "description": "The lead's id"}}}}"#,
+        )
+        .await;
+    assert_eq!(declared.status, StatusCode::CREATED, "{}", declared.text);
+    let missing = api
+        .as_(
+            "admin",
+            Method::POST,
+            "/api/tools",
+            r#"{"kind": "http", "name": "lead2", "url": "https://example.com/leads/{id}",
+                "parameters": {"type": "object", "properties": {}}}"#,
+        )
+        .await;
+    assert_eq!(
+        missing.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        missing.text
+    );
+    assert!(missing.text.contains("{id}"), "{}", missing.text);
 }
