@@ -68,6 +68,10 @@ pub struct Answer {
     pub result: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// For an agent's tool calls: this answer is for the call with exactly these arguments
+    /// (calls made at once take their answers whatever order they arrive in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Value>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -128,7 +132,8 @@ pub struct Calls {
 struct ScriptedTools(
     BTreeMap<String, Vec<Answer>>,
     Vec<String>,
-    std::sync::Mutex<BTreeMap<String, usize>>,
+    /// Which answers of each tool were taken.
+    std::sync::Mutex<BTreeMap<String, Vec<bool>>>,
 );
 
 #[async_trait]
@@ -180,27 +185,38 @@ impl ToolRunner for ScriptedTools {
             (None, None) => Ok(Value::Object(Default::default())),
         };
         if let Some(answers) = self.0.get(&call.tool_name) {
-            let n = {
+            // The first answer not taken yet that is for these arguments, else the first
+            // not taken that is for any; one answer for any arguments answers every call.
+            let picked = {
                 let mut used = self
                     .2
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let n = used.entry(call.tool_name.clone()).or_default();
-                *n += 1;
-                *n
+                let taken = used
+                    .entry(call.tool_name.clone())
+                    .or_insert_with(|| vec![false; answers.len()]);
+                let free = |i: &usize| !taken[*i];
+                let i = (0..answers.len())
+                    .filter(free)
+                    .find(|&i| answers[i].arguments.as_ref() == Some(&call.params))
+                    .or_else(|| {
+                        (0..answers.len())
+                            .filter(free)
+                            .find(|&i| answers[i].arguments.is_none())
+                    });
+                if let Some(i) = i {
+                    taken[i] = true;
+                }
+                i.or((answers.len() == 1 && answers[0].arguments.is_none()).then_some(0))
             };
-            let answer = answers.get(n - 1).or(if answers.len() == 1 {
-                answers.first()
-            } else {
-                None
-            });
-            return match answer {
-                Some(a) => answer_of(a),
+            return match picked {
+                Some(i) => answer_of(&answers[i]),
                 None => Err(fail(format!(
-                    "the test scripts {} result{} for `{}`, and this is call {n}",
+                    "the test scripts {} result{} for `{}`, none left for this call (arguments {})",
                     answers.len(),
                     if answers.len() == 1 { "" } else { "s" },
-                    call.tool_name
+                    call.tool_name,
+                    call.params
                 ))),
             };
         }
@@ -621,6 +637,18 @@ fn as_mock_answers(v: &Value, answered_by: &[(String, String)]) -> Value {
     }
 }
 
+/// What an agent was sent after its turn `turn`: its tool calls' results, in the order the
+/// model asked for them (the record keeps them so): what a mock rule of the next turn
+/// matches.
+fn turn_results(a: &weir_core::record::Attempt, turn: u32) -> String {
+    a.tool_calls
+        .iter()
+        .filter(|t| t.turn == turn)
+        .map(|t| weir_engine::tool_return(t).content)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// `weir test --record RUN_ID [FILE]`: a test file from a recorded run. Its mock rules
 /// answer each model call as it was answered, in order (`times: 1` each); its tools give
 /// each tool node the results it got; its gates decide as the reviewers did; it expects
@@ -663,11 +691,17 @@ async fn write_recorded(env: &Env, run_id: &str, paths: &[String]) -> Result<u8>
                 },
                 None => Vec::new(),
             };
+            // An agent's turns after the first are matched by the tool results it was sent.
+            let mut turn = 1;
             for (i, c) in a.calls.iter().enumerate() {
-                let pattern = prompts
-                    .get(i.min(prompts.len().saturating_sub(1)))
-                    .cloned()
-                    .unwrap_or_default();
+                let pattern = if turn > 1 {
+                    turn_results(a, turn - 1)
+                } else {
+                    prompts
+                        .get(i.min(prompts.len().saturating_sub(1)))
+                        .cloned()
+                        .unwrap_or_default()
+                };
                 if let (Some(m), Some(p)) = (c["model"].as_str(), c["provider"].as_str())
                     && p != "mock"
                     && !answered_by.iter().any(|(am, ap)| am == m && ap == p)
@@ -680,6 +714,13 @@ async fn write_recorded(env: &Env, run_id: &str, paths: &[String]) -> Result<u8>
                         rule["reply"] = c["reply"].clone();
                         rule["input_tokens"] = c["input_tokens"].clone();
                         rule["output_tokens"] = c["output_tokens"].clone();
+                        if let Some(uses) = c["tool_uses"].as_array() {
+                            rule["tool_calls"] = uses
+                                .iter()
+                                .map(|u| json!({"name": u["name"], "arguments": u["arguments"]}))
+                                .collect();
+                            turn += 1;
+                        }
                     }
                     _ => {
                         rule["error"] = c["error_class"].clone();
@@ -688,16 +729,30 @@ async fn write_recorded(env: &Env, run_id: &str, paths: &[String]) -> Result<u8>
                 }
                 mock.push(rule);
             }
+            // An agent's tool calls: each tool's results in the order they were made (a
+            // rejected call was never made).
+            for t in &a.tool_calls {
+                if t.approval.as_ref().and_then(|d| d["approved"].as_bool()) == Some(false) {
+                    continue;
+                }
+                tools.entry(t.tool.clone()).or_default().push(Answer {
+                    result: t.result.clone().filter(|_| t.error.is_none()),
+                    error: t.error.clone(),
+                    arguments: Some(t.arguments.clone()),
+                });
+            }
         }
         if s.node_type == "tool" {
             let answer = match s.status {
                 StepStatus::Succeeded => Answer {
                     result: Some(Value::clone(&s.output)),
                     error: None,
+                    arguments: None,
                 },
                 _ => Answer {
                     result: None,
                     error: s.error.clone(),
+                    arguments: None,
                 },
             };
             tools

@@ -37,6 +37,7 @@ use weir_core::store::{BackendError, Claim, Fault, NewRun, StoreError};
 use weir_core::{ModelClient, RunStore, ScriptRunner, ToolRunner, Workflow};
 
 pub use decide::{Decided, Decision};
+pub use nodes::agent_loop::returned as tool_return;
 pub use nodes::tool::idempotency_key;
 pub use weir_core::store::{CancelOutcome, Lease};
 

@@ -1,7 +1,7 @@
 //! One file per node kind; this dispatcher stays thin.
 
 mod agent;
-mod agent_loop;
+pub(crate) mod agent_loop;
 mod condition;
 mod consensus;
 mod end;

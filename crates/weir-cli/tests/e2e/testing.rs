@@ -176,3 +176,79 @@ fn a_test_recorded_from_a_real_provider_passes() {
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(text.contains("'87'") || text.contains("\"87\""), "{text}");
 }
+
+/// An agent's tool calls are recorded as mock rules that ask for them and tool results
+/// keyed by their arguments: the test passes offline, whatever order the calls made at once
+/// arrive in.
+#[test]
+fn a_recorded_agent_with_tools_replays_its_turns_offline() {
+    let fake = crate::support::Fake::start();
+    for (city, sky) in [("Paris", "rain"), ("Oslo", "snow")] {
+        fake.always(
+            &format!("/weather/{city}"),
+            crate::support::Reply::json(200, serde_json::json!({"city": city, "sky": sky})),
+        );
+    }
+    let reply = |content: serde_json::Value, stop: &str| {
+        crate::support::Reply::json(
+            200,
+            serde_json::json!({"id": "m", "type": "message", "role": "assistant",
+                "model": "claude-haiku-4-5", "content": content, "stop_reason": stop,
+                "usage": {"input_tokens": 50, "output_tokens": 10}}),
+        )
+    };
+    fake.queue(
+        "/v1/messages",
+        vec![
+            reply(
+                serde_json::json!([
+                    {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Paris"}},
+                    {"type": "tool_use", "id": "t2", "name": "weather", "input": {"city": "Oslo"}}]),
+                "tool_use",
+            ),
+            reply(
+                serde_json::json!([{"type": "text", "text": "Rain in Paris, snow in Oslo."}]),
+                "end_turn",
+            ),
+        ],
+    );
+    let w = Weir::new()
+        .env("ANTHROPIC_BASE_URL", &fake.url)
+        .env("ANTHROPIC_API_KEY", "sk-ant-TESTKEY");
+    w.file(
+        "weir.toml",
+        &format!(
+            "[tools.weather]\nkind = \"http\"\nurl = \"{}/weather/{{city}}\"\nresponse = \"body\"\n",
+            fake.url
+        ),
+    );
+    let f = w.file(
+        "trip.json",
+        r#"{"nodes": [{"id": "advise", "type": "agent",
+              "config": {"model": "claude-haiku-4-5", "user_message": "Weather for {{trip}}?",
+                         "tools": ["custom:weather"], "output_key": "advice"}}], "edges": []}"#,
+    );
+    let ran = w.run(&["run", &f, "--input", r#"{"trip": "Paris and Oslo"}"#]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let id = w.run_ids()[0].clone();
+    let rec = w.run(&["test", "--record", &id]);
+    assert_eq!(rec.code, 0, "{}", rec.stderr);
+    let file = w.path("trip.test.yaml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("tool_calls:") && text.contains("\"custom:weather\":"),
+        "{text}"
+    );
+    // Offline: the endpoint is gone, the test's tools answer. Run it a few times: the two
+    // calls made at once race, and each still gets its own city's answer.
+    drop(fake);
+    for _ in 0..3 {
+        let ran = w.run(&["test", file.to_str().unwrap()]);
+        assert_eq!(ran.code, 0, "{}{}\n{text}", ran.stdout, ran.stderr);
+        assert!(
+            ran.stdout.trim_end().ends_with("1 passed, 0 failed"),
+            "{}",
+            ran.stdout
+        );
+    }
+}

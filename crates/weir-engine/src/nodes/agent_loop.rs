@@ -246,7 +246,7 @@ fn rebuild(r: &Resume, req: &mut ModelRequest, spent: &mut Spent) -> (u32, Optio
 }
 
 /// What a recorded tool call gave the model.
-fn returned(r: &ToolCallRecord) -> ToolReturn {
+pub fn returned(r: &ToolCallRecord) -> ToolReturn {
     let (content, is_error) = match (&r.error, &r.result) {
         (Some(e), _) => (e.clone(), true),
         (None, Some(v)) => (content_of(v), false),
