@@ -14,7 +14,7 @@ macro_rules! pages {
 /// Diagnostic codes of `weir validate`.
 const DIAGNOSTICS: &[(&str, &str)] = pages!("": "E001", "E002", "E003", "E004", "E005", "E006",
     "E007", "E008", "E009", "E010", "E011", "E012", "E013", "E014", "E015", "E016", "E017",
-    "E018", "E020", "E021", "E022", "E023", "E024", "E025", "E026", "W101", "W102", "W103",
+    "E018", "E020", "E021", "E022", "E023", "E024", "E025", "E026", "E027", "W101", "W102", "W103",
     "W104", "W105", "W106", "W107", "W108", "W109");
 
 /// The `error.code` of a run that ended badly.
@@ -60,7 +60,7 @@ pub fn run(code: Option<&str>, list: bool) -> Result<u8> {
                 Ok(0)
             }
             None => Err(Usage(format!(
-                "no code `{code}`: `weir explain --list` lists them (diagnostics E001–E026, W101–W109; run errors like node_failed)"
+                "no code `{code}`: `weir explain --list` lists them (diagnostics E001–E027, W101–W109; run errors like node_failed)"
             ))
             .into()),
         },

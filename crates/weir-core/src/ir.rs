@@ -62,6 +62,9 @@ pub struct Workflow {
     pub start: Option<String>,
     /// What a run may spend in all (`budget:` at the top of the document).
     pub budget: Option<Budget>,
+    /// What starts runs of it by itself (`triggers:` at the top of the document), once it
+    /// is saved in a server's store.
+    pub triggers: Vec<Trigger>,
     /// Lookups by node id, built on first use: `node`, `outgoing` and `incoming` cost the
     /// same on a 100,000-node graph as on a 5-node one. Build `nodes` and `edges` first;
     /// the index does not follow later changes.
@@ -198,6 +201,55 @@ pub struct AttemptPolicy {
     pub retry_count: u32,
     /// What one execution of the node may spend (its attempts and its agent loop together).
     pub budget: Option<Budget>,
+}
+
+/// A trigger of a workflow: its name (unique in the document) and what fires it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Trigger {
+    pub name: String,
+    /// `enabled: false` keeps it in the document without firing.
+    pub enabled: bool,
+    #[serde(flatten)]
+    pub kind: TriggerKind,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TriggerKind {
+    /// A run at each tick of a cron expression.
+    Schedule(Schedule),
+}
+
+/// `kind: schedule`: `cron`, read in `timezone`, starts a run with `input` at each tick.
+#[derive(Debug, Clone, Serialize)]
+pub struct Schedule {
+    pub cron: String,
+    pub timezone: String,
+    pub input: serde_json::Value,
+    pub overlap: Overlap,
+    pub catch_up: CatchUp,
+}
+
+/// What a tick does while the trigger's last run has not finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Overlap {
+    /// No run for this tick (the default).
+    Skip,
+    /// A run is created and waits for the last one to finish.
+    Queue,
+    /// A run is created and runs alongside.
+    Allow,
+}
+
+/// What happens to ticks missed while nothing was running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CatchUp {
+    /// Nothing: missed ticks are skipped.
+    None,
+    /// One run for the most recent missed tick (the default).
+    Latest,
 }
 
 /// A spending limit (`budget:` on a workflow or a node): every limit given must hold.

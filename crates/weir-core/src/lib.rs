@@ -16,6 +16,7 @@ pub mod json;
 pub mod model;
 pub mod patch;
 pub mod record;
+pub mod schedule;
 pub mod schema;
 pub mod script;
 pub mod secrets;

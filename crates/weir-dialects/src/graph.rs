@@ -42,6 +42,7 @@ const TOP_KEYS: &[&str] = &[
     "edges",
     "hop_ceiling",
     "budget",
+    "triggers",
 ];
 
 /// Lowers a parsed graph document. Returns the workflow (when no error prevents building
@@ -68,7 +69,7 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
     cx.top_level(
         doc,
         TOP_KEYS,
-        "a graph document has dialect, name, description, input, nodes, edges, hop_ceiling and budget",
+        "a graph document has dialect, name, description, input, nodes, edges, hop_ceiling, budget and triggers",
     );
     let (name, hop_ceiling) = cx.header(doc, default_name, DEFAULT_HOP_CEILING);
     let input_schema = cx.schema(None, doc, "input");
@@ -141,6 +142,7 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
         input_schema,
         start: None,
         budget: cx.budget("", doc),
+        triggers: cx.triggers(doc),
         index: Default::default(),
     };
     for d in weir_core::validate::structure(&wf) {
@@ -169,6 +171,7 @@ fn empty_workflow(name: &str) -> Workflow {
         input_schema: None,
         start: None,
         budget: None,
+        triggers: Vec::new(),
         index: Default::default(),
     }
 }

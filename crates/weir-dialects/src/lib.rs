@@ -11,6 +11,7 @@ pub mod graph;
 pub mod machine;
 pub mod pipeline;
 pub mod tree;
+mod triggers;
 
 use std::sync::Arc;
 

@@ -38,6 +38,7 @@ const TOP_KEYS: &[&str] = &[
     "hopCeiling",
     "hop_ceiling",
     "budget",
+    "triggers",
 ];
 const COMMON: &[&str] = &[
     "type",
@@ -56,7 +57,7 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
     cx.top_level(
         doc,
         TOP_KEYS,
-        "a machine document has name, description, start, input, hopCeiling, budget and nodes",
+        "a machine document has name, description, start, input, hopCeiling, budget, triggers and nodes",
     );
     let (name, hop_ceiling) = cx.header(doc, default_name, DEFAULT_HOP_CEILING);
     let input_schema = cx.schema(None, doc, "input");
@@ -104,6 +105,7 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
     };
     let mut wf = workflow(name, nodes, edges, hop_ceiling, input_schema, start);
     wf.budget = cx.budget("", doc);
+    wf.triggers = cx.triggers(doc);
     cx.structure(&wf);
     (wf, cx.diags)
 }
@@ -126,6 +128,7 @@ fn workflow(
         input_schema,
         start,
         budget: None,
+        triggers: Vec::new(),
         index: Default::default(),
     }
 }

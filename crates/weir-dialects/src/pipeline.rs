@@ -26,6 +26,7 @@ const TOP_KEYS: &[&str] = &[
     "hopCeiling",
     "hop_ceiling",
     "budget",
+    "triggers",
     "steps",
 ];
 const STEP_KEYS: &[&str] = &[
@@ -59,7 +60,7 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
     cx.top_level(
         doc,
         TOP_KEYS,
-        "a pipeline document has name, description, input, model, hopCeiling, budget and steps",
+        "a pipeline document has name, description, input, model, hopCeiling, budget, triggers and steps",
     );
     let (name, hop_ceiling) = cx.header(doc, default_name, DEFAULT_HOP_CEILING);
     let input_schema = cx.schema(None, doc, "input");
@@ -129,6 +130,7 @@ pub fn lower(doc: &tree::Node, default_name: &str) -> (Workflow, Vec<Diagnostic>
     let mut wf = workflow(name, nodes, edges, hop_ceiling);
     wf.input_schema = input_schema;
     wf.budget = cx.budget("", doc);
+    wf.triggers = cx.triggers(doc);
     cx.structure(&wf);
     (wf, cx.diags)
 }
@@ -139,6 +141,7 @@ fn workflow(name: String, nodes: Vec<Node>, edges: Vec<Edge>, hop_ceiling: u32) 
         dialect: Dialect::Pipeline,
         start: nodes.first().map(|n| n.id.clone()),
         budget: None,
+        triggers: Vec::new(),
         index: Default::default(),
         nodes,
         edges,

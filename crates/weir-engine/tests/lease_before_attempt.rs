@@ -80,6 +80,7 @@ fn setup() -> (
         input_schema: None,
         start: None,
         budget: None,
+        triggers: Vec::new(),
         index: Default::default(),
     });
     (engine, model, store, wf)

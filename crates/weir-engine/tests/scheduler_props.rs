@@ -107,6 +107,7 @@ fn random_graph(rng: &mut Rng) -> Workflow {
         input_schema: None,
         start: None,
         budget: None,
+        triggers: Vec::new(),
         index: Default::default(),
     }
 }

@@ -81,6 +81,7 @@ fn fan_out(b_says: &str) -> Arc<Workflow> {
         input_schema: None,
         start: None,
         budget: None,
+        triggers: Vec::new(),
         index: Default::default(),
     })
 }

@@ -188,6 +188,7 @@ fn chain() -> Arc<Workflow> {
         input_schema: None,
         start: None,
         budget: None,
+        triggers: Vec::new(),
         index: Default::default(),
     })
 }
