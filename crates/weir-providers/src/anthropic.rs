@@ -65,7 +65,7 @@ impl Anthropic {
                 let mut reading = Reading::new(req);
                 let read = http::read_stream(resp, |_, data| reading.event(data)).await;
                 match read {
-                    Ok(()) => reading.finish(),
+                    Ok(()) => Ok(reading.finish()),
                     Err(e) => Err(reading.text.fail(e)),
                 }
             }
@@ -101,8 +101,6 @@ fn whole(v: &Value) -> Result<Reply, ModelError> {
 /// output tokens so far, `message_stop`; `error` mid-stream).
 struct Reading<'a> {
     text: Streamed<'a>,
-    /// Tool-use blocks by their index: id, name and the arguments' JSON text so far.
-    tools: std::collections::BTreeMap<u64, (String, String, String)>,
     usage: Usage,
 }
 
@@ -110,7 +108,6 @@ impl<'a> Reading<'a> {
     fn new(req: &'a ModelRequest) -> Self {
         Self {
             text: Streamed::new(req.on_delta.as_ref()),
-            tools: Default::default(),
             usage: Usage::default(),
         }
     }
@@ -133,14 +130,15 @@ impl<'a> Reading<'a> {
                         "a tool_use block has no `id` or `name`",
                     ));
                 }
-                self.tools
+                self.text
+                    .calls
                     .insert(index, (id.into(), name.into(), String::new()));
             }
             "content_block_start" => self.text.push(str_at("/content_block/text")),
             "content_block_delta" => match str_at("/delta/type") {
                 "text_delta" => self.text.push(str_at("/delta/text")),
                 "input_json_delta" => {
-                    if let Some(t) = self.tools.get_mut(&index) {
+                    if let Some(t) = self.text.calls.get_mut(&index) {
                         t.2.push_str(str_at("/delta/partial_json"));
                     }
                 }
@@ -162,26 +160,8 @@ impl<'a> Reading<'a> {
         Ok(Flow::More)
     }
 
-    fn finish(self) -> Result<Reply, ModelError> {
-        let tool_uses = self
-            .tools
-            .into_values()
-            .map(|(id, name, args)| ToolUse {
-                id,
-                name,
-                arguments: if args.trim().is_empty() {
-                    json!({})
-                } else {
-                    // Arguments that are not JSON reach the loop as text, which tells the model.
-                    serde_json::from_str(&args).unwrap_or(Value::String(args))
-                },
-            })
-            .collect();
-        Ok(Reply {
-            text: self.text.text,
-            usage: self.usage,
-            tool_uses,
-        })
+    fn finish(self) -> Reply {
+        self.text.into_reply(self.usage)
     }
 }
 

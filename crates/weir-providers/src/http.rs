@@ -180,6 +180,9 @@ pub enum Flow {
 /// [`OnDelta`](weir_core::model::OnDelta), and whether any did decides how a cut stream fails.
 pub struct Streamed<'a> {
     pub text: String,
+    /// Tool calls by their index in the reply: id, name and the arguments' JSON text so far
+    /// (both APIs send a call's arguments in pieces).
+    pub calls: std::collections::BTreeMap<u64, (String, String, String)>,
     /// Characters of `text`.
     chars: usize,
     on_delta: Option<&'a weir_core::model::OnDelta>,
@@ -189,6 +192,7 @@ impl<'a> Streamed<'a> {
     pub fn new(on_delta: Option<&'a weir_core::model::OnDelta>) -> Self {
         Self {
             text: String::new(),
+            calls: Default::default(),
             chars: 0,
             on_delta,
         }
@@ -204,6 +208,29 @@ impl<'a> Streamed<'a> {
         }
         self.chars += piece.chars().count();
         self.text.push_str(piece);
+    }
+
+    /// The whole reply, its tool calls' arguments parsed (arguments that are not JSON reach
+    /// the loop as text, which tells the model).
+    pub fn into_reply(self, usage: Usage) -> Reply {
+        let tool_uses = self
+            .calls
+            .into_values()
+            .map(|(id, name, args)| weir_core::model::ToolUse {
+                id,
+                name,
+                arguments: if args.trim().is_empty() {
+                    serde_json::json!({})
+                } else {
+                    serde_json::from_str(&args).unwrap_or(serde_json::Value::String(args))
+                },
+            })
+            .collect();
+        Reply {
+            text: self.text,
+            usage,
+            tool_uses,
+        }
     }
 
     /// `e`, marked as coming after the first piece of text when one was written: such a

@@ -122,7 +122,6 @@ fn usage(v: &Value) -> Option<Usage> {
 /// usage in the last chunk, `[DONE]` at the end.
 struct Reading<'a> {
     text: Streamed<'a>,
-    tools: std::collections::BTreeMap<u64, (String, String, String)>,
     usage: Usage,
 }
 
@@ -130,7 +129,6 @@ impl<'a> Reading<'a> {
     fn new(req: &'a ModelRequest) -> Self {
         Self {
             text: Streamed::new(req.on_delta.as_ref()),
-            tools: Default::default(),
             usage: Usage::default(),
         }
     }
@@ -159,7 +157,7 @@ impl<'a> Reading<'a> {
             .flatten()
         {
             let index = c.get("index").and_then(Value::as_u64).unwrap_or(0);
-            let call = self.tools.entry(index).or_default();
+            let call = self.text.calls.entry(index).or_default();
             if let Some(id) = c.get("id").and_then(Value::as_str) {
                 call.0 = id.to_string();
             }
@@ -174,24 +172,7 @@ impl<'a> Reading<'a> {
     }
 
     fn finish(self) -> Reply {
-        let tool_uses = self
-            .tools
-            .into_values()
-            .map(|(id, name, args)| ToolUse {
-                id,
-                name,
-                arguments: if args.trim().is_empty() {
-                    json!({})
-                } else {
-                    serde_json::from_str(&args).unwrap_or(Value::String(args))
-                },
-            })
-            .collect();
-        Reply {
-            text: self.text.text,
-            usage: self.usage,
-            tool_uses,
-        }
+        self.text.into_reply(self.usage)
     }
 }
 
