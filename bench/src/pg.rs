@@ -308,6 +308,7 @@ async fn raw_commits(store: Arc<Postgres>) {
             ttl: Duration::from_secs(60),
         }),
         pin: None,
+        trigger: weir_core::record::RunTrigger::default(),
     };
     let lease = store.create_run(run.clone()).await.unwrap().lease.unwrap();
     let snap = weir_core::record::Snapshot::default();

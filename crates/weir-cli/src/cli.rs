@@ -6,7 +6,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::help::*;
 use crate::wiring::Env;
-use crate::{doctor, explain, init, replay, run, runs, serve, testing, tokens, validate};
+use crate::{doctor, explain, init, replay, run, runs, serve, testing, tokens, triggers, validate};
 
 #[derive(Parser)]
 #[command(
@@ -120,6 +120,56 @@ pub enum Command {
     Tokens {
         #[command(subcommand)]
         command: TokensCommand,
+    },
+    /// The schedules of saved workflows: next fire times, fire one now, pause, resume
+    #[command(after_help = TRIGGERS_HELP)]
+    Triggers {
+        #[command(subcommand)]
+        command: TriggersCommand,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum TriggersCommand {
+    /// Every trigger of the saved workflows, with its state and next fire times
+    #[command(after_help = TRIGGERS_HELP)]
+    List {
+        /// Only this saved workflow's triggers (its id)
+        #[arg(long, value_name = "ID")]
+        workflow: Option<String>,
+        /// The fire times after this RFC 3339 time instead of now
+        #[arg(long, value_name = "TIME")]
+        at: Option<String>,
+        /// Print the triggers as a JSON array
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start a run now as the trigger would, with its input
+    #[command(after_help = TRIGGERS_HELP)]
+    Fire {
+        /// The saved workflow's id
+        workflow: String,
+        /// The trigger's name
+        name: String,
+        /// Print `{"run_id": …}` as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a trigger from firing until it is resumed (a new version does not undo it)
+    #[command(after_help = TRIGGERS_HELP)]
+    Pause {
+        /// The saved workflow's id
+        workflow: String,
+        /// The trigger's name
+        name: String,
+    },
+    /// Let a paused trigger fire again, from now on
+    #[command(after_help = TRIGGERS_HELP)]
+    Resume {
+        /// The saved workflow's id
+        workflow: String,
+        /// The trigger's name
+        name: String,
     },
 }
 
@@ -338,6 +388,10 @@ pub struct ListArgs {
     /// Only runs started since: an age (30m, 12h, 7d) or an RFC 3339 time
     #[arg(long, value_name = "WHEN")]
     pub since: Option<String>,
+    /// Only runs started this way: cli, api, schedule, webhook, mcp, parent, or one
+    /// trigger as KIND:NAME (schedule:nightly)
+    #[arg(long, value_name = "TRIGGER")]
+    pub trigger: Option<String>,
     /// Print the runs as a JSON array of summaries
     #[arg(long)]
     pub json: bool,
@@ -410,6 +464,9 @@ impl Command {
                 }
                 TokensCommand::Revoke { .. } => false,
             },
+            Command::Triggers {
+                command: TriggersCommand::List { json, .. } | TriggersCommand::Fire { json, .. },
+            } => *json,
             _ => false,
         }
     }
@@ -436,6 +493,7 @@ impl Command {
             Command::Explain { code, list } => explain::run(code.as_deref(), list),
             Command::Doctor { json } => doctor::run(env, settings, json).await,
             Command::Tokens { command } => command.run(env).await,
+            Command::Triggers { command } => triggers::run(env, command).await,
         }
     }
 }

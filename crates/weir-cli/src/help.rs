@@ -135,6 +135,17 @@ pub const TOKENS_HELP: &str = "Examples:
   weir tokens list
   weir tokens revoke 3f9c2a71b0de";
 
+pub const TRIGGERS_HELP: &str =
+    "Triggers are declared in a workflow document (`triggers:`) and fire for workflows
+saved in the store that `weir serve` and `weir worker` run on.
+
+Examples:
+  weir triggers list
+  weir triggers list --workflow digest --json
+  weir triggers fire digest weekday-morning
+  weir triggers pause digest weekday-morning
+  weir triggers resume digest weekday-morning";
+
 pub const COMPLETIONS_HELP: &str = "Examples:
   weir completions bash > ~/.local/share/bash-completion/completions/weir
   weir completions zsh > ~/.zfunc/_weir

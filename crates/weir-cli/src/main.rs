@@ -18,6 +18,7 @@ mod serve;
 mod testing;
 mod tokens;
 mod trace;
+mod triggers;
 mod validate;
 mod wiring;
 

@@ -556,9 +556,19 @@ pub fn runs_table(runs: &[RunSummary], maybe_more: bool) {
         println!("no runs yet");
         return;
     }
+    let label = |r: &RunSummary| match &r.trigger.name {
+        Some(name) => format!("{}:{name}", r.trigger.kind.as_str()),
+        None => r.trigger.kind.as_str().to_string(),
+    };
+    let tw = runs
+        .iter()
+        .map(|r| label(r).chars().count())
+        .max()
+        .unwrap_or(7)
+        .clamp(7, 28);
     println!(
-        "{:<8}  {:<24}  {:<9}  {:<19}  {:>8}  {:>5}  {:>10}  ERROR",
-        "RUN", "WORKFLOW", "STATUS", "STARTED", "DURATION", "STEPS", "COST"
+        "{:<8}  {:<24}  {:<9}  {:<19}  {:<tw$}  {:>8}  {:>5}  {:>10}  ERROR",
+        "RUN", "WORKFLOW", "STATUS", "STARTED", "TRIGGER", "DURATION", "STEPS", "COST"
     );
     for r in runs {
         let started = r
@@ -572,11 +582,12 @@ pub fn runs_table(runs: &[RunSummary], maybe_more: bool) {
             format!("{}…", run_duration(&r.started_at, None))
         };
         println!(
-            "{:<8}  {:<24}  {:<9}  {:<19}  {:>8}  {:>5}  {:>10}  {}",
+            "{:<8}  {:<24}  {:<9}  {:<19}  {:<tw$}  {:>8}  {:>5}  {:>10}  {}",
             short(&r.run_id),
             fit(&r.workflow, 24),
             r.status.as_str(),
             started,
+            fit(&label(r), tw),
             took,
             r.steps,
             format!("${:.6}", r.cost_usd),

@@ -34,11 +34,18 @@ impl ListArgs {
                     .map_err(|e| Usage(format!("--since {e}, or an RFC 3339 time")))
             })
             .transpose()?;
+        let trigger = self
+            .trigger
+            .as_deref()
+            .map(weir_core::record::RunTrigger::filter)
+            .transpose()
+            .map_err(|e| Usage(format!("--trigger: {e}")))?;
         Ok(RunFilter {
             limit: self.limit.max(1),
             status,
             workflow: self.workflow.clone(),
             since,
+            trigger,
             ..RunFilter::default()
         })
     }

@@ -83,9 +83,11 @@ pub async fn worker(env: &Env, args: WorkerArgs) -> Result<u8> {
         wiring::redact_url(&env.db)
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let workers = rt.start_workers(stop_rx);
+    let workers = rt.start_workers(stop_rx.clone());
+    let schedules = rt.start_schedules(stop_rx);
     stop_signal().await;
     let _ = stop_tx.send(true);
+    let _ = schedules.await;
     rt.drain(workers).await;
     Ok(0)
 }

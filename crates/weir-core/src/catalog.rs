@@ -59,6 +59,19 @@ pub struct TokenRow {
     pub revoked_at: Option<String>,
 }
 
+/// What an operator set on one trigger of a saved workflow, kept apart from its versions so
+/// a new version does not undo it: a pause, and the hash of a `token` webhook's URL token.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TriggerState {
+    pub workflow_id: String,
+    pub name: String,
+    pub paused: bool,
+    /// SHA-256 of the URL token of a webhook with the `token` scheme.
+    #[serde(skip)]
+    pub token_hash: Option<Vec<u8>>,
+    pub updated_at: String,
+}
+
 /// A custom tool saved through the API: `definition` is the `[tools.NAME]` table of
 /// `weir.toml` written as JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -95,4 +108,26 @@ pub trait Catalog: Send + Sync {
     async fn put_tool(&self, tool: &ToolRow) -> Result<(), StoreError>;
     async fn tools(&self) -> Result<Vec<ToolRow>, StoreError>;
     async fn delete_tool(&self, name: &str) -> Result<(), StoreError>;
+
+    /// Pauses or resumes a trigger (kept across the workflow's versions).
+    async fn pause_trigger(
+        &self,
+        workflow_id: &str,
+        name: &str,
+        paused: bool,
+        at: &str,
+    ) -> Result<(), StoreError>;
+    /// Sets the hash of a `token` webhook's URL token.
+    async fn set_hook_token(
+        &self,
+        workflow_id: &str,
+        name: &str,
+        hash: &[u8],
+        at: &str,
+    ) -> Result<(), StoreError>;
+    /// The trigger states of one workflow, or of all with `None`.
+    async fn trigger_states(
+        &self,
+        workflow_id: Option<&str>,
+    ) -> Result<Vec<TriggerState>, StoreError>;
 }

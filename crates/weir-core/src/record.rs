@@ -594,6 +594,112 @@ pub struct ToolDecision {
     pub arguments: Option<Value>,
 }
 
+/// What started a run: `weir run`, the API, a schedule's tick, a webhook's delivery, an
+/// MCP call or a parent run's `workflow` node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StartKind {
+    #[default]
+    Cli,
+    Api,
+    Schedule,
+    Webhook,
+    Mcp,
+    Parent,
+}
+
+impl StartKind {
+    pub const ALL: [Self; 6] = [
+        Self::Cli,
+        Self::Api,
+        Self::Schedule,
+        Self::Webhook,
+        Self::Mcp,
+        Self::Parent,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cli => "cli",
+            Self::Api => "api",
+            Self::Schedule => "schedule",
+            Self::Webhook => "webhook",
+            Self::Mcp => "mcp",
+            Self::Parent => "parent",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// The record's `trigger`: what started the run, with the trigger's name (schedules and
+/// webhooks), the tick a schedule fired for, a webhook's delivery id, or the parent run and
+/// its node.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RunTrigger {
+    pub kind: StartKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The tick a schedule fired for (RFC 3339, UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tick: Option<String>,
+    /// A webhook delivery's id (its `dedupe` header).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_run: Option<String>,
+    /// The parent's `workflow` node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+impl RunTrigger {
+    /// A trigger of `kind` with nothing more to say (`cli`, `api`, `mcp`).
+    pub fn of(kind: StartKind) -> Self {
+        Self {
+            kind,
+            ..Self::default()
+        }
+    }
+
+    /// A schedule's tick.
+    pub fn schedule(name: &str, tick: &str) -> Self {
+        Self {
+            kind: StartKind::Schedule,
+            name: Some(name.into()),
+            tick: Some(tick.into()),
+            ..Self::default()
+        }
+    }
+
+    /// A run list's trigger filter: a kind (`schedule`), or a kind and a trigger's name
+    /// (`schedule:nightly`).
+    pub fn filter(s: &str) -> Result<(StartKind, Option<String>), String> {
+        let (kind, name) = match s.split_once(':') {
+            Some((k, n)) => (k, Some(n.to_string()).filter(|n| !n.is_empty())),
+            None => (s, None),
+        };
+        let kind = StartKind::parse(kind).ok_or_else(|| {
+            format!(
+                "trigger `{kind}` is none of cli, api, schedule, webhook, mcp, parent (add `:NAME` for one trigger)"
+            )
+        })?;
+        Ok((kind, name))
+    }
+
+    /// What a run stored before runs recorded their trigger started from: the API when it
+    /// pins a saved workflow version, `weir run` otherwise.
+    pub fn inferred(pinned: bool) -> Self {
+        Self::of(if pinned {
+            StartKind::Api
+        } else {
+            StartKind::Cli
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
     #[serde(default = "schema_version")]
@@ -602,6 +708,9 @@ pub struct RunRecord {
     pub workflow: String,
     pub dialect: String,
     pub status: RunStatus,
+    /// What started the run.
+    #[serde(default)]
+    pub trigger: RunTrigger,
     pub input: Value,
     pub state: Value,
     pub output: Value,
@@ -636,6 +745,9 @@ pub struct RunSummary {
     /// The code of the run's error, when it ended with one (`node_failed`, `cancelled`, …).
     #[serde(default)]
     pub error_code: Option<String>,
+    /// What started the run.
+    #[serde(default)]
+    pub trigger: RunTrigger,
 }
 
 /// A node waiting to run, with the visit number it will run as.

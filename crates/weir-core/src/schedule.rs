@@ -5,9 +5,10 @@
 //! aliases. Daylight-saving changes follow the zone's rules: a fixed time that a spring
 //! change skips (02:30 on the night the clocks go from 02:00 to 03:00) fires once, at the
 //! first time after the gap (03:00); a fixed time that an autumn change repeats fires once,
-//! at its first occurrence; an interval (`*/15 * * * *`) fires at each real instant it names.
+//! at its first occurrence. Every wall-clock time fires once, intervals included: in the
+//! hour an autumn change repeats, `*/15 * * * *` fires four times, not eight.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 
 /// A parsed schedule: its expression and zone, ready to compute ticks.
 #[derive(Debug, Clone)]
@@ -39,12 +40,23 @@ impl Cron {
             .map(|d| d.with_timezone(&Utc))
     }
 
-    /// The last tick at or before `t`.
+    /// The last tick at or before `t`. Ticks fall on whole seconds; croner's backward
+    /// search is only a starting point (it can land early around a daylight-saving gap), and
+    /// the forward search from just before it decides.
     pub fn last_at_or_before(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.cron
+        let t = t.trunc_subsecs(0);
+        let start = self
+            .cron
             .find_previous_occurrence(&t.with_timezone(&self.zone), true)
-            .ok()
-            .map(|d| d.with_timezone(&Utc))
+            .ok()?
+            .with_timezone(&Utc);
+        let mut best = None;
+        let mut at = start - chrono::Duration::seconds(1);
+        while let Some(next) = self.next_after(at).filter(|n| *n <= t) {
+            best = Some(next);
+            at = next;
+        }
+        best
     }
 
     /// The next `n` ticks after `t`.

@@ -164,6 +164,8 @@ pub struct NewRun {
     pub claim: Option<Claim>,
     /// The saved workflow version the run was created from (runs created over the API).
     pub pin: Option<Pin>,
+    /// What started the run.
+    pub trigger: crate::record::RunTrigger,
 }
 
 /// A saved workflow's id and version.
@@ -285,6 +287,8 @@ pub struct RunFilter {
     pub since: Option<String>,
     /// Text in the run id or the workflow's name (case-insensitive).
     pub text: Option<String>,
+    /// Runs started this way, and by the trigger of this name when one is given.
+    pub trigger: Option<(crate::record::StartKind, Option<String>)>,
     /// Runs strictly older than this one, in list order (the next page).
     pub after: Option<Cursor>,
 }
@@ -326,6 +330,12 @@ pub fn matches(filter: &RunFilter, s: &RunSummary) -> bool {
         })
         && filter.after.as_ref().is_none_or(|c| {
             (s.started_at.as_str(), s.run_id.as_str()) < (c.started_at.as_str(), c.run_id.as_str())
+        })
+        && filter.trigger.as_ref().is_none_or(|(kind, name)| {
+            s.trigger.kind == *kind
+                && name
+                    .as_ref()
+                    .is_none_or(|n| s.trigger.name.as_ref() == Some(n))
         })
 }
 

@@ -208,6 +208,8 @@ pub struct CreateOptions {
     pub idempotency_key: Option<String>,
     /// Claim the run in the same statement (`weir run` drives its own run at once).
     pub claim: bool,
+    /// What started the run (the record's `trigger`; `cli` by default).
+    pub trigger: weir_core::record::RunTrigger,
 }
 
 /// A re-run's recorded steps (DESIGN §10 `rerun`): in order, the steps of `from_run` whose
@@ -347,11 +349,13 @@ impl Engine {
         source: Source,
         input: Value,
         reuse: Reuse,
+        trigger: weir_core::record::RunTrigger,
     ) -> Result<CreatedRun, Error> {
-        Ok(self
-            .insert(wf, source, input, CreateOptions::default(), Some(reuse))
-            .await?
-            .0)
+        let opts = CreateOptions {
+            trigger,
+            ..CreateOptions::default()
+        };
+        Ok(self.insert(wf, source, input, opts, Some(reuse)).await?.0)
     }
 
     /// [`create`](Self::create), also returning the snapshot the run starts from.
@@ -421,6 +425,7 @@ impl Engine {
                 idempotency_key: opts.idempotency_key,
                 claim: opts.claim.then(|| self.claim_args()),
                 pin: source.pin,
+                trigger: opts.trigger,
             })
             .await?;
         self.publish(&created.run_id, &created.events);

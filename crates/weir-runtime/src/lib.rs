@@ -16,8 +16,10 @@ pub mod hub;
 pub mod metrics;
 pub mod otel;
 pub mod retention;
+pub mod triggers;
 
 mod generation;
+mod start;
 mod worker;
 
 use std::collections::BTreeMap;
@@ -35,6 +37,7 @@ use generation::Builder;
 pub use generation::Generation;
 pub use hub::Hub;
 pub use metrics::{BUCKETS, Metrics};
+pub use start::{StartError, doc_path};
 pub use worker::Workers;
 
 /// The concrete implementations of one generation, built by [`Implementations::build`].

@@ -126,6 +126,15 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl From<weir_runtime::StartError> for ApiError {
+    fn from(e: weir_runtime::StartError) -> Self {
+        match e {
+            weir_runtime::StartError::Compile(m) => Self::invalid(m),
+            weir_runtime::StartError::Engine(e) => e.into(),
+        }
+    }
+}
+
 impl From<weir_engine::Error> for ApiError {
     fn from(e: weir_engine::Error) -> Self {
         use weir_engine::Error as E;

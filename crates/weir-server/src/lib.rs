@@ -18,6 +18,7 @@ mod openapi;
 mod runs;
 mod sse;
 mod tools_tokens;
+mod triggers;
 mod ui;
 mod workflows;
 
@@ -62,6 +63,19 @@ pub fn router(app: Arc<App>) -> Router {
             post(workflows::validate_saved),
         )
         .route("/api/workflows/{id}/runs", post(runs::create))
+        .route("/api/workflows/{id}/triggers", get(triggers::list))
+        .route(
+            "/api/workflows/{id}/triggers/{name}/fire",
+            post(triggers::fire),
+        )
+        .route(
+            "/api/workflows/{id}/triggers/{name}/pause",
+            post(triggers::pause),
+        )
+        .route(
+            "/api/workflows/{id}/triggers/{name}/resume",
+            post(triggers::resume),
+        )
         .route("/api/runs", get(runs::list))
         .route("/api/runs/{id}", get(runs::get_one))
         .route("/api/runs/{id}/events", get(sse::events))
@@ -215,6 +229,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let workers = app.rt.start_workers(stop_rx.clone());
+    let schedules = app.rt.start_schedules(stop_rx.clone());
     let cache = app.clone();
     let pruning = weir_runtime::retention::schedule(
         app.rt.clone(),
@@ -232,6 +247,7 @@ pub async fn serve(
         })
         .await;
     let _ = stop_tx.send(true);
+    let _ = schedules.await;
     app.rt.drain(workers).await;
     if let Some(p) = pruning {
         let _ = p.await;

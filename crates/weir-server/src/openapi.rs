@@ -79,6 +79,7 @@ impl Modify for Bearer {
         crate::tools_tokens::list_tools, crate::tools_tokens::create_tool, crate::tools_tokens::delete_tool,
         crate::tools_tokens::list_tokens, crate::tools_tokens::create_token, crate::tools_tokens::revoke_token,
         crate::tools_tokens::session, crate::tools_tokens::models,
+        crate::triggers::list, crate::triggers::fire, crate::triggers::pause, crate::triggers::resume,
     ),
     components(schemas(ErrorBody, ErrorDetail)),
     modifiers(&Bearer)

@@ -11,13 +11,12 @@ use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
-use weir_core::record::RunStatus;
-use weir_core::store::{Cursor, Pin, RunFilter};
-use weir_engine::{CancelOutcome, CreateOptions, Decision, Source};
+use weir_core::record::{RunStatus, RunTrigger, StartKind};
+use weir_core::store::{Cursor, RunFilter};
+use weir_engine::{CancelOutcome, CreateOptions, Decision};
 
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
-use crate::workflows::doc_path;
 use crate::{App, Body, authorize};
 
 #[derive(Deserialize, ToSchema, Default)]
@@ -58,6 +57,10 @@ pub struct RunSummaryOut {
     pub steps: u32,
     /// The code of the run's error, null unless it ended with one.
     pub error_code: Option<String>,
+    /// What started the run: `{kind: cli|api|schedule|webhook|mcp|parent, name, tick,
+    /// delivery, parent_run, node}`.
+    #[schema(value_type = Object)]
+    pub trigger: RunTrigger,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -86,6 +89,9 @@ pub struct ListQuery {
     pub limit: Option<u32>,
     /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,
+    /// What started the runs: cli, api, schedule, webhook, mcp or parent, or one trigger
+    /// as `KIND:NAME` (`schedule:nightly`).
+    pub trigger: Option<String>,
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -187,8 +193,8 @@ pub async fn create(
     Ok((StatusCode::ACCEPTED, Json(created)))
 }
 
-/// Creates a queued run of a saved version (reusing recorded steps for a re-run) and
-/// wakes a worker.
+/// Creates a queued run of a saved version (reusing recorded steps for a re-run), started
+/// over the API, and wakes a worker.
 async fn start(
     app: &App,
     saved: &weir_core::catalog::WorkflowVersion,
@@ -196,48 +202,12 @@ async fn start(
     key: Option<String>,
     reuse: Option<weir_engine::Reuse>,
 ) -> ApiResult<RunCreated> {
-    let rt = app.rt.generation();
-    let path = doc_path(&saved.workflow_id, &saved.format);
-    let wf = rt.workflow(&path, &saved.source).map_err(|diags| {
-        ApiError::invalid(format!(
-            "workflow {} version {} no longer compiles with the server's settings: {}",
-            saved.workflow_id,
-            saved.version,
-            diags
-                .iter()
-                .find(|d| d.is_error())
-                .map_or("", |d| d.message.as_str())
-        ))
-    })?;
-    let source = Source {
-        path,
-        text: saved.source.as_str().into(),
-        pin: Some(Pin {
-            workflow_id: saved.workflow_id.clone(),
-            version: saved.version,
-        }),
+    let opts = CreateOptions {
+        idempotency_key: key,
+        claim: false,
+        trigger: RunTrigger::of(StartKind::Api),
     };
-    let created = match reuse {
-        Some(reuse) if !reuse.steps.is_empty() => {
-            rt.engine.create_reusing(&wf, source, input, reuse).await?
-        }
-        _ => {
-            rt.engine
-                .create(
-                    &wf,
-                    source,
-                    input,
-                    CreateOptions {
-                        idempotency_key: key,
-                        claim: false,
-                    },
-                )
-                .await?
-        }
-    };
-    if created.created {
-        app.rt.wake();
-    }
+    let created = app.rt.start_saved(saved, input, opts, reuse).await?;
     Ok(RunCreated {
         run_id: created.run_id,
         status: "queued".into(),
@@ -278,6 +248,13 @@ pub async fn list(
             Cursor::decode(c).ok_or_else(|| ApiError::invalid("cursor is not one this server gave"))
         })
         .transpose()?;
+    let trigger = q
+        .trigger
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .map(RunTrigger::filter)
+        .transpose()
+        .map_err(ApiError::invalid)?;
     let runs = app
         .rt
         .store
@@ -288,6 +265,7 @@ pub async fn list(
             since: q.since.filter(|s| !s.is_empty()),
             text: q.q.filter(|s| !s.is_empty()),
             after,
+            trigger,
         })
         .await?;
     let more = runs.len() > limit as usize;
@@ -317,6 +295,7 @@ pub async fn list(
                 version: r.pin.map(|p| p.version),
                 steps: r.steps,
                 error_code: r.error_code,
+                trigger: r.trigger,
             })
             .collect(),
         next_cursor,

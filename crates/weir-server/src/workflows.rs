@@ -100,9 +100,7 @@ fn version_out(v: WorkflowVersion) -> VersionOut {
 }
 
 /// The path diagnostics name: the workflow's id and how it was written.
-pub fn doc_path(id: &str, format: &str) -> String {
-    format!("{id}.{format}")
-}
+pub use weir_runtime::doc_path;
 
 fn format_of(body: &Body, text: &str) -> &'static str {
     if body.content_type.contains("yaml") {

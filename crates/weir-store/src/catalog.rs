@@ -53,6 +53,19 @@ pub(crate) const PUT_TOOL: &str =
 pub(crate) const TOOLS: &str = "SELECT name, definition, created_at FROM tools ORDER BY name";
 pub(crate) const DELETE_TOOL: &str = "DELETE FROM tools WHERE name = $1";
 
+pub(crate) const PAUSE_TRIGGER: &str =
+    "INSERT INTO trigger_states (workflow_id, name, paused, updated_at) VALUES ($1, $2, $3, $4)
+     ON CONFLICT (workflow_id, name)
+     DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at";
+pub(crate) const HOOK_TOKEN: &str =
+    "INSERT INTO trigger_states (workflow_id, name, token_hash, updated_at)
+     VALUES ($1, $2, $3, $4)
+     ON CONFLICT (workflow_id, name)
+     DO UPDATE SET token_hash = excluded.token_hash, updated_at = excluded.updated_at";
+/// `$1`: one workflow's id, or NULL for all.
+pub(crate) const TRIGGER_STATES: &str = "SELECT * FROM trigger_states
+     WHERE CAST($1 AS TEXT) IS NULL OR workflow_id = $1 ORDER BY workflow_id, name";
+
 pub(crate) fn no_workflow(id: &str) -> StoreError {
     StoreError::NotFound(format!("no workflow with id {id}"))
 }

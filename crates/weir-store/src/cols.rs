@@ -48,7 +48,7 @@ impl Cols for PgRow {
         self.get(col)
     }
     fn bytes(&self, col: &str) -> Vec<u8> {
-        self.get(col)
+        self.get::<Option<Vec<u8>>, _>(col).unwrap_or_default()
     }
 }
 
@@ -88,6 +88,32 @@ pub(crate) fn pin(r: &impl Cols) -> Option<Pin> {
         workflow_id: r.opt_text("workflow_id")?,
         version: r.opt_int("workflow_version")? as u32,
     })
+}
+
+/// What started a run, from `trigger_json` (or, for runs stored before it was kept, inferred
+/// from `workflow_id`).
+pub(crate) fn trigger(r: &impl Cols) -> weir_core::record::RunTrigger {
+    r.opt_text("trigger_json")
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| {
+            weir_core::record::RunTrigger::inferred(r.opt_text("workflow_id").is_some())
+        })
+}
+
+/// `trigger_kind` and `trigger_json` of a new run's row.
+pub(crate) fn trigger_cols(t: &weir_core::record::RunTrigger) -> (&'static str, String) {
+    (
+        t.kind.as_str(),
+        serde_json::to_string(t).unwrap_or_default(),
+    )
+}
+
+/// The kind and name of a run list's trigger filter.
+pub(crate) fn trigger_filter(f: &weir_core::store::RunFilter) -> (Option<&str>, Option<&str>) {
+    match &f.trigger {
+        Some((kind, name)) => (Some(kind.as_str()), name.as_deref()),
+        None => (None, None),
+    }
 }
 
 /// Step records from the rows of `steps`, by `seq`; `attempts` gives a row's attempts (from
@@ -160,7 +186,7 @@ pub(crate) fn stored_run(run_id: &str, r: &impl Cols) -> Result<StoredRun, Store
 }
 
 /// A run's record from `workflow, dialect, status, input, snapshot, patches, error, started_at,
-/// finished_at`, its events (as readers see them) and its steps.
+/// finished_at, workflow_id, trigger_json`, its events (as readers see them) and its steps.
 pub(crate) fn record(
     run_id: &str,
     r: &impl Cols,
@@ -173,6 +199,7 @@ pub(crate) fn record(
         workflow: &r.text("workflow"),
         dialect: &r.text("dialect"),
         status: status(r, "status"),
+        trigger: trigger(r),
         input: parse(&r.text("input"))?,
         snapshot: &snapshot,
         error: r.opt_text("error").as_deref().map(parse).transpose()?,
@@ -202,7 +229,7 @@ pub(crate) fn list_params(
 }
 
 /// A line of the run list, from `id, workflow, status, started_at, finished_at, cost_usd,
-/// workflow_id, workflow_version, steps, error_code`.
+/// workflow_id, workflow_version, steps, error_code, trigger_json`.
 pub(crate) fn summary(r: &impl Cols) -> RunSummary {
     RunSummary {
         steps: r.int("steps").max(0) as u32,
@@ -214,6 +241,7 @@ pub(crate) fn summary(r: &impl Cols) -> RunSummary {
         cost_usd: r.real("cost_usd"),
         finished_at: r.opt_text("finished_at"),
         pin: pin(r),
+        trigger: trigger(r),
     }
 }
 
@@ -227,6 +255,17 @@ pub(crate) fn version(r: &impl Cols) -> WorkflowVersion {
         format: r.text("format"),
         source: r.text("source"),
         created_at: r.text("created_at"),
+    }
+}
+
+/// A trigger's state, from a row of `trigger_states`.
+pub(crate) fn trigger_state(r: &impl Cols) -> weir_core::catalog::TriggerState {
+    weir_core::catalog::TriggerState {
+        workflow_id: r.text("workflow_id"),
+        name: r.text("name"),
+        paused: r.flag("paused"),
+        token_hash: Some(r.bytes("token_hash")).filter(|h| !h.is_empty()),
+        updated_at: r.text("updated_at"),
     }
 }
 

@@ -90,6 +90,7 @@ struct MemRun {
     /// Its key in `Inner::order`.
     order: u64,
     pin: Option<Pin>,
+    trigger: weir_core::record::RunTrigger,
 }
 
 impl MemRun {
@@ -360,6 +361,7 @@ impl Lifecycle for Memory {
             ephemeral: self.ephemeral,
             order: 0,
             pin: new.pin,
+            trigger: new.trigger,
         };
         let mut w = Written::default();
         run.append(vec![EventKind::RunCreated { workflow }], &mut w);
@@ -554,6 +556,7 @@ impl RunReads for Memory {
                 workflow: &r.workflow,
                 dialect: &r.dialect,
                 status: r.status,
+                trigger: r.trigger.clone(),
                 input: r.input.clone(),
                 snapshot: &r.snapshot,
                 error: r.error.clone(),
@@ -582,6 +585,7 @@ impl RunReads for Memory {
                 pin: r.pin.clone(),
                 steps: r.steps.len() as u32,
                 error_code: r.error.as_ref().map(|e| e.code.as_str().to_string()),
+                trigger: r.trigger.clone(),
             }));
         });
         all.retain(|s| weir_core::store::matches(filter, s));
@@ -672,6 +676,7 @@ struct MemCatalog {
     versions: BTreeMap<(String, u32), WorkflowVersion>,
     tokens: Vec<TokenRow>,
     tools: BTreeMap<String, ToolRow>,
+    triggers: BTreeMap<(String, String), weir_core::catalog::TriggerState>,
 }
 
 impl Memory {
@@ -685,6 +690,26 @@ fn no_workflow(id: &str) -> StoreError {
 }
 
 impl MemCatalog {
+    fn trigger_state(
+        &mut self,
+        workflow_id: &str,
+        name: &str,
+        at: &str,
+    ) -> &mut weir_core::catalog::TriggerState {
+        let s = self
+            .triggers
+            .entry((workflow_id.to_string(), name.to_string()))
+            .or_insert_with(|| weir_core::catalog::TriggerState {
+                workflow_id: workflow_id.to_string(),
+                name: name.to_string(),
+                paused: false,
+                token_hash: None,
+                updated_at: at.to_string(),
+            });
+        s.updated_at = at.to_string();
+        s
+    }
+
     fn entry(&self, id: &str) -> Option<WorkflowEntry> {
         let (latest, first, deleted) = self.workflows.get(id)?;
         if *deleted {
@@ -822,5 +847,46 @@ impl Catalog for Memory {
         self.catalog(|c| c.tools.remove(name))
             .map(|_| ())
             .ok_or_else(|| StoreError::NotFound(format!("no custom tool named {name}")))
+    }
+
+    async fn pause_trigger(
+        &self,
+        workflow_id: &str,
+        name: &str,
+        paused: bool,
+        at: &str,
+    ) -> Result<(), StoreError> {
+        self.catalog(|c| {
+            let s = c.trigger_state(workflow_id, name, at);
+            s.paused = paused;
+        });
+        Ok(())
+    }
+
+    async fn set_hook_token(
+        &self,
+        workflow_id: &str,
+        name: &str,
+        hash: &[u8],
+        at: &str,
+    ) -> Result<(), StoreError> {
+        self.catalog(|c| {
+            let s = c.trigger_state(workflow_id, name, at);
+            s.token_hash = Some(hash.to_vec());
+        });
+        Ok(())
+    }
+
+    async fn trigger_states(
+        &self,
+        workflow_id: Option<&str>,
+    ) -> Result<Vec<weir_core::catalog::TriggerState>, StoreError> {
+        Ok(self.catalog(|c| {
+            c.triggers
+                .values()
+                .filter(|s| workflow_id.is_none_or(|w| s.workflow_id == w))
+                .cloned()
+                .collect()
+        }))
     }
 }

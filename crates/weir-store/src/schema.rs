@@ -602,4 +602,29 @@ ALTER TABLE run_sources_v19 RENAME TO run_sources;
 CREATE INDEX run_sources_source ON run_sources (source_key);
 ",
     ),
+    (
+        20,
+        r"
+-- What started each run (`trigger` in its record): the kind (cli, api, schedule, webhook,
+-- mcp, parent) for the list's filter, and the whole of it (name, tick, delivery, parent)
+-- as JSON. Runs created before have neither; their record infers the kind from the pin.
+ALTER TABLE runs ADD COLUMN trigger_kind TEXT;
+ALTER TABLE runs ADD COLUMN trigger_json TEXT;
+",
+    ),
+    (
+        21,
+        r"
+-- What an operator set on a saved workflow's trigger, kept apart from its versions so a new
+-- version does not undo it: a pause, and the hash of a `token` webhook's URL token.
+CREATE TABLE trigger_states (
+    workflow_id  TEXT NOT NULL,
+    name         TEXT NOT NULL,
+    paused       INTEGER NOT NULL DEFAULT 0,
+    token_hash   BLOB,
+    updated_at   TEXT NOT NULL,
+    PRIMARY KEY (workflow_id, name)
+);
+",
+    ),
 ];

@@ -29,10 +29,13 @@ mod patches;
 mod recovery;
 mod support;
 
-use catalog::{tokens_and_tools, workflow_versions_and_deletion};
+use catalog::{
+    tokens_and_tools, trigger_states_are_kept_per_trigger, workflow_versions_and_deletion,
+};
 use listing::{
     retention_deletes_only_ended_runs, run_listing_filters_and_pages,
-    runs_keep_their_source_across_prunes, short_ids_resolve_by_prefix,
+    runs_keep_their_source_across_prunes, runs_record_what_started_them_and_list_by_it,
+    short_ids_resolve_by_prefix,
 };
 use patches::patched_commits_rebuild_the_snapshot;
 use recovery::{
@@ -878,7 +881,9 @@ conformance!(
     a_crash_between_writes_leaves_a_run_that_continues,
     workflow_versions_and_deletion,
     tokens_and_tools,
+    trigger_states_are_kept_per_trigger,
     run_listing_filters_and_pages,
+    runs_record_what_started_them_and_list_by_it,
     short_ids_resolve_by_prefix,
     retention_deletes_only_ended_runs,
     runs_keep_their_source_across_prunes,

@@ -36,3 +36,4 @@ mod support;
 mod testing;
 mod tools;
 mod trace;
+mod triggers;

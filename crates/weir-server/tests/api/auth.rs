@@ -22,6 +22,22 @@ pub fn routes() -> Vec<(Method, &'static str, Scope)> {
         (M::POST, "/api/workflows/two-steps/validate", Scope::Read),
         (M::POST, "/api/validate", Scope::Read),
         (M::POST, "/api/workflows/two-steps/runs", Scope::Run),
+        (M::GET, "/api/workflows/two-steps/triggers", Scope::Read),
+        (
+            M::POST,
+            "/api/workflows/two-steps/triggers/zzz/fire",
+            Scope::Run,
+        ),
+        (
+            M::POST,
+            "/api/workflows/two-steps/triggers/zzz/pause",
+            Scope::Run,
+        ),
+        (
+            M::POST,
+            "/api/workflows/two-steps/triggers/zzz/resume",
+            Scope::Run,
+        ),
         (M::GET, "/api/runs", Scope::Read),
         (M::GET, "/api/runs/RUN", Scope::Read),
         (M::GET, "/api/runs/RUN/events", Scope::Read),

@@ -50,7 +50,7 @@ async fn the_openapi_document_covers_every_route() {
             .replace("two-steps", "{id}")
             .replace(
                 "/zzz",
-                if path.starts_with("/api/tools") {
+                if path.starts_with("/api/tools") || path.contains("/triggers/") {
                     "/{name}"
                 } else {
                     "/{id}"

@@ -1,7 +1,9 @@
 //! The catalog on Postgres: the shared statements of `crate::catalog`, run through sqlx.
 
 use sqlx::Row;
-use weir_core::catalog::{Catalog, NewVersion, TokenRow, ToolRow, WorkflowEntry, WorkflowVersion};
+use weir_core::catalog::{
+    Catalog, NewVersion, TokenRow, ToolRow, TriggerState, WorkflowEntry, WorkflowVersion,
+};
 use weir_core::store::StoreError;
 
 use super::Postgres;
@@ -206,5 +208,55 @@ impl Catalog for Postgres {
             return Err(no_tool(name));
         }
         Ok(())
+    }
+
+    async fn pause_trigger(
+        &self,
+        workflow_id: &str,
+        name: &str,
+        paused: bool,
+        at: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(sql::PAUSE_TRIGGER)
+            .bind(workflow_id)
+            .bind(name)
+            .bind(paused)
+            .bind(at)
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(())
+    }
+
+    async fn set_hook_token(
+        &self,
+        workflow_id: &str,
+        name: &str,
+        hash: &[u8],
+        at: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(sql::HOOK_TOKEN)
+            .bind(workflow_id)
+            .bind(name)
+            .bind(hash)
+            .bind(at)
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(())
+    }
+
+    async fn trigger_states(
+        &self,
+        workflow_id: Option<&str>,
+    ) -> Result<Vec<TriggerState>, StoreError> {
+        Ok(sqlx::query(sql::TRIGGER_STATES)
+            .bind(workflow_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?
+            .iter()
+            .map(cols::trigger_state)
+            .collect())
     }
 }

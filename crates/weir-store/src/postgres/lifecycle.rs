@@ -47,6 +47,7 @@ impl Lifecycle for Postgres {
                 epoch: 1,
             });
         }
+        let (trigger_kind, trigger_json) = crate::cols::trigger_cols(&run.trigger);
         let (input, snapshot, bodies) = (
             json(&run.input)?,
             json(&run.snapshot)?,
@@ -71,9 +72,10 @@ impl Lifecycle for Postgres {
                 ), r AS (
                     INSERT INTO runs (id, workflow, dialect, status, source_path, source_key,
                                       input, snapshot, started_at, idempotency_key, workflow_id,
-                                      workflow_version, epoch, owner, event_seq)
+                                      workflow_version, epoch, owner, event_seq, trigger_kind,
+                                      trigger_json)
                     VALUES ($1, $2, $3, $4, $5, (SELECT key FROM s), $7, $8, $9, $10, $11, $12,
-                            $13, $14, $15)
+                            $13, $14, $15, $19, $20)
                     ON CONFLICT DO NOTHING RETURNING id
                 ), q AS (
                     INSERT INTO queue (run_id, visible_at, leased, epoch)
@@ -104,6 +106,8 @@ impl Lifecycle for Postgres {
             .bind(run.claim.as_ref().map_or(0, |c| c.ttl.as_millis() as i64))
             .bind(lease.is_some())
             .bind(&bodies)
+            .bind(trigger_kind)
+            .bind(trigger_json.as_str())
             .fetch_optional(&self.pool)
             .await;
             match got {

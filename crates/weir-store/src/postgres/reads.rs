@@ -47,7 +47,7 @@ impl RunReads for Postgres {
             "SELECT workflow, dialect, status, input, snapshot, ",
             patches!(),
             ", error, started_at,
-                        finished_at
+                        finished_at, workflow_id, trigger_json
                  FROM runs r WHERE id = $1"
         ))
         .bind(run_id)
@@ -70,17 +70,21 @@ impl RunReads for Postgres {
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
         let (like, after_at, after_id) = crate::cols::list_params(filter);
+        let (kind, name) = crate::cols::trigger_filter(filter);
         let rows = sqlx::query(
             "SELECT id, workflow, status, started_at, finished_at, cost_usd, workflow_id,
                     workflow_version,
                     (SELECT count(*) FROM steps WHERE steps.run_id = runs.id) AS steps,
-                    error::jsonb ->> 'code' AS error_code
+                    error::jsonb ->> 'code' AS error_code, trigger_json
              FROM runs
              WHERE ($1::text IS NULL OR status = $1)
                AND ($2::text IS NULL OR workflow = $2 OR workflow_id = $2)
                AND ($3::text IS NULL OR started_at >= $3)
                AND ($4::text IS NULL OR id ILIKE $4 OR workflow ILIKE $4)
                AND ($5::text IS NULL OR started_at < $5 OR (started_at = $5 AND id < $6))
+               AND ($8::text IS NULL OR coalesce(trigger_kind,
+                        CASE WHEN workflow_id IS NULL THEN 'cli' ELSE 'api' END) = $8)
+               AND ($9::text IS NULL OR trigger_json::jsonb ->> 'name' = $9)
              ORDER BY started_at DESC, id DESC LIMIT $7",
         )
         .bind(filter.status.map(RunStatus::as_str))
@@ -90,6 +94,8 @@ impl RunReads for Postgres {
         .bind(after_at)
         .bind(after_id)
         .bind(i64::from(filter.limit))
+        .bind(kind)
+        .bind(name)
         .fetch_all(&self.pool)
         .await
         .map_err(backend)?;

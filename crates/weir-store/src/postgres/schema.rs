@@ -148,4 +148,27 @@ ALTER TABLE runs DROP COLUMN source_text;
 CREATE INDEX runs_source ON runs (source_key);
 ",
     ),
+    (
+        4,
+        r"
+-- What started each run (as SQLite's migration 20): the kind for the list's filter, and the
+-- whole of it as JSON.
+ALTER TABLE runs ADD COLUMN trigger_kind TEXT;
+ALTER TABLE runs ADD COLUMN trigger_json TEXT;
+",
+    ),
+    (
+        5,
+        r"
+-- What an operator set on a saved workflow's trigger (as SQLite's migration 21).
+CREATE TABLE trigger_states (
+    workflow_id  TEXT NOT NULL,
+    name         TEXT NOT NULL,
+    paused       BOOLEAN NOT NULL DEFAULT false,
+    token_hash   BYTEA,
+    updated_at   TEXT NOT NULL,
+    PRIMARY KEY (workflow_id, name)
+);
+",
+    ),
 ];

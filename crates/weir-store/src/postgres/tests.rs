@@ -29,6 +29,7 @@ fn new_run(id: &str, text: &str) -> NewRun {
         idempotency_key: None,
         claim: None,
         pin: None,
+        trigger: weir_core::record::RunTrigger::default(),
     }
 }
 

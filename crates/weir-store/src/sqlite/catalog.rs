@@ -3,7 +3,9 @@
 
 use async_trait::async_trait;
 use rusqlite::params;
-use weir_core::catalog::{Catalog, NewVersion, TokenRow, ToolRow, WorkflowEntry, WorkflowVersion};
+use weir_core::catalog::{
+    Catalog, NewVersion, TokenRow, ToolRow, TriggerState, WorkflowEntry, WorkflowVersion,
+};
 use weir_core::store::StoreError;
 
 use super::Sqlite;
@@ -209,5 +211,59 @@ impl Catalog for Sqlite {
             0 => Err(no_tool(name)),
             _ => Ok(()),
         }
+    }
+
+    async fn pause_trigger(
+        &self,
+        workflow_id: &str,
+        name: &str,
+        paused: bool,
+        at: &str,
+    ) -> Result<(), StoreError> {
+        self.change(
+            sql::PAUSE_TRIGGER,
+            vec![
+                workflow_id.to_string().into(),
+                name.to_string().into(),
+                i64::from(paused).into(),
+                at.to_string().into(),
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn set_hook_token(
+        &self,
+        workflow_id: &str,
+        name: &str,
+        hash: &[u8],
+        at: &str,
+    ) -> Result<(), StoreError> {
+        self.change(
+            sql::HOOK_TOKEN,
+            vec![
+                workflow_id.to_string().into(),
+                name.to_string().into(),
+                hash.to_vec().into(),
+                at.to_string().into(),
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn trigger_states(
+        &self,
+        workflow_id: Option<&str>,
+    ) -> Result<Vec<TriggerState>, StoreError> {
+        let id = workflow_id.map(str::to_string);
+        self.readers
+            .read(move |c| {
+                all(c, sql::TRIGGER_STATES, params![id], |r| {
+                    Ok(cols::trigger_state(r))
+                })
+            })
+            .await
     }
 }

@@ -769,6 +769,7 @@ pub fn create_run(
         epoch: 1,
         expires_at: weir_core::store::now_ms() + c.ttl.as_millis() as i64,
     });
+    let (trigger_kind, trigger_json) = crate::cols::trigger_cols(&run.trigger);
     let (status, event_seq) = match lease {
         Some(_) => ("running", 2),
         None => ("queued", 1),
@@ -776,8 +777,8 @@ pub fn create_run(
     tx.prepare(
         "INSERT INTO runs (id, workflow, dialect, status, source_path, snapshot, cost_usd,
                            started_at, idempotency_key, event_seq, workflow_id, workflow_version,
-                           epoch, owner, lease_expires_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                           epoch, owner, lease_expires_at, trigger_kind, trigger_json)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
     )?
     .execute(params![
         run.run_id,
@@ -794,6 +795,8 @@ pub fn create_run(
         lease.as_ref().map_or(0, |l| l.epoch as i64),
         lease.as_ref().map(|l| l.owner.as_str()),
         lease.as_ref().map(|l| l.expires_at),
+        trigger_kind,
+        trigger_json,
     ])
     .map_err(|e| match e {
         rusqlite::Error::SqliteFailure(f, _)

@@ -161,7 +161,7 @@ impl RunReads for Sqlite {
                     concat!(
                         "SELECT workflow, dialect, status, input, snapshot, ",
                         patches!(),
-                        ", error, started_at, finished_at
+                        ", error, started_at, finished_at, workflow_id, trigger_json
                          FROM runs JOIN run_sources ON run_sources.run_key = runs.key WHERE id = ?1"
                     ),
                     params![run_id],
@@ -178,19 +178,23 @@ impl RunReads for Sqlite {
         let filter = filter.clone();
         self.readers
             .read(move |c| {
+                let (kind, name) = cols::trigger_filter(&filter);
                 all(
                     c,
                     "SELECT id, workflow, status, started_at, finished_at, cost_usd, workflow_id,
                             workflow_version,
                             step_count + length(coalesce(running, '')) - length(replace(coalesce(running, ''), char(10), ''))
                               AS steps,
-                            json_extract(error, '$.code') AS error_code
+                            json_extract(error, '$.code') AS error_code, trigger_json
                      FROM runs
                      WHERE (?1 IS NULL OR status = ?1)
                        AND (?2 IS NULL OR workflow = ?2 OR workflow_id = ?2)
                        AND (?3 IS NULL OR started_at >= ?3)
                        AND (?4 IS NULL OR id LIKE ?4 ESCAPE '\\' OR workflow LIKE ?4 ESCAPE '\\')
                        AND (?5 IS NULL OR started_at < ?5 OR (started_at = ?5 AND id < ?6))
+                       AND (?8 IS NULL OR coalesce(trigger_kind,
+                                CASE WHEN workflow_id IS NULL THEN 'cli' ELSE 'api' END) = ?8)
+                       AND (?9 IS NULL OR json_extract(trigger_json, '$.name') = ?9)
                      ORDER BY started_at DESC, id DESC LIMIT ?7",
                     params![
                         filter.status.map(RunStatus::as_str),
@@ -200,6 +204,8 @@ impl RunReads for Sqlite {
                         after_at,
                         after_id,
                         i64::from(filter.limit),
+                        kind,
+                        name,
                     ],
                     |r| Ok(cols::summary(r)),
                 )

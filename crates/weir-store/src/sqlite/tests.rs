@@ -315,6 +315,7 @@ fn new_run(source_text: &str, input: serde_json::Value) -> NewRun {
         idempotency_key: None,
         claim: None,
         pin: None,
+        trigger: weir_core::record::RunTrigger::default(),
     }
 }
 

@@ -124,3 +124,44 @@ pub(super) async fn tokens_and_tools(f: Fixture) {
         Err(StoreError::NotFound(_))
     ));
 }
+
+pub(super) async fn trigger_states_are_kept_per_trigger(f: Fixture) {
+    let c = f.catalog;
+    assert!(c.trigger_states(None).await.unwrap().is_empty());
+    c.pause_trigger("wf", "nightly", true, "2026-12-08T09:00:00.000Z")
+        .await
+        .unwrap();
+    c.set_hook_token("wf", "github", &[7; 32], "2026-12-08T09:00:01.000Z")
+        .await
+        .unwrap();
+    c.pause_trigger("other", "nightly", false, "2026-12-08T09:00:02.000Z")
+        .await
+        .unwrap();
+    let wf = c.trigger_states(Some("wf")).await.unwrap();
+    assert_eq!(wf.len(), 2);
+    assert_eq!(
+        (
+            wf[1].name.as_str(),
+            wf[1].paused,
+            wf[1].token_hash.is_none()
+        ),
+        ("nightly", true, true)
+    );
+    assert_eq!(
+        (wf[0].name.as_str(), wf[0].paused),
+        ("github", false),
+        "a token leaves the pause as it was"
+    );
+    assert_eq!(wf[0].token_hash.as_deref(), Some(&[7u8; 32][..]));
+    // Resuming keeps the token; the time is the resume's.
+    c.pause_trigger("wf", "github", true, "2026-12-08T09:00:03.000Z")
+        .await
+        .unwrap();
+    c.pause_trigger("wf", "github", false, "2026-12-08T09:00:04.000Z")
+        .await
+        .unwrap();
+    let wf = c.trigger_states(Some("wf")).await.unwrap();
+    assert_eq!(wf[0].token_hash.as_deref(), Some(&[7u8; 32][..]));
+    assert_eq!(wf[0].updated_at, "2026-12-08T09:00:04.000Z");
+    assert_eq!(c.trigger_states(None).await.unwrap().len(), 3);
+}

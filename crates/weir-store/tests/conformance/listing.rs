@@ -229,3 +229,56 @@ pub(super) async fn runs_keep_their_source_across_prunes(f: Fixture) {
     assert_eq!(s.load_run("d").await.unwrap().source_text, one);
     assert_eq!(s.load_run("c").await.unwrap().source_text, two);
 }
+
+pub(super) async fn runs_record_what_started_them_and_list_by_it(f: Fixture) {
+    use weir_core::record::{RunTrigger, StartKind};
+    let s = f.store;
+    let made = [
+        ("by-cli", RunTrigger::of(StartKind::Cli)),
+        ("by-api", RunTrigger::of(StartKind::Api)),
+        (
+            "tick-1",
+            RunTrigger::schedule("nightly", "2026-12-08T09:00:00Z"),
+        ),
+        (
+            "tick-2",
+            RunTrigger::schedule("hourly", "2026-12-08T10:00:00Z"),
+        ),
+    ];
+    for (i, (id, trigger)) in made.iter().enumerate() {
+        let mut n = new_run(id);
+        n.created_at = format!("2026-01-01T00:00:0{i}.000Z");
+        n.trigger = trigger.clone();
+        s.create_run(n).await.unwrap();
+    }
+    let record = s.get_record("tick-1").await.unwrap();
+    assert_eq!(record.trigger, made[2].1, "the record's trigger, whole");
+    let by = |kind: StartKind, name: Option<&str>| {
+        let s = s.clone();
+        let name = name.map(str::to_string);
+        async move {
+            s.list_runs(&RunFilter {
+                limit: 100,
+                trigger: Some((kind, name)),
+                ..RunFilter::default()
+            })
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.run_id, r.trigger))
+            .collect::<Vec<_>>()
+        }
+    };
+    let scheduled = by(StartKind::Schedule, None).await;
+    assert_eq!(
+        scheduled,
+        [
+            ("tick-2".to_string(), made[3].1.clone()),
+            ("tick-1".to_string(), made[2].1.clone())
+        ]
+    );
+    assert_eq!(by(StartKind::Schedule, Some("nightly")).await.len(), 1);
+    assert_eq!(by(StartKind::Api, None).await[0].0, "by-api");
+    assert_eq!(by(StartKind::Cli, None).await[0].0, "by-cli");
+    assert!(by(StartKind::Webhook, None).await.is_empty());
+}

@@ -150,6 +150,7 @@ pub fn new_run(id: &str) -> NewRun {
         idempotency_key: None,
         claim: None,
         pin: None,
+        trigger: weir_core::record::RunTrigger::default(),
     }
 }
 

@@ -1,0 +1,268 @@
+//! Schedules through the real binary: a saved workflow's schedule fires in `weir serve`,
+//! each tick once, recorded as the run's trigger; `weir triggers list|fire|pause|resume`
+//! and the API's triggers routes; `overlap: skip` while a run waits at a gate; a pause a
+//! new version does not undo; the run list's trigger filter.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::serve::{Client, Server, block};
+use crate::support::Weir;
+
+/// A graph workflow that a schedule starts every second.
+fn every_second(name: &str, overlap: &str) -> Value {
+    json!({
+        "name": name,
+        "nodes": [{"id": "hello", "type": "agent",
+                   "config": {"model": "mock", "user_message": "tick {who}"}}],
+        "edges": [],
+        "triggers": [{"kind": "schedule", "name": "every-second", "cron": "* * * * * *",
+                      "timezone": "Europe/Paris", "input": {"who": "cron"},
+                      "overlap": overlap}]
+    })
+}
+
+async fn save(api: &Client, id: &str, doc: Value) {
+    let (status, saved) = api
+        .send(
+            reqwest::Method::PUT,
+            &format!("/api/workflows/{id}"),
+            Some(doc),
+        )
+        .await;
+    assert_eq!(status, 200, "{saved}");
+}
+
+async fn scheduled_runs(api: &Client, id: &str) -> Vec<Value> {
+    let list = api
+        .get(&format!(
+            "/api/runs?workflow={id}&trigger=schedule:every-second&limit=500"
+        ))
+        .await;
+    list["runs"].as_array().unwrap().clone()
+}
+
+fn ticks(runs: &[Value]) -> Vec<String> {
+    let mut t: Vec<String> = runs
+        .iter()
+        .map(|r| r["trigger"]["tick"].as_str().unwrap().to_string())
+        .collect();
+    t.sort();
+    t
+}
+
+fn seconds(tick: &str) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(tick)
+        .unwrap()
+        .timestamp()
+}
+
+#[test]
+fn a_schedule_fires_every_tick_once_and_records_it_as_the_runs_trigger() {
+    let w = Weir::new();
+    block(async {
+        let server = Server::start(&w, &["--workers", "2"]);
+        let token = server.first_token().unwrap();
+        let api = Client::new(&server, &token);
+        save(&api, "ticker", every_second("Ticker", "allow")).await;
+        tokio::time::sleep(Duration::from_millis(4500)).await;
+        let runs = scheduled_runs(&api, "ticker").await;
+        let t = ticks(&runs);
+        assert!(t.len() >= 3, "a run a second: {t:?}");
+        for pair in t.windows(2) {
+            assert_eq!(
+                seconds(&pair[1]) - seconds(&pair[0]),
+                1,
+                "one run per tick, none missing: {t:?}"
+            );
+        }
+        let first = api
+            .wait_for(runs[0]["run_id"].as_str().unwrap(), |s| s == "succeeded")
+            .await;
+        assert_eq!(first["trigger"]["kind"], "schedule");
+        assert_eq!(first["trigger"]["name"], "every-second");
+        assert_eq!(
+            first["input"],
+            json!({"who": "cron"}),
+            "the trigger's input"
+        );
+        assert_eq!(first["output"]["text"], "mock reply to: tick cron");
+        // The API's own runs are told apart.
+        let (status, made) = api
+            .post(
+                "/api/workflows/ticker/runs",
+                json!({"input": {"who": "me"}}),
+            )
+            .await;
+        assert_eq!(status, 202, "{made}");
+        let by_api = api.get("/api/runs?trigger=api").await;
+        let ids: Vec<&str> = by_api["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, [made["run_id"].as_str().unwrap()]);
+        let bad = api.get("/api/runs?trigger=cron").await;
+        assert_eq!(bad["error"]["code"], "invalid_request", "{bad}");
+        // The triggers route: the schedule, active, with its next ticks in Paris.
+        let listed = api.get("/api/workflows/ticker/triggers").await;
+        let t0 = &listed["triggers"][0];
+        assert_eq!(t0["name"], "every-second");
+        assert_eq!(t0["state"], "active");
+        assert_eq!(t0["next"].as_array().unwrap().len(), 5);
+        assert!(
+            t0["next_local"][0].as_str().unwrap().ends_with("+01:00"),
+            "{t0}"
+        );
+        assert!(t0["last_run"]["run_id"].is_string(), "{t0}");
+        server.kill();
+    });
+    // The CLI reads the same store.
+    let list = w.run(&["runs", "list", "--trigger", "schedule:every-second"]);
+    assert_eq!(list.code, 0, "{}", list.stderr);
+    assert!(
+        list.stdout.contains("schedule:every-second"),
+        "{}",
+        list.stdout
+    );
+    let listed = w.run(&["triggers", "list", "--json", "--at", "2027-03-28T00:59:58Z"]);
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    let v: Value = serde_json::from_str(&listed.stdout).unwrap();
+    // The night the clocks go forward in Paris: 02:59:59 is followed by 03:00:00.
+    assert_eq!(
+        v[0]["next_local"],
+        json!([
+            "2027-03-28T01:59:59+01:00",
+            "2027-03-28T03:00:00+02:00",
+            "2027-03-28T03:00:01+02:00",
+            "2027-03-28T03:00:02+02:00",
+            "2027-03-28T03:00:03+02:00"
+        ])
+    );
+    let table = w.run(&["triggers", "list"]);
+    assert!(
+        table.stdout.contains("ticker") && table.stdout.contains("* * * * * * (Europe/Paris)"),
+        "{}",
+        table.stdout
+    );
+}
+
+/// A gate keeps the first run waiting: under `overlap: skip` no tick starts another until it
+/// ends; a pause stops the ticks, a new version keeps it, a resume starts them again.
+#[test]
+fn skip_waits_for_the_last_run_and_a_pause_outlives_a_new_version() {
+    let w = Weir::new();
+    let gated = |name: &str| {
+        json!({
+            "name": name,
+            "nodes": [{"id": "ok", "type": "human_gate", "config": {"prompt": "go?"}}],
+            "edges": [],
+            "triggers": [{"kind": "schedule", "name": "every-second", "cron": "* * * * * *",
+                          "timezone": "UTC"}]
+        })
+    };
+    block(async {
+        let server = Server::start(&w, &["--workers", "1"]);
+        let token = server.first_token().unwrap();
+        let api = Client::new(&server, &token);
+        save(&api, "gated", gated("Gated")).await;
+        runs_until(
+            &api,
+            "gated",
+            "the first tick's run parks at its gate",
+            |r| r.iter().any(|r| r["status"] == "paused"),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let runs = scheduled_runs(&api, "gated").await;
+        assert_eq!(
+            runs.len(),
+            1,
+            "skip: no run while the last one waits: {runs:?}"
+        );
+        let first = runs[0]["run_id"].as_str().unwrap().to_string();
+        let (status, _) = api
+            .post(&format!("/api/runs/{first}/approve"), json!({"gate": "ok"}))
+            .await;
+        assert_eq!(status, 200);
+        runs_until(
+            &api,
+            "gated",
+            "a tick after the approval starts a run",
+            |r| r.len() >= 2,
+        )
+        .await;
+        // Pause: nothing more fires, through a new version too.
+        let (status, paused) = api
+            .post(
+                "/api/workflows/gated/triggers/every-second/pause",
+                json!({}),
+            )
+            .await;
+        assert_eq!(status, 200, "{paused}");
+        assert_eq!(paused["state"], "paused");
+        save(&api, "gated", gated("Gated v2")).await;
+        for r in scheduled_runs(&api, "gated").await {
+            let id = r["run_id"].as_str().unwrap();
+            let _ = api.post(&format!("/api/runs/{id}/cancel"), json!({})).await;
+        }
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let before = scheduled_runs(&api, "gated").await.len();
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert_eq!(
+            scheduled_runs(&api, "gated").await.len(),
+            before,
+            "a paused trigger fires nothing, a new version notwithstanding"
+        );
+        let listed = api.get("/api/workflows/gated/triggers").await;
+        assert_eq!(listed["triggers"][0]["state"], "paused");
+        assert_eq!(listed["triggers"][0]["version"], 2);
+        // Fire by hand: one run now, paused or not.
+        let (status, fired) = api
+            .post("/api/workflows/gated/triggers/every-second/fire", json!({}))
+            .await;
+        assert_eq!(status, 202, "{fired}");
+        let (status, missing) = api
+            .post("/api/workflows/gated/triggers/nightly/fire", json!({}))
+            .await;
+        assert_eq!(status, 404);
+        assert!(
+            missing["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("its triggers: every-second"),
+            "{missing}"
+        );
+        server.kill();
+    });
+    let resumed = w.run(&["triggers", "resume", "gated", "every-second"]);
+    assert_eq!(resumed.code, 0, "{}", resumed.stderr);
+    assert!(
+        resumed.stdout.contains("gated/every-second: active"),
+        "{}",
+        resumed.stdout
+    );
+    let fired = w.run(&["triggers", "fire", "gated", "every-second", "--json"]);
+    assert_eq!(fired.code, 0, "{}", fired.stderr);
+    let id: Value = serde_json::from_str(&fired.stdout).unwrap();
+    let shown = w.show(id["run_id"].as_str().unwrap());
+    assert_eq!(shown["trigger"]["kind"], "schedule");
+    assert_eq!(shown["status"], "queued", "queued for serve or a worker");
+    let nope = w.run(&["triggers", "fire", "gated", "nightly"]);
+    assert_eq!(nope.code, 2, "{}", nope.stderr);
+}
+
+/// The scheduled runs once `cond` holds of them (within 30 s).
+async fn runs_until(api: &Client, id: &str, what: &str, cond: impl Fn(&[Value]) -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let runs = scheduled_runs(api, id).await;
+        if cond(&runs) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: {runs:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
