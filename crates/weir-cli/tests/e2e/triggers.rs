@@ -266,3 +266,69 @@ async fn runs_until(api: &Client, id: &str, what: &str, cond: impl Fn(&[Value]) 
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A schedule every second on `weir serve` and two `weir worker` processes on one Postgres
+/// database: one run per tick and none missing, a worker SIGKILLed half-way changing
+/// nothing; everything stopped for five ticks and started again: one catch-up run, no storm.
+#[test]
+fn on_postgres_every_process_watches_and_each_tick_fires_once() {
+    use weir_store::testdb::TestDb;
+    let seconds_up = |s: u64| Duration::from_millis(s * 1000 + 300);
+    block(async {
+        let Some(db) = TestDb::create().await else {
+            return;
+        };
+        let w = Weir::new().env("WEIR_DB", &db.url);
+        let server = Server::start(&w, &["--workers", "0"]);
+        let token = server.first_token().unwrap();
+        let api = Client::new(&server, &token);
+        save(&api, "ticker", every_second("Ticker", "allow")).await;
+        let worker = |name: &str| w.spawn(&["worker", "--name", name]);
+        let mut w1 = worker("w1");
+        let mut w2 = worker("w2");
+        tokio::time::sleep(seconds_up(5)).await;
+        let _ = w1.kill();
+        let _ = w1.wait();
+        tokio::time::sleep(seconds_up(5)).await;
+        let _ = w2.kill();
+        let _ = w2.wait();
+        server.kill();
+        let before = ticks(&scheduled_runs_db(&w).await);
+        tokio::time::sleep(seconds_up(5)).await;
+        let again = Server::start(&w, &["--workers", "1"]);
+        tokio::time::sleep(seconds_up(3)).await;
+        let api = Client::new(&again, &token);
+        let t = ticks(&scheduled_runs(&api, "ticker").await);
+        again.kill();
+        let mut unique = t.clone();
+        unique.dedup();
+        assert_eq!(unique.len(), t.len(), "no tick fired twice: {t:?}");
+        let gaps: Vec<i64> = t
+            .windows(2)
+            .map(|p| seconds(&p[1]) - seconds(&p[0]))
+            .filter(|g| *g != 1)
+            .collect();
+        assert_eq!(gaps.len(), 1, "one gap, the downtime: {t:?}");
+        assert!(gaps[0] >= 5, "ticks missed while down fire no storm: {t:?}");
+        assert!(before.len() >= 9, "a run a second while up: {before:?}");
+        assert!(
+            t.len() >= before.len() + 3,
+            "the catch-up and the ticks after it: {t:?}"
+        );
+    });
+}
+
+/// The scheduled runs, read through the CLI while no server runs.
+async fn scheduled_runs_db(w: &Weir) -> Vec<Value> {
+    let listed = w.run(&[
+        "runs",
+        "list",
+        "--json",
+        "--limit",
+        "500",
+        "--trigger",
+        "schedule:every-second",
+    ]);
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    serde_json::from_str(&listed.stdout).unwrap()
+}
