@@ -26,6 +26,7 @@ async fn runtime(env: &Env) -> Result<Arc<Runtime>> {
 fn error(e: TriggerError) -> anyhow::Error {
     match e {
         TriggerError::NotFound(m) => StoreError::NotFound(m).into(),
+        TriggerError::Invalid(m) => Usage(m).into(),
         TriggerError::Store(e) => e.into(),
         TriggerError::Start(StartError::Compile(m)) => Usage(m).into(),
         TriggerError::Start(StartError::Engine(e)) => e.into(),
@@ -132,8 +133,12 @@ fn table(list: &[TriggerView]) {
 }
 
 fn schedule(t: &TriggerView) -> String {
-    match (&t.cron, &t.timezone) {
-        (Some(cron), Some(zone)) => format!("{cron} ({zone})"),
+    match (&t.cron, &t.timezone, &t.path) {
+        (Some(cron), Some(zone), _) => format!("{cron} ({zone})"),
+        (_, _, Some(path)) => format!(
+            "POST {path} ({})",
+            t.signature.as_deref().unwrap_or("webhook")
+        ),
         _ => t.kind.clone(),
     }
 }

@@ -218,6 +218,61 @@ pub struct Trigger {
 pub enum TriggerKind {
     /// A run at each tick of a cron expression.
     Schedule(Schedule),
+    /// A run for each authenticated delivery to `POST /hooks/{workflow}/{name}`.
+    Webhook(Webhook),
+}
+
+/// `kind: webhook`: deliveries authenticated by `signature` with the declared secret
+/// `secret` (or, for `token`, a random token in the URL that weir makes and stores hashed);
+/// `input` maps the delivery to the run's input; `dedupe` names the header whose value
+/// identifies a delivery (a repeated one returns the first run).
+#[derive(Debug, Clone, Serialize)]
+pub struct Webhook {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    pub signature: Signature,
+    /// `{key: template}` over `body`, `headers` (lower case, `-` as `_`) and `query`;
+    /// without it the run's input is the body (an object) or `{body: …}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dedupe: Option<String>,
+}
+
+/// How a webhook's deliveries are authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Signature {
+    /// `X-Signature-256: sha256=HEX`, the HMAC-SHA256 of the raw body with the secret.
+    HmacSha256,
+    /// GitHub's `X-Hub-Signature-256: sha256=HEX`.
+    Github,
+    /// Stripe's `Stripe-Signature: t=TIME,v1=HEX` over `TIME.BODY`, within five minutes.
+    Stripe,
+    /// Slack's `X-Slack-Signature: v0=HEX` over `v0:TIME:BODY` with
+    /// `X-Slack-Request-Timestamp: TIME`, within five minutes.
+    Slack,
+    /// A random token in the URL (`?token=…`), for senders that cannot sign.
+    Token,
+}
+
+impl Signature {
+    pub const NAMES: [&str; 5] = ["hmac-sha256", "github", "stripe", "slack", "token"];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "hmac-sha256" => Self::HmacSha256,
+            "github" => Self::Github,
+            "stripe" => Self::Stripe,
+            "slack" => Self::Slack,
+            "token" => Self::Token,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
 }
 
 /// `kind: schedule`: `cron`, read in `timezone`, starts a run with `input` at each tick.

@@ -42,6 +42,31 @@ pub struct Settings {
     /// How long ended runs are kept: `weir serve` prunes on this schedule.
     #[serde(default)]
     pub retention: Option<RetentionSettings>,
+    /// `[webhooks]`: how many deliveries each webhook takes.
+    #[serde(default)]
+    pub webhooks: WebhookSettings,
+}
+
+/// `[webhooks] requests_per_minute = 120`: each webhook of each saved workflow takes that
+/// many deliveries a minute on each `weir serve` process (bursts up to that many at once);
+/// more are answered 429 with `Retry-After`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSettings {
+    #[serde(default = "default_hook_rate")]
+    pub requests_per_minute: u32,
+}
+
+impl Default for WebhookSettings {
+    fn default() -> Self {
+        Self {
+            requests_per_minute: default_hook_rate(),
+        }
+    }
+}
+
+fn default_hook_rate() -> u32 {
+    120
 }
 
 /// `[retention] older_than = "30d"`: `weir serve` deletes runs that ended longer ago than
@@ -394,10 +419,10 @@ impl Settings {
         for key in raw.keys() {
             match key.as_str() {
                 "models" | "providers" | "pricing" | "mcp" | "tools" | "secrets" | "lease"
-                | "scripts" | "limits" | "network" | "retention" => {}
+                | "scripts" | "limits" | "network" | "retention" | "webhooks" => {}
                 other => {
                     return Err(format!(
-                        "unknown section [{other}]; weir.toml has [models], [providers], [pricing], [mcp], [tools], [secrets], [lease], [scripts], [limits], [network] and [retention]"
+                        "unknown section [{other}]; weir.toml has [models], [providers], [pricing], [mcp], [tools], [secrets], [lease], [scripts], [limits], [network], [retention] and [webhooks]"
                     ));
                 }
             }

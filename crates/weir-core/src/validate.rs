@@ -321,6 +321,32 @@ pub fn capabilities(
             }
         }
     }
+    // A webhook's secret: the sender signs with it, so the workspace must declare it.
+    for t in &wf.triggers {
+        if let crate::ir::TriggerKind::Webhook(h) = &t.kind
+            && let Some(name) = &h.secret
+            && !secrets.is_declared(name)
+        {
+            let declared = secrets.declared();
+            out.push(
+                Diagnostic::error(
+                    "E026",
+                    format!(
+                        "webhook `{}`: secret `{name}` is not declared in the workspace",
+                        t.name
+                    ),
+                )
+                .hint(format!(
+                    "declare it under [secrets] in weir.toml: {name} = {{ env = \"{name}\" }}{}",
+                    if declared.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (declared: {})", declared.join(", "))
+                    }
+                )),
+            );
+        }
+    }
     // An agent's tools: each must be one a model can be offered.
     for n in &wf.nodes {
         let NodeKind::Agent(a) = &n.kind else {

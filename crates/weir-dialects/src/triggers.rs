@@ -49,7 +49,17 @@ impl Cx {
     fn trigger(&mut self, item: &tree::Node) -> Option<weir_core::ir::Trigger> {
         use weir_core::ir::{Trigger, TriggerKind};
         const KEYS: &[&str] = &[
-            "kind", "name", "enabled", "cron", "timezone", "input", "overlap", "catch_up",
+            "kind",
+            "name",
+            "enabled",
+            "cron",
+            "timezone",
+            "input",
+            "overlap",
+            "catch_up",
+            "secret",
+            "signature",
+            "dedupe",
         ];
         if item.as_map().is_none() {
             self.err(
@@ -71,19 +81,47 @@ impl Cx {
                         "unknown trigger key `{k}`{}",
                         weir_core::validate::suggest(k, KEYS.iter().copied())
                     ),
-                    "a schedule trigger has kind, name, cron, timezone, input, overlap, catch_up and enabled",
+                    "a schedule has kind, name, cron, timezone, input, overlap, catch_up and enabled; a webhook has kind, name, secret, signature, input, dedupe and enabled",
                 );
             }
         }
-        let name = self.string("", item, "name");
+        let name = self.trigger_name(item)?;
         let kind = self.string("", item, "kind");
-        let name = match name {
+        let kind = match kind.as_deref() {
+            Some("schedule") => TriggerKind::Schedule(self.schedule(&name, item)?),
+            Some("webhook") => TriggerKind::Webhook(self.webhook(&name, item)?),
+            other => {
+                self.err(
+                    "E027",
+                    None,
+                    item.get("kind").and_then(|n| n.span).or(item.span),
+                    match other {
+                        Some(k) => format!(
+                            "trigger `{name}` has kind `{k}`, not schedule or webhook"
+                        ),
+                        None => format!("trigger `{name}` has no `kind`"),
+                    },
+                    "write kind: schedule with a cron expression, or kind: webhook with a signature",
+                );
+                return None;
+            }
+        };
+        Some(Trigger {
+            enabled: self.enabled(&name, item),
+            name,
+            kind,
+        })
+    }
+
+    /// A trigger's `name`: letters, digits, `_` and `-`.
+    fn trigger_name(&mut self, item: &tree::Node) -> Option<String> {
+        match self.string("", item, "name") {
             Some(n)
                 if !n.is_empty()
                     && n.chars()
                         .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') =>
             {
-                n
+                Some(n)
             }
             other => {
                 self.err(
@@ -98,30 +136,107 @@ impl Cx {
                     },
                     "name it like nightly or weekday-digest: it appears in URLs and commands",
                 );
-                return None;
+                None
             }
-        };
-        if kind.as_deref() != Some("schedule") {
+        }
+    }
+
+    /// A webhook's own fields: `signature`, `secret`, `input`, `dedupe`.
+    fn webhook(&mut self, name: &str, item: &tree::Node) -> Option<weir_core::ir::Webhook> {
+        use weir_core::ir::Signature;
+        let at = |key: &str| item.get(key).and_then(|n| n.span).or(item.span);
+        let signature = self.string("", item, "signature");
+        let Some(signature) = signature.as_deref().and_then(Signature::parse) else {
             self.err(
                 "E027",
                 None,
-                item.get("kind").and_then(|n| n.span).or(item.span),
-                match kind {
-                    Some(k) => format!(
-                        "trigger `{name}` has kind `{k}`: the kind this version fires is schedule"
-                    ),
-                    None => format!("trigger `{name}` has no `kind`"),
+                at("signature"),
+                match signature {
+                    Some(s) => format!("webhook `{name}`: signature `{s}` is none of {}", Signature::NAMES.join(", ")),
+                    None => format!("webhook `{name}` has no `signature`"),
                 },
-                "write kind: schedule with a cron expression",
+                "write signature: github (or hmac-sha256, stripe, slack; token for a sender that cannot sign)",
             );
             return None;
+        };
+        let secret = self.string("", item, "secret");
+        match (signature, &secret) {
+            (Signature::Token, Some(_)) => {
+                self.err(
+                    "E027",
+                    None,
+                    at("secret"),
+                    format!("webhook `{name}`: the token scheme takes no `secret`"),
+                    "remove secret: weir makes the URL token when the workflow is saved and shows it once",
+                );
+                return None;
+            }
+            (Signature::Token, None) | (_, Some(_)) => {}
+            (_, None) => {
+                self.err(
+                    "E027",
+                    None,
+                    item.span,
+                    format!(
+                        "webhook `{name}`: signature {} needs a `secret`",
+                        signature.as_str()
+                    ),
+                    "write secret: NAME, a secret declared under [secrets] in weir.toml that the sender signs with",
+                );
+                return None;
+            }
         }
-        let schedule = self.schedule(&name, item)?;
-        Some(Trigger {
-            enabled: self.enabled(&name, item),
-            name,
-            kind: TriggerKind::Schedule(schedule),
+        let input = self.hook_input(name, item)?;
+        let dedupe = self.string("", item, "dedupe");
+        for key in ["cron", "timezone", "overlap", "catch_up"] {
+            if item.get(key).is_some() {
+                self.err(
+                    "E027",
+                    None,
+                    at(key),
+                    format!("webhook `{name}`: `{key}` is a schedule's key"),
+                    "remove it, or make the trigger kind: schedule",
+                );
+            }
+        }
+        Some(weir_core::ir::Webhook {
+            secret,
+            signature,
+            input,
+            dedupe,
         })
+    }
+
+    /// A webhook's `input`: templates over `body`, `headers` and `query` (`Some(None)`:
+    /// none given; `None`: a mistake, reported).
+    fn hook_input(&mut self, name: &str, item: &tree::Node) -> Option<Option<serde_json::Value>> {
+        match item.get("input") {
+            None => Some(None),
+            Some(v) if v.as_map().is_some() => {
+                let json = v.to_json();
+                if let Err(e) = weir_core::expr::check_value(&json) {
+                    self.err(
+                        "E027",
+                        None,
+                        v.span,
+                        format!("webhook `{name}`: `input` has a template that does not parse: {e}"),
+                        "write input: {action: \"{body.action}\", event: \"{headers.x_github_event}\"}",
+                    );
+                    return None;
+                }
+                Some(Some(json))
+            }
+            Some(v) => {
+                self.err(
+                    "E027",
+                    None,
+                    v.span,
+                    format!("webhook `{name}`: `input` must be a map, found {}", v.type_name()),
+                    "write input: {action: \"{body.action}\"} (templates over body, headers and query)",
+                );
+                None
+            }
+        }
     }
 
     /// A schedule's own fields: `cron`, `timezone`, `overlap`, `catch_up`, `input`.
@@ -185,6 +300,17 @@ impl Cx {
             _ => CatchUp::Latest,
         };
         let input = self.input(name, item);
+        for key in ["secret", "signature", "dedupe"] {
+            if item.get(key).is_some() {
+                self.err(
+                    "E027",
+                    None,
+                    item.get(key).and_then(|n| n.span),
+                    format!("schedule `{name}`: `{key}` is a webhook's key"),
+                    "remove it, or make the trigger kind: webhook",
+                );
+            }
+        }
         Some(Schedule {
             cron,
             timezone,

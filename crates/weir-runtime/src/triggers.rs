@@ -76,6 +76,11 @@ pub fn tick_text(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
+/// Where a webhook is served.
+pub fn hook_path(workflow_id: &str, name: &str) -> String {
+    format!("/hooks/{workflow_id}/{name}")
+}
+
 /// The idempotency key of a tick's run.
 pub fn tick_key(workflow_id: &str, trigger: &str, tick: DateTime<Utc>) -> String {
     format!("schedule:{workflow_id}:{trigger}:{}", tick_text(tick))
@@ -117,6 +122,12 @@ pub struct TriggerView {
     pub next: Vec<String>,
     /// The next ticks on the zone's wall clock.
     pub next_local: Vec<String>,
+    /// A webhook's path on the server (`/hooks/{workflow}/{name}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// A webhook's signature scheme.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
     /// The run this trigger started last.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_run: Option<LastRun>,
@@ -145,12 +156,14 @@ pub enum TriggerError {
     Start(StartError),
     /// The store refused.
     Store(weir_core::store::StoreError),
+    /// The request makes no sense for this trigger (firing a webhook by hand).
+    Invalid(String),
 }
 
 impl std::fmt::Display for TriggerError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::NotFound(m) => f.write_str(m),
+            Self::NotFound(m) | Self::Invalid(m) => f.write_str(m),
             Self::Start(e) => e.fmt(f),
             Self::Store(e) => e.fmt(f),
         }
@@ -208,7 +221,9 @@ impl Runtime {
                 continue;
             };
             for t in &wf.triggers {
-                let TriggerKind::Schedule(s) = &t.kind;
+                let TriggerKind::Schedule(s) = &t.kind else {
+                    continue;
+                };
                 let state = states.get(&(saved.workflow_id.clone(), t.name.clone()));
                 if !t.enabled || state.is_some_and(|s| s.paused) {
                     continue;
@@ -256,7 +271,10 @@ impl Runtime {
             _ => ticks,
         };
         for &tick in ticks {
-            let last = match self.last_run(&saved.workflow_id, &t.name).await {
+            let last = match self
+                .last_run(&saved.workflow_id, &t.name, StartKind::Schedule)
+                .await
+            {
                 Ok(last) => last,
                 Err(e) => {
                     tracing::warn!("schedule {}/{}: {e}", saved.workflow_id, t.name);
@@ -302,18 +320,19 @@ impl Runtime {
         None
     }
 
-    /// The run a trigger started last.
+    /// The run a trigger of `kind` started last.
     pub async fn last_run(
         &self,
         workflow_id: &str,
         name: &str,
+        kind: StartKind,
     ) -> Result<Option<LastRun>, weir_core::store::StoreError> {
         let runs = self
             .store
             .list_runs(&RunFilter {
                 limit: 1,
                 workflow: Some(workflow_id.to_string()),
-                trigger: Some((StartKind::Schedule, Some(name.to_string()))),
+                trigger: Some((kind, Some(name.to_string()))),
                 ..RunFilter::default()
             })
             .await?;
@@ -376,36 +395,54 @@ impl Runtime {
         paused: bool,
         now: DateTime<Utc>,
     ) -> Result<TriggerView, TriggerError> {
-        let TriggerKind::Schedule(s) = &t.kind;
         let state = match (t.enabled, paused) {
             (false, _) => "disabled",
             (true, true) => "paused",
             (true, false) => "active",
         };
-        let (next, next_local) = match Cron::parse(&s.cron, &s.timezone) {
-            Ok(cron) if state == "active" => {
-                let ticks = cron.upcoming(now, 5);
-                (
-                    ticks.iter().map(|t| tick_text(*t)).collect(),
-                    ticks.iter().map(|t| cron.local(*t)).collect(),
-                )
-            }
-            _ => (Vec::new(), Vec::new()),
-        };
-        Ok(TriggerView {
+        let mut view = TriggerView {
             workflow_id: saved.workflow_id.clone(),
             version: saved.version,
             name: t.name.clone(),
             kind: "schedule".into(),
             state: state.into(),
-            cron: Some(s.cron.clone()),
-            timezone: Some(s.timezone.clone()),
-            overlap: Some(s.overlap),
-            catch_up: Some(s.catch_up),
-            next,
-            next_local,
-            last_run: self.last_run(&saved.workflow_id, &t.name).await?,
-        })
+            cron: None,
+            timezone: None,
+            overlap: None,
+            catch_up: None,
+            next: Vec::new(),
+            next_local: Vec::new(),
+            path: None,
+            signature: None,
+            last_run: None,
+        };
+        match &t.kind {
+            TriggerKind::Schedule(s) => {
+                if let Ok(cron) = Cron::parse(&s.cron, &s.timezone)
+                    && state == "active"
+                {
+                    let ticks = cron.upcoming(now, 5);
+                    view.next = ticks.iter().map(|t| tick_text(*t)).collect();
+                    view.next_local = ticks.iter().map(|t| cron.local(*t)).collect();
+                }
+                view.cron = Some(s.cron.clone());
+                view.timezone = Some(s.timezone.clone());
+                view.overlap = Some(s.overlap);
+                view.catch_up = Some(s.catch_up);
+                view.last_run = self
+                    .last_run(&saved.workflow_id, &t.name, StartKind::Schedule)
+                    .await?;
+            }
+            TriggerKind::Webhook(h) => {
+                view.kind = "webhook".into();
+                view.path = Some(hook_path(&saved.workflow_id, &t.name));
+                view.signature = Some(h.signature.as_str().into());
+                view.last_run = self
+                    .last_run(&saved.workflow_id, &t.name, StartKind::Webhook)
+                    .await?;
+            }
+        }
+        Ok(view)
     }
 
     /// The trigger `name` of a saved workflow's latest version.
@@ -443,7 +480,12 @@ impl Runtime {
         name: &str,
     ) -> Result<weir_engine::CreatedRun, TriggerError> {
         let (saved, t) = self.find_trigger(workflow_id, name).await?;
-        let TriggerKind::Schedule(s) = &t.kind;
+        let TriggerKind::Schedule(s) = &t.kind else {
+            return Err(TriggerError::Invalid(format!(
+                "{name} is a webhook: it fires when a delivery comes to {}",
+                hook_path(workflow_id, name)
+            )));
+        };
         let opts = CreateOptions {
             idempotency_key: None,
             claim: false,
@@ -467,6 +509,29 @@ impl Runtime {
             .pause_trigger(workflow_id, name, paused, &weir_engine::now())
             .await?;
         self.view(&saved, &t, paused, Utc::now()).await
+    }
+
+    /// An enabled, unpaused trigger `name` of a saved workflow's latest version, with
+    /// that version (what a webhook delivery starts).
+    pub async fn active_trigger(
+        &self,
+        workflow_id: &str,
+        name: &str,
+    ) -> Result<(WorkflowVersion, Trigger), TriggerError> {
+        let (saved, t) = self.find_trigger(workflow_id, name).await?;
+        let paused = self
+            .catalog
+            .trigger_states(Some(workflow_id))
+            .await?
+            .iter()
+            .any(|s| s.name == name && s.paused);
+        if !t.enabled || paused {
+            return Err(TriggerError::NotFound(format!(
+                "trigger {name} of workflow {workflow_id} is {}",
+                if paused { "paused" } else { "disabled" }
+            )));
+        }
+        Ok((saved, t))
     }
 }
 

@@ -20,6 +20,8 @@ pub struct App {
     pub records: Records,
     /// The largest request body read, in bytes.
     pub max_body: usize,
+    /// Each webhook's deliveries per minute.
+    pub hooks: crate::hooks::Limiter,
 }
 
 /// A bounded cache of ended runs' record JSON (by run id), oldest out first.
@@ -87,6 +89,7 @@ impl App {
             tokens: crate::auth::Tokens::default(),
             closing: watch::channel(false).0,
             records: Records::default(),
+            hooks: crate::hooks::Limiter::default(),
             max_body,
         }))
     }

@@ -57,7 +57,7 @@ impl Scope {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     bytes
         .iter()
@@ -67,14 +67,14 @@ fn hex(bytes: &[u8]) -> String {
         })
 }
 
-fn random<const N: usize>() -> Result<[u8; N], ApiError> {
+pub(crate) fn random<const N: usize>() -> Result<[u8; N], ApiError> {
     let mut buf = [0u8; N];
     getrandom::fill(&mut buf)
         .map_err(|e| ApiError::internal(format!("no system randomness: {e}")))?;
     Ok(buf)
 }
 
-fn digest(secret: &str) -> Vec<u8> {
+pub(crate) fn digest(secret: &str) -> Vec<u8> {
     Sha256::digest(secret.as_bytes()).to_vec()
 }
 

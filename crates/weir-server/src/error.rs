@@ -25,6 +25,9 @@ pub enum ErrorCode {
     InvalidWorkflow,
     /// 413: the body is over the server's limit.
     BodyTooLarge,
+    /// 429: over a rate (a webhook's `[webhooks] requests_per_minute`); `Retry-After` says
+    /// when to try again.
+    RateLimited,
     /// 500: the store or the server failed.
     Internal,
     /// 503: the database is busy or cannot be reached for now; the same request may succeed
@@ -42,6 +45,7 @@ impl ErrorCode {
             Self::Conflict => StatusCode::CONFLICT,
             Self::InvalidRequest | Self::InvalidWorkflow => StatusCode::UNPROCESSABLE_ENTITY,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         }

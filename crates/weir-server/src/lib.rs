@@ -13,6 +13,7 @@ mod app;
 pub mod auth;
 mod error;
 mod examples;
+mod hooks;
 mod meta;
 mod openapi;
 mod runs;
@@ -64,6 +65,7 @@ pub fn router(app: Arc<App>) -> Router {
         )
         .route("/api/workflows/{id}/runs", post(runs::create))
         .route("/api/workflows/{id}/triggers", get(triggers::list))
+        .route("/hooks/{workflow}/{name}", post(hooks::deliver))
         .route(
             "/api/workflows/{id}/triggers/{name}/fire",
             post(triggers::fire),

@@ -80,6 +80,7 @@ impl Modify for Bearer {
         crate::tools_tokens::list_tokens, crate::tools_tokens::create_token, crate::tools_tokens::revoke_token,
         crate::tools_tokens::session, crate::tools_tokens::models,
         crate::triggers::list, crate::triggers::fire, crate::triggers::pause, crate::triggers::resume,
+        crate::hooks::deliver,
     ),
     components(schemas(ErrorBody, ErrorDetail)),
     modifiers(&Bearer)

@@ -22,7 +22,7 @@ pub struct TriggerOut {
     /// The version whose document declares it (the workflow's latest).
     pub version: u32,
     pub name: String,
-    /// `schedule`.
+    /// `schedule` or `webhook`.
     pub kind: String,
     /// `active`, `disabled` (`enabled: false` in the document) or `paused`.
     pub state: String,
@@ -42,6 +42,12 @@ pub struct TriggerOut {
     pub next: Vec<String>,
     /// The same on the zone's wall clock.
     pub next_local: Vec<String>,
+    /// A webhook's path on this server (`/hooks/{workflow}/{name}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// A webhook's signature scheme: hmac-sha256, github, stripe, slack or token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
     /// The run the trigger started last: `{run_id, status, started_at, tick}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
@@ -62,6 +68,8 @@ impl From<TriggerView> for TriggerOut {
             catch_up: v.catch_up,
             next: v.next,
             next_local: v.next_local,
+            path: v.path,
+            signature: v.signature,
             last_run: v.last_run,
         }
     }
@@ -83,6 +91,7 @@ impl From<TriggerError> for ApiError {
     fn from(e: TriggerError) -> Self {
         match e {
             TriggerError::NotFound(m) => Self::not_found(m),
+            TriggerError::Invalid(m) => Self::invalid(m),
             TriggerError::Start(e) => e.into(),
             TriggerError::Store(e) => e.into(),
         }

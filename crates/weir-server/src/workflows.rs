@@ -31,6 +31,10 @@ pub struct WorkflowOut {
     pub updated_at: String,
     /// The document as it was saved.
     pub source: String,
+    /// On a save that made them: the URLs (with their tokens) of the document's webhooks
+    /// with the `token` scheme, shown this once; weir keeps only the tokens' hashes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hook_tokens: Vec<crate::hooks::HookToken>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -84,6 +88,7 @@ fn out(e: WorkflowEntry) -> WorkflowOut {
         created_at: e.created_at,
         updated_at: e.latest.created_at,
         source: e.latest.source,
+        hook_tokens: Vec::new(),
     }
 }
 
@@ -246,7 +251,9 @@ pub async fn create(
     }
     let saved = save(&app, q.id, &body, true).await?;
     let entry = app.rt.catalog.workflow(&saved.workflow_id).await?;
-    Ok((StatusCode::CREATED, Json(out(entry))))
+    let mut made = out(entry);
+    made.hook_tokens = crate::hooks::mint_tokens(&app, &saved.workflow_id).await?;
+    Ok((StatusCode::CREATED, Json(made)))
 }
 
 #[utoipa::path(get, path = "/api/workflows/{id}", tag = "workflows",
@@ -279,7 +286,9 @@ pub async fn put(
     authorize(&app, &headers, Scope::Admin).await?;
     check_id(&id)?;
     save(&app, Some(id.clone()), &body, false).await?;
-    Ok(Json(out(app.rt.catalog.workflow(&id).await?)))
+    let mut saved = out(app.rt.catalog.workflow(&id).await?);
+    saved.hook_tokens = crate::hooks::mint_tokens(&app, &id).await?;
+    Ok(Json(saved))
 }
 
 #[utoipa::path(delete, path = "/api/workflows/{id}", tag = "workflows",

@@ -332,3 +332,312 @@ async fn scheduled_runs_db(w: &Weir) -> Vec<Value> {
     assert_eq!(listed.code, 0, "{}", listed.stderr);
     serde_json::from_str(&listed.stdout).unwrap()
 }
+
+/// A delivery of the signature table: what it is, its path, headers and body, the status
+/// it must get.
+type Delivery<'a> = (&'a str, &'a str, Vec<(&'static str, String)>, Vec<u8>, u16);
+
+fn sign(secret: &str, parts: &[&[u8]]) -> String {
+    use hmac::{KeyInit, Mac};
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    for p in parts {
+        mac.update(p);
+    }
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn hooked() -> Value {
+    json!({
+        "name": "Hooked",
+        "nodes": [{"id": "echo", "type": "condition", "config": {"expression": "action == 'opened'"}}],
+        "edges": [],
+        "triggers": [
+            {"kind": "webhook", "name": "github", "signature": "github", "secret": "HOOK_SECRET",
+             "input": {"action": "{body.action}", "event": "{headers.x_github_event}"},
+             "dedupe": "X-GitHub-Delivery"},
+            {"kind": "webhook", "name": "plain", "signature": "hmac-sha256", "secret": "HOOK_SECRET"},
+            {"kind": "webhook", "name": "stripe", "signature": "stripe", "secret": "HOOK_SECRET"},
+            {"kind": "webhook", "name": "slack", "signature": "slack", "secret": "HOOK_SECRET",
+             "input": {"command": "{body.command}"}},
+            {"kind": "webhook", "name": "form", "signature": "token"}
+        ]
+    })
+}
+
+/// Webhooks through `weir serve`: each scheme's valid deliveries start runs and nothing
+/// else does (a wrong secret, a body changed by one byte, a replay outside the tolerance, a
+/// missing header); a delivery id delivered 100 times makes one run; a `token` hook's URL is
+/// shown once; over the body cap 413, over the rate 429.
+#[test]
+fn webhooks_start_runs_only_for_authentic_deliveries() {
+    let secret = "whsec_9f8e7d6c5b4a";
+    let w = Weir::new().env("HOOK_SECRET", secret);
+    w.file(
+        "weir.toml",
+        "[secrets]\nHOOK_SECRET = { env = \"HOOK_SECRET\" }\n[webhooks]\nrequests_per_minute = 400\n",
+    );
+    block(async {
+        let server = Server::start(&w, &["--workers", "1", "--max-body", "4096"]);
+        let token = server.first_token().unwrap();
+        let api = Client::new(&server, &token);
+        let (status, saved) = api
+            .send(
+                reqwest::Method::PUT,
+                "/api/workflows/hooked",
+                Some(hooked()),
+            )
+            .await;
+        assert_eq!(status, 200, "{saved}");
+        let url = saved["hook_tokens"][0]["url"].as_str().unwrap().to_string();
+        assert!(url.starts_with("/hooks/hooked/form?token="), "{saved}");
+        let (_, again) = api
+            .send(
+                reqwest::Method::PUT,
+                "/api/workflows/hooked",
+                Some(hooked()),
+            )
+            .await;
+        assert!(
+            again.get("hook_tokens").is_none(),
+            "the token is shown once: {again}"
+        );
+        let http = reqwest::Client::new();
+        let post = |path: String, headers: Vec<(&'static str, String)>, body: Vec<u8>| {
+            let (http, base) = (http.clone(), server.url.clone());
+            async move {
+                let mut r = http.post(format!("{base}{path}")).body(body);
+                for (k, v) in headers {
+                    r = r.header(k, v);
+                }
+                let r = r.send().await.unwrap();
+                let status = r.status().as_u16();
+                (status, r.json::<Value>().await.unwrap_or(Value::Null))
+            }
+        };
+        let body = br#"{"action":"opened","number":7}"#.to_vec();
+        let now = chrono::Utc::now().timestamp().to_string();
+        let old = (chrono::Utc::now().timestamp() - 600).to_string();
+        let gh = format!("sha256={}", sign(secret, &[&body]));
+        let mut changed = body.clone();
+        changed[3] = b'b';
+        let slack_body = b"command=%2Fdeploy&text=now".to_vec();
+        let slack = |at: &str| {
+            format!(
+                "v0={}",
+                sign(secret, &[b"v0:", at.as_bytes(), b":", &slack_body])
+            )
+        };
+        let stripe =
+            |at: &str| format!("t={at},v1={}", sign(secret, &[at.as_bytes(), b".", &body]));
+        let cases: Vec<Delivery<'_>> = vec![
+            (
+                "github valid",
+                "/hooks/hooked/github",
+                vec![
+                    ("x-hub-signature-256", gh.clone()),
+                    ("x-github-event", "pull_request".into()),
+                    ("x-github-delivery", "d-1".into()),
+                ],
+                body.clone(),
+                202,
+            ),
+            (
+                "github wrong secret",
+                "/hooks/hooked/github",
+                vec![(
+                    "x-hub-signature-256",
+                    format!("sha256={}", sign("other", &[&body])),
+                )],
+                body.clone(),
+                401,
+            ),
+            (
+                "github body changed",
+                "/hooks/hooked/github",
+                vec![("x-hub-signature-256", gh.clone())],
+                changed.clone(),
+                401,
+            ),
+            (
+                "github no header",
+                "/hooks/hooked/github",
+                vec![],
+                body.clone(),
+                401,
+            ),
+            (
+                "hmac valid",
+                "/hooks/hooked/plain",
+                vec![
+                    ("x-signature-256", sign(secret, &[&body])),
+                    ("content-type", "application/json".into()),
+                ],
+                body.clone(),
+                202,
+            ),
+            (
+                "hmac changed",
+                "/hooks/hooked/plain",
+                vec![("x-signature-256", sign(secret, &[&body]))],
+                changed.clone(),
+                401,
+            ),
+            (
+                "stripe valid",
+                "/hooks/hooked/stripe",
+                vec![("stripe-signature", stripe(&now))],
+                body.clone(),
+                202,
+            ),
+            (
+                "stripe replayed",
+                "/hooks/hooked/stripe",
+                vec![("stripe-signature", stripe(&old))],
+                body.clone(),
+                401,
+            ),
+            (
+                "slack valid",
+                "/hooks/hooked/slack",
+                vec![
+                    ("x-slack-signature", slack(&now)),
+                    ("x-slack-request-timestamp", now.clone()),
+                    ("content-type", "application/x-www-form-urlencoded".into()),
+                ],
+                slack_body.clone(),
+                202,
+            ),
+            (
+                "slack replayed",
+                "/hooks/hooked/slack",
+                vec![
+                    ("x-slack-signature", slack(&old)),
+                    ("x-slack-request-timestamp", old.clone()),
+                ],
+                slack_body.clone(),
+                401,
+            ),
+            (
+                "slack no timestamp",
+                "/hooks/hooked/slack",
+                vec![("x-slack-signature", slack(&now))],
+                slack_body.clone(),
+                401,
+            ),
+            ("token valid", url.as_str(), vec![], body.clone(), 202),
+            (
+                "token wrong",
+                "/hooks/hooked/form?token=0000",
+                vec![],
+                body.clone(),
+                401,
+            ),
+            (
+                "token missing",
+                "/hooks/hooked/form",
+                vec![],
+                body.clone(),
+                401,
+            ),
+            (
+                "no such hook",
+                "/hooks/hooked/nope",
+                vec![],
+                body.clone(),
+                404,
+            ),
+        ];
+        let mut started = Vec::new();
+        for (what, path, headers, b, want) in cases {
+            let (status, answer) = post(path.to_string(), headers, b).await;
+            assert_eq!(status, want, "{what}: {answer}");
+            if status == 202 {
+                started.push(answer["run_id"].as_str().unwrap().to_string());
+            } else {
+                assert!(answer["error"]["message"].is_string(), "{what}: {answer}");
+            }
+        }
+        let listed = api.get("/api/runs?trigger=webhook&limit=100").await;
+        let mut ids: Vec<String> = listed["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        started.sort();
+        assert_eq!(ids, started, "only the valid deliveries made runs");
+        // The GitHub delivery's run: its input mapped from the body and headers.
+        let gh_run = listed["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["trigger"]["name"] == "github")
+            .unwrap()["run_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let record = api.wait_for(&gh_run, |s| s == "succeeded").await;
+        assert_eq!(
+            record["input"],
+            json!({"action": "opened", "event": "pull_request"})
+        );
+        assert_eq!(
+            record["trigger"],
+            json!({"kind": "webhook", "name": "github", "delivery": "d-1"})
+        );
+        // 100 redeliveries of d-1: the first run each time.
+        for _ in 0..100 {
+            let (status, answer) = post(
+                "/hooks/hooked/github".into(),
+                vec![
+                    ("x-hub-signature-256", gh.clone()),
+                    ("x-github-event", "pull_request".into()),
+                    ("x-github-delivery", "d-1".into()),
+                ],
+                body.clone(),
+            )
+            .await;
+            assert_eq!(
+                (status, answer["run_id"].as_str()),
+                (202, Some(gh_run.as_str()))
+            );
+            assert_eq!(answer["created"], false);
+        }
+        let listed = api.get("/api/runs?trigger=webhook:github&limit=100").await;
+        assert_eq!(
+            listed["runs"].as_array().unwrap().len(),
+            1,
+            "one delivery, one run"
+        );
+        // Over the body cap, and over the rate.
+        let (status, _) = post("/hooks/hooked/github".into(), vec![], vec![b'x'; 8192]).await;
+        assert_eq!(status, 413);
+        let mut limited = None;
+        for _ in 0..450 {
+            let (status, _) = post("/hooks/hooked/plain".into(), vec![], b"{}".to_vec()).await;
+            if status == 429 {
+                limited = Some(status);
+                break;
+            }
+        }
+        assert_eq!(limited, Some(429), "the hook's rate is enforced");
+        let listed = api.get("/api/workflows/hooked/triggers").await;
+        let form = listed["triggers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "form")
+            .unwrap()
+            .clone();
+        assert_eq!(form["path"], "/hooks/hooked/form");
+        assert_eq!(form["signature"], "token");
+        server.kill();
+    });
+    let log = w.run(&["runs", "list", "--trigger", "webhook"]);
+    assert!(!log.stdout.contains(secret), "no secret in the list");
+}

@@ -115,6 +115,7 @@ async fn error_codes_are_an_enum_the_document_lists() {
             "invalid_request",
             "invalid_workflow",
             "not_found",
+            "rate_limited",
             "unauthorized",
             "unavailable"
         ]
