@@ -34,8 +34,9 @@ impl Cron {
 
     /// The first tick strictly after `t`.
     pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        // Ticks fall on whole seconds: from 08:59:59.6 the next is 09:00:00, not 09:00:00.6.
         self.cron
-            .find_next_occurrence(&t.with_timezone(&self.zone), false)
+            .find_next_occurrence(&t.trunc_subsecs(0).with_timezone(&self.zone), false)
             .ok()
             .map(|d| d.with_timezone(&Utc))
     }
@@ -138,6 +139,12 @@ mod tests {
         let c = Cron::parse("* * * * * *", "UTC").unwrap();
         let t = utc(2027, 1, 1, 0, 0);
         assert_eq!(c.next_after(t), Some(t + chrono::Duration::seconds(1)));
+        let late = t + chrono::Duration::milliseconds(600);
+        assert_eq!(
+            c.next_after(late),
+            Some(t + chrono::Duration::seconds(1)),
+            "whole seconds"
+        );
         let e = Cron::parse("0 9 * *", "UTC").unwrap_err();
         assert!(e.contains("not a cron expression"), "{e}");
         let e = Cron::parse("0 9 * * *", "Paris").unwrap_err();
