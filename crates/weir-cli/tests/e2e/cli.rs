@@ -171,6 +171,7 @@ fn run_record_has_the_documented_shape() {
             "workflow",
             "dialect",
             "status",
+            "trigger",
             "input",
             "state",
             "output",
@@ -187,6 +188,11 @@ fn run_record_has_the_documented_shape() {
     assert_eq!(r["run_id"].as_str().unwrap().len(), 36);
     assert_eq!(r["workflow"], "one");
     assert_eq!(r["dialect"], "graph");
+    assert_eq!(
+        r["trigger"],
+        serde_json::json!({"kind": "cli"}),
+        "weir run started it"
+    );
     assert_eq!(r["status"], "succeeded");
     assert_eq!(r["input"], json!({"who": "Ada"}));
     assert_eq!(
