@@ -512,26 +512,26 @@ impl Runtime {
     }
 
     /// An enabled, unpaused trigger `name` of a saved workflow's latest version, with
-    /// that version (what a webhook delivery starts).
+    /// that version and what is stored of it (a webhook's token hash): what a webhook
+    /// delivery starts.
     pub async fn active_trigger(
         &self,
         workflow_id: &str,
         name: &str,
-    ) -> Result<(WorkflowVersion, Trigger), TriggerError> {
+    ) -> Result<(WorkflowVersion, Trigger, Option<TriggerState>), TriggerError> {
         let (saved, t) = self.find_trigger(workflow_id, name).await?;
-        let paused = self
-            .catalog
+        let state = self
             .trigger_states(Some(workflow_id))
             .await?
-            .iter()
-            .any(|s| s.name == name && s.paused);
+            .remove(&(workflow_id.to_string(), name.to_string()));
+        let paused = state.as_ref().is_some_and(|s| s.paused);
         if !t.enabled || paused {
             return Err(TriggerError::NotFound(format!(
                 "trigger {name} of workflow {workflow_id} is {}",
                 if paused { "paused" } else { "disabled" }
             )));
         }
-        Ok((saved, t))
+        Ok((saved, t, state))
     }
 }
 

@@ -263,13 +263,14 @@ async fn accept(
     headers: &HeaderMap,
     body: &[u8],
 ) -> ApiResult<Delivered> {
-    let (saved, trigger) = app.rt.active_trigger(workflow, name).await?;
+    let (saved, trigger, state) = app.rt.active_trigger(workflow, name).await?;
     let TriggerKind::Webhook(hook) = &trigger.kind else {
         return Err(ApiError::not_found(format!(
             "{name} of {workflow} is a schedule, not a webhook"
         )));
     };
-    authenticate(app, workflow, name, hook, query, headers, body).await?;
+    let token_hash = state.and_then(|s| s.token_hash);
+    authenticate(app, workflow, name, hook, token_hash, query, headers, body)?;
     let input = input_of(hook, headers, query, parsed_body(headers, body))?;
     let delivery = hook
         .dedupe
@@ -308,12 +309,18 @@ async fn accept(
     })
 }
 
-/// The delivery's signature, or its URL token, checked before anything of it is read.
-async fn authenticate(
+/// The delivery's signature, or its URL token (against `token_hash`, the one stored),
+/// checked before anything of it is read.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the delivery's parts, each read once"
+)]
+fn authenticate(
     app: &App,
     workflow: &str,
     name: &str,
     hook: &Webhook,
+    token_hash: Option<Vec<u8>>,
     query: &str,
     headers: &HeaderMap,
     body: &[u8],
@@ -323,15 +330,7 @@ async fn authenticate(
             .find(|(k, _)| k == "token")
             .map(|(_, v)| v.into_owned())
             .ok_or_else(|| unauthorized("the URL has no token"))?;
-        let stored = app
-            .rt
-            .catalog
-            .trigger_states(Some(workflow))
-            .await?
-            .into_iter()
-            .find(|s| s.name == name)
-            .and_then(|s| s.token_hash)
-            .ok_or_else(|| unauthorized("the webhook has no token yet"))?;
+        let stored = token_hash.ok_or_else(|| unauthorized("the webhook has no token yet"))?;
         let presented = crate::auth::digest(&given);
         return if bool::from(presented.ct_eq(&stored)) {
             Ok(())
